@@ -1,0 +1,32 @@
+# Quick start: `make run` (set up and solve a bundled instance), `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTANCE ?= instances/random-n14-d10-s1.wcsp
+
+.PHONY: run test gpu-test bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/gpusolve solve $(INSTANCE)
+
+test: $(VENV)/.dev-installed
+	$(BIN)/python -m pytest -q
+
+# On a machine with a GPU and CuPy: only the gpu-marked tests.
+gpu-test:
+	$(PYTHON) -m pytest -q -m gpu
+
+clean:
+	rm -rf $(VENV) .pytest_cache

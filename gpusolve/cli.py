@@ -1,0 +1,301 @@
+"""Command line: solve, info, generate, batch.
+
+Errors the user can fix print one line and exit 2 (bad input or usage), 3
+(memory budget) or 4 (time limit with no bound); never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+import parsers
+from parsers.errors import ParseError
+
+from . import graph
+from .engines import DEVICES, DeviceError
+from .generate import TOPOLOGIES, GenerateError, generate
+from .graph import OrderError
+from .model import ModelError
+from .plan import build_plan, fmt_bytes
+from .solve import BudgetError, Options, Result, TimeLimit, available_memory, solve, write_solution
+
+EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if not m:
+        raise click.BadParameter(f"{text!r} is not a size (examples: 8G, 512M, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+class SizeParam(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, int) else parse_size(value)
+
+
+def solve_options(f):
+    """Options shared by `solve` and `batch`."""
+    for opt in reversed([
+        click.option("--z", type=click.IntRange(min=1), default=None,
+                     help="Mini-bucket bound: at most z variables per mini-bucket (eliminated one included)."),
+        click.option("--order", default="minfill", show_default=True,
+                     help="Elimination order: minfill, mindegree, or a file of variable indices."),
+        click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True),
+        click.option("--time-limit", type=click.FloatRange(min=0), default=None, help="Seconds."),
+        click.option("--mem-limit", type=SizeParam(), default=None,
+                     help="Memory budget (e.g. 8G); default: available RAM."),
+        click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpusolve")
+def main():
+    """gpusolve: bucket and mini-bucket elimination for WCSP, UAI and XCSP instances."""
+
+
+class Failure(Exception):
+    def __init__(self, message: str, code: int, status: str = "error"):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+def solve_file(path: str, options: Options, evidence=None, progress_factory=None) -> Result:
+    """Read and solve one file; every expected failure becomes a Failure with its exit code."""
+    try:
+        t0 = time.perf_counter()
+        problem = parsers.read(path, evidence)
+        read_time = time.perf_counter() - t0
+        return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time)
+    except (ParseError, OrderError, DeviceError) as e:
+        raise Failure(str(e), EXIT_INPUT) from None
+    except (ModelError, ValueError) as e:
+        raise Failure(f"{path}: {e}", EXIT_INPUT) from None
+    except BudgetError as e:
+        raise Failure(f"{path}: {e}", EXIT_MEMORY) from None
+    except MemoryError:
+        raise Failure(f"{path}: out of memory despite the plan's estimate; lower --mem-limit or pass --z",
+                      EXIT_MEMORY) from None
+    except TimeLimit as e:
+        raise Failure(f"{path}: {e}", EXIT_TIME, status="timeout") from None
+    except Exception as e:  # a bug: still one line, never a traceback (GPUSOLVE_DEBUG=1 shows it)
+        if os.environ.get("GPUSOLVE_DEBUG"):
+            raise
+        raise Failure(f"{path}: internal error: {type(e).__name__}: {e}", 1) from None
+
+
+@contextmanager
+def progress_bar(enabled: bool, label: str):
+    """A rich bar on stderr when it is a terminal; yields a factory(total) -> advance(n)."""
+    if not (enabled and err.is_terminal):
+        yield None
+        return
+    bar = Progress(TextColumn(label), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True)
+    with bar:
+        def factory(total):
+            task = bar.add_task(label, total=max(total, 1))
+            return lambda n: bar.advance(task, n)
+        yield factory
+
+
+@main.command("solve")
+@click.argument("file")
+@solve_options
+@click.option("--solution", type=click.Path(dir_okay=False), default=None,
+              help="Write the assignment in toulbar2's solution format.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, solution, as_json):
+    """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
+    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit)
+    try:
+        with progress_bar(not as_json, "eliminating") as factory:
+            result = solve_file(file, options, evidence, factory)
+    except Failure as f:
+        if as_json:
+            print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
+        err.print(str(f), markup=False, soft_wrap=True)
+        sys.exit(f.code)
+    if result.device_note and device == "auto" and result.engine == "numpy":
+        err.print(f"note: {result.device_note}", markup=False, soft_wrap=True)
+    if solution and result.assignment is not None:
+        write_solution(solution, result.assignment)
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        print_result(result)
+
+
+def print_result(r: Result) -> None:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("file", r.file)
+    t.add_row("task", r.task)
+    t.add_row("status", r.status)
+    t.add_row("lower bound", _fmt(r.lower_bound))
+    t.add_row("upper bound", _fmt(r.upper_bound))
+    if r.lower_bound is not None and r.upper_bound is not None:
+        t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
+    t.add_row("method", "exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
+    t.add_row("induced width", str(r.induced_width))
+    t.add_row("engine", f"{r.engine} ({r.device_note})")
+    t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
+    t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
+    if r.assignment is not None:
+        shown = " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else "")
+        t.add_row("assignment", shown)
+    out.print(t)
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "none"
+    return f"{x:.9g}" if isinstance(x, float) else str(x)
+
+
+@main.command("info")
+@click.argument("file")
+@click.option("--evidence", type=str, default=None)
+@click.option("--order", default="minfill", show_default=True)
+def info_cmd(file, evidence, order):
+    """Sizes, induced widths and predicted memory of BE and MBE(z)."""
+    try:
+        problem = parsers.read(file, evidence)
+        g = graph.primal_graph(problem)
+        n_comp = len(graph.components(g))
+        orders = {m: graph.elimination_order(problem, m, g) for m in graph.ORDERINGS}
+        if order not in orders:
+            orders[order] = graph.read_order(order, len(problem.variables))
+    except (ParseError, OrderError) as e:
+        err.print(str(e), markup=False, soft_wrap=True)
+        sys.exit(EXIT_INPUT)
+    except (ModelError, ValueError) as e:
+        err.print(f"{file}: {e}", markup=False, soft_wrap=True)
+        sys.exit(EXIT_INPUT)
+    arities: dict[int, int] = {}
+    for f in problem.functions:
+        arities[f.arity] = arities.get(f.arity, 0) + 1
+    dom = problem.domains
+    out.print(f"[bold]{file}[/bold]  task {problem.task}, {len(dom)} variables "
+              f"(domains {min(dom, default=0)}..{max(dom, default=0)}), {len(problem.functions)} cost functions, "
+              f"{n_comp} component(s), evidence {len(problem.evidence)}")
+    out.print("arities: " + ", ".join(f"{a}: {c}" for a, c in sorted(arities.items())))
+    for name, o in orders.items():
+        out.print(f"induced width ({name}): {graph.induced_width(g, o)}")
+    plan = build_plan(problem, orders[order], None, n_comp)
+    out.print(f"memory available: {fmt_bytes(available_memory())}")
+    out.print(plan.describe(), markup=False)
+    max_arity = max((f.arity for f in problem.functions), default=1)
+    t = Table(title=f"MBE(z) with the {order} order")
+    for c in ("z", "mini-buckets", "largest message", "peak memory"):
+        t.add_column(c, justify="right")
+    for z in range(max(max_arity, 1), plan.induced_width + 2):
+        p = build_plan(problem, orders[order], z, n_comp)
+        big = p.largest()
+        t.add_row(str(z), str(len(p.minibuckets)), f"{big.out_entries:,}" if big else "0",
+                  fmt_bytes(p.peak_bytes))
+    out.print(t)
+
+
+@main.command("generate")
+@click.argument("topology", type=click.Choice(TOPOLOGIES))
+@click.option("-n", "--variables", "n", type=int, default=10, show_default=True)
+@click.option("-d", "--domain", "d", type=int, default=10, show_default=True)
+@click.option("--p1", type=float, default=0.3, show_default=True, help="Density (random topology).")
+@click.option("--p2", type=float, default=0.5, show_default=True, help="Tightness: share of forbidden entries.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Output .wcsp (default: TOPOLOGY-nN-dD-sSEED.wcsp).")
+def generate_cmd(topology, n, d, p1, p2, seed, output):
+    """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
+    from parsers.write import write_wcsp
+    try:
+        problem = generate(topology, n, d, p1, p2, seed)
+    except GenerateError as e:
+        err.print(f"generate: {e}", markup=False)
+        sys.exit(EXIT_INPUT)
+    path = output or f"{problem.name}.wcsp"
+    write_wcsp(problem, path)
+    err.print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
+
+
+@main.command("batch")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@solve_options
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
+def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, out_path):
+    """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
+    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit)
+    files = sorted(str(p) for p in Path(folder).rglob("*")
+                   if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
+    done = _already_done(out_path)
+    todo = [f for f in files if f not in done]
+    records = [done[f] for f in files if f in done]
+    err.print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with bar, open(out_path, "a") as sink:
+        task = bar.add_task("solving", total=len(todo))
+        for f in todo:
+            bar.update(task, description=os.path.basename(f))
+            try:
+                record = solve_file(f, options, evidence if evidence else None).to_json()
+            except Failure as e:
+                record = {"file": f, "status": e.status, "message": str(e)}
+            except Exception as e:  # a bug must not stop the batch; it is recorded
+                record = {"file": f, "status": "error", "message": f"{type(e).__name__}: {e}"}
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+            records.append(record)
+            bar.advance(task)
+    print_summary(records)
+
+
+def _already_done(path: str) -> dict[str, dict]:
+    done = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    done[rec["file"]] = rec
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut short by a killed run: solve that file again
+    return done
+
+
+def print_summary(records: list[dict]) -> None:
+    t = Table(title="batch summary")
+    for c in ("file", "status", "lower", "upper", "z", "time s"):
+        t.add_column(c, justify="right" if c != "file" else "left")
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        t.add_row(os.path.basename(r["file"]), r["status"], _fmt(r.get("lower_bound")),
+                  _fmt(r.get("upper_bound")), str(r.get("z")), f"{r.get('time_s', 0):.2f}")
+    out.print(t)
+    out.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+
+
+if __name__ == "__main__":
+    main()

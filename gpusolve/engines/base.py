@@ -1,0 +1,93 @@
+"""The engine interface and the dense join-sum/minimise step written against an array module.
+
+An engine owns where tables live (host or device) and how one mini-bucket is
+computed; planning, ordering and the value-assignment phase are shared.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from abc import ABC, abstractmethod
+from typing import Callable, Sequence
+
+from ..plan import CHUNK_ENTRIES, MiniBucket
+
+Scoped = tuple[object, tuple[int, ...]]  # (table on the engine, its scope)
+
+
+class Engine(ABC):
+    name: str = "?"
+    xp = None  # the array module tables live in
+
+    @abstractmethod
+    def put(self, table):
+        """Host numpy table -> engine table."""
+
+    @abstractmethod
+    def get(self, table):
+        """Engine table -> host numpy array."""
+
+    @abstractmethod
+    def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
+                  integer: bool, check: Callable[[], None] | None = None):
+        """Message of `mb`: min over mb.var of the (saturating) sum of `inputs`, over mb.scope."""
+
+
+def aligned(xp, table, scope: tuple[int, ...], axes: dict[int, int], ndim: int):
+    """View of `table` with one axis per bucket variable (size 1 where absent)."""
+    perm = sorted(range(len(scope)), key=lambda i: axes[scope[i]])
+    view = xp.transpose(table, perm) if perm != list(range(len(scope))) else table
+    shape = [1] * ndim
+    for i in perm:
+        shape[axes[scope[i]]] = table.shape[i]
+    return view.reshape(shape)
+
+
+def needs_clamp_each_step(n_inputs: int, top, integer: bool) -> bool:
+    """Whether a sum of n costs <= top could overflow int64 before the final clamp."""
+    return integer and n_inputs * int(top) >= (1 << 63)
+
+
+def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
+                    domains: Sequence[int], top, integer: bool, check=None):
+    """Dense bucket step: join-sum the inputs and minimise over `var`, chunk by chunk.
+
+    Axis 0 is the eliminated variable, so the minimum is a sequence of
+    element-wise minima over contiguous rows. Inputs are summed smallest
+    first: partial sums stay in the union of the scopes seen so far, and only
+    the last addition touches the whole joint block. Chunks run over the
+    leading separator axes so the working set stays under CHUNK_ENTRIES.
+    """
+    axes = {var: 0}
+    axes.update({u: i + 1 for i, u in enumerate(sep)})
+    ndim = len(sep) + 1
+    views = sorted((aligned(xp, t, s, axes, ndim) for t, s in inputs), key=lambda a: a.size)
+    out_shape = tuple(domains[u] for u in sep)
+    dtype = xp.int64 if integer else xp.float64
+    out = xp.empty(out_shape, dtype=dtype)
+    lead = _leading_axes(out_shape, domains[var])
+    clamp_each = needs_clamp_each_step(len(views), top, integer)
+    for idx in itertools.product(*(range(s) for s in out_shape[:lead])):
+        if check is not None:
+            check()
+        block = [v[(slice(None),) + tuple(slice(i, i + 1) if v.shape[a + 1] > 1 else slice(None)
+                                          for a, i in enumerate(idx))] for v in views]
+        acc = block[0]
+        for t in block[1:]:
+            acc = acc + t
+            if clamp_each:
+                xp.minimum(acc, top, out=acc)
+        m = acc.min(axis=0)
+        if integer:
+            m = xp.minimum(m, top)
+        out[idx] = m.reshape(m.shape[lead:]) if lead else m
+    return out
+
+
+def _leading_axes(shape: tuple[int, ...], d: int) -> int:
+    """Fewest leading axes to iterate over so that a block holds <= CHUNK_ENTRIES joint entries."""
+    for lead in range(len(shape) + 1):
+        if math.prod(shape[lead:]) * d <= CHUNK_ENTRIES:
+            return lead
+    return len(shape)
+

@@ -1,0 +1,82 @@
+"""Random binary networks as in GpuBE section 8.1: random, scale-free and grid topologies.
+
+Costs are uniform integers in [0, 100]; each entry is forbidden with
+probability p2 (the tightness); the graph is always connected.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+
+TOPOLOGIES = ("random", "scalefree", "grid")
+MAX_COST = 100
+
+
+class GenerateError(ValueError):
+    pass
+
+
+def random_edges(n: int, p1: float, rng) -> list[tuple[int, int]]:
+    """A random spanning tree plus random edges up to floor(n(n-1)/2 * p1) edges."""
+    target = max(n - 1, math.floor(n * (n - 1) / 2 * p1))
+    perm = rng.permutation(n)
+    edges = {tuple(sorted((int(perm[i]), int(perm[rng.integers(0, i)])))) for i in range(1, n)}
+    while len(edges) < target:
+        a, b = sorted(rng.choice(n, 2, replace=False).tolist())
+        edges.add((a, b))
+    return sorted(edges)
+
+
+def scalefree_edges(n: int, rng) -> list[tuple[int, int]]:
+    """Barabasi-Albert: from one edge, each new node links to two nodes chosen by degree."""
+    edges = [(0, 1)]
+    degree = [1, 1]
+    for v in range(2, n):
+        p = np.array(degree, float) / sum(degree)
+        targets = rng.choice(v, size=min(2, v), replace=False, p=p)
+        for t in sorted(int(t) for t in targets):
+            edges.append((t, v))
+            degree[t] += 1
+        degree.append(len(targets))
+    return edges
+
+
+def grid_edges(n: int) -> list[tuple[int, int]]:
+    side = math.isqrt(n)
+    if side * side != n:
+        raise GenerateError(f"grid needs a square number of variables, got {n}")
+    edges = []
+    for r in range(side):
+        for c in range(side):
+            v = r * side + c
+            if c + 1 < side:
+                edges.append((v, v + 1))
+            if r + 1 < side:
+                edges.append((v, v + side))
+    return edges
+
+
+def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.5,
+             seed: int = 0) -> Problem:
+    if n < 2 or d < 1 or not 0 <= p1 <= 1 or not 0 <= p2 <= 1:
+        raise GenerateError("need n >= 2, d >= 1, 0 <= p1 <= 1 and 0 <= p2 <= 1")
+    rng = np.random.default_rng(seed)
+    if topology == "random":
+        edges = random_edges(n, p1, rng)
+    elif topology == "scalefree":
+        edges = scalefree_edges(n, rng)
+    elif topology == "grid":
+        edges = grid_edges(n)
+    else:
+        raise GenerateError(f"unknown topology {topology!r} (choose {', '.join(TOPOLOGIES)})")
+    functions = []
+    for a, b in edges:
+        table = rng.integers(0, MAX_COST + 1, size=(d, d)).astype(np.int64)
+        table[rng.random((d, d)) < p2] = FORBIDDEN
+        functions.append(CostFunction((a, b), table))
+    name = f"{topology}-n{n}-d{d}-s{seed}"
+    problem = Problem(name, [Variable(f"x{i}", d) for i in range(n)], functions)
+    return finalize_integer(problem, len(edges) * MAX_COST + 1)

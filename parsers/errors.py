@@ -1,0 +1,14 @@
+"""The one error every reader raises: it prints as `FILE:LINE: what is wrong`."""
+from __future__ import annotations
+
+
+class ParseError(Exception):
+    def __init__(self, path, line: int | None, message: str):
+        super().__init__(message)
+        self.path = str(path)
+        self.line = line
+        self.message = message
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.message}"

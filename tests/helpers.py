@@ -1,0 +1,44 @@
+"""Random small problems and brute-force enumeration: the independent reference."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+
+
+def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,
+                   n_components=1) -> Problem:
+    """Arity 0..arity_max, domains 1..d_max, soft and hard tuples; variables split into components."""
+    n = int(rng.integers(1, n_max + 1))
+    variables = [Variable(f"x{i}", int(rng.integers(1, d_max + 1))) for i in range(n)]
+    groups = np.array_split(rng.permutation(n), min(n_components, n))
+    functions = []
+    for _ in range(int(rng.integers(0, f_max + 1))):
+        group = groups[int(rng.integers(0, len(groups)))]
+        arity = int(rng.integers(0, min(arity_max, len(group)) + 1))
+        scope = tuple(int(v) for v in rng.choice(group, arity, replace=False))
+        shape = tuple(variables[v].domain for v in scope)
+        if integer:
+            table = rng.integers(0, 20, size=shape).astype(np.int64)
+            table[rng.random(shape) < p_hard] = FORBIDDEN
+        else:
+            table = np.asarray(rng.random(shape) * 3.0)
+            table[rng.random(shape) < p_hard] = np.inf
+        functions.append(CostFunction(scope, table))
+    problem = Problem("random", variables, functions, integer=integer)
+    if integer:
+        return finalize_integer(problem, int(rng.integers(5, 80)))
+    problem.top = np.inf
+    return problem
+
+
+def brute_force(problem: Problem):
+    """(optimal internal cost, an optimal assignment) by enumeration; cost >= top when infeasible."""
+    best, arg = problem.top, None
+    for a in itertools.product(*(range(d) for d in problem.domains)):
+        c = problem.evaluate(a)
+        if c < best:
+            best, arg = c, a
+    return best, arg

@@ -1,0 +1,73 @@
+"""Bucket elimination against brute force; mini-bucket bounds bracket the optimum."""
+import numpy as np
+import pytest
+from helpers import brute_force, random_problem
+
+from gpusolve.solve import BudgetError, Options, solve
+
+SEEDS = range(320)
+
+
+def internal(problem, value):
+    """File-sense bound -> internal cost (offset removed); None stays None."""
+    return None if value is None else problem.sense * value - problem.offset
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_be_equals_brute_force_and_mbe_brackets(seed):
+    rng = np.random.default_rng(seed)
+    problem = random_problem(rng, integer=seed % 4 != 3, n_components=1 + seed % 3)
+    best, _ = brute_force(problem)
+    feasible = best < problem.top
+    r = solve(problem, Options(device="cpu"))
+    if not feasible:
+        assert r.status == "infeasible" and r.lower_bound is None and r.assignment is None
+        return
+    assert r.status == "optimal"
+    assert r.lower_bound == r.upper_bound
+    assert internal(problem, r.upper_bound) == pytest.approx(best, rel=1e-12, abs=1e-12)
+    assert problem.evaluate(r.assignment) == pytest.approx(best, rel=1e-12, abs=1e-12)
+    max_arity = max([f.arity for f in problem.functions] + [1])
+    for z in range(max_arity, len(problem.variables) + 2):
+        m = solve(problem, Options(device="cpu", z=z))
+        assert m.status in ("optimal", "bounded")
+        assert internal(problem, m.lower_bound) <= best + 1e-9
+        if m.upper_bound is not None:
+            assert internal(problem, m.upper_bound) >= best - 1e-9
+            assert problem.evaluate(m.assignment) == pytest.approx(internal(problem, m.upper_bound))
+        if m.status == "optimal":
+            assert internal(problem, m.lower_bound) == pytest.approx(best)
+
+
+def test_infeasible_cases_are_covered():
+    """The random family must include infeasible and multi-component problems, or the test above proves little."""
+    infeasible = 0
+    for seed in SEEDS:
+        problem = random_problem(np.random.default_rng(seed), integer=seed % 4 != 3, n_components=1 + seed % 3)
+        infeasible += brute_force(problem)[0] >= problem.top
+    assert 10 <= infeasible <= len(SEEDS) - 100
+
+
+def test_z_below_largest_arity_is_refused():
+    rng = np.random.default_rng(5)
+    problem = random_problem(rng, n_max=6, arity_max=3)
+    while max((f.arity for f in problem.functions), default=0) < 3:
+        problem = random_problem(rng, n_max=6, arity_max=3)
+    with pytest.raises(ValueError, match="largest arity"):
+        solve(problem, Options(device="cpu", z=2))
+
+
+def test_memory_budget_picks_largest_fitting_z_or_refuses():
+    from gpusolve.generate import generate
+    problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
+    exact = solve(problem, Options(device="cpu"))
+    assert exact.z is None and exact.status == "optimal"
+    budget = exact.peak_bytes - 1
+    r = solve(problem, Options(device="cpu", mem_limit=budget))
+    assert r.z is not None and r.peak_bytes <= budget
+    assert r.lower_bound <= exact.lower_bound
+    assert r.upper_bound is None or exact.lower_bound <= r.upper_bound
+    with pytest.raises(BudgetError, match=r"largest bucket: variable \d+.*largest z that fits is \d+"):
+        solve(problem, Options(device="cpu", z=r.z + 1, mem_limit=budget))
+    with pytest.raises(BudgetError, match="no mini-bucket bound fits"):
+        solve(problem, Options(device="cpu", mem_limit=1000))
