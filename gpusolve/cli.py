@@ -255,6 +255,8 @@ def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, out_pat
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
     with bar, open(out_path, "a") as sink:
+        if sink.tell() and not _ends_with_newline(out_path):
+            sink.write("\n")  # a line cut short by a killed run stays alone on its line
         task = bar.add_task("solving", total=len(todo))
         for f in todo:
             bar.update(task, description=os.path.basename(f))
@@ -269,6 +271,12 @@ def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, out_pat
             records.append(record)
             bar.advance(task)
     print_summary(records)
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _already_done(path: str) -> dict[str, dict]:

@@ -167,7 +167,7 @@ def solve(problem: Problem, options: Options, file: str = "",
           read_time: float = 0.0) -> Result:
     """Solve a problem; raises BudgetError, TimeLimit, DeviceError, ValueError, OrderError."""
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit if options.time_limit else None
+    deadline = t0 + options.time_limit if options.time_limit is not None else None
     phases = {"read": read_time}
     engine, note = select_engine(options.device)
     g = graph.primal_graph(problem)

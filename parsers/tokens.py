@@ -1,0 +1,159 @@
+"""Whitespace-separated tokens that remember their line, shared by the text readers.
+
+Every reader error must name `FILE:LINE`, so tokens are pulled line by line
+and the line of the last token handed out is always known. Bulk reads
+(`ints`, `floats`) convert a whole table at once with numpy and only fall
+back to token-by-token parsing to locate the offending entry.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+
+import numpy as np
+
+from .errors import ParseError
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+class Lines:
+    """Line numbers of a run of tokens, stored as (first token index, line) breakpoints."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.numbers: list[int] = []
+
+    def add(self, index: int, line: int) -> None:
+        self.starts.append(index)
+        self.numbers.append(line)
+
+    def __getitem__(self, index: int) -> int:
+        if index < 0:  # only -1 is needed: the last token's line
+            return self.numbers[-1]
+        return self.numbers[bisect_right(self.starts, index) - 1]
+
+
+class Tokens:
+    def __init__(self, path, lines: Iterable[str], comment: str | None = None):
+        self.path = str(path)
+        self._lines = enumerate(lines, 1)
+        self._comment = comment  # lines starting with this prefix are skipped
+        self._words: list[str] = []
+        self._pos = 0
+        self._lineno = 0  # line the buffered words come from
+        self.line: int | None = None  # line of the last token handed out
+
+    def _next_line(self) -> list[str] | None:
+        """The words of the next line holding any (comments skipped), None at the end."""
+        for self._lineno, text in self._lines:
+            if self._comment and text.lstrip().startswith(self._comment):
+                continue
+            words = text.split()
+            if words:
+                return words
+        return None
+
+    def _fill(self) -> bool:
+        """Make sure a token is buffered; False at the end of the input."""
+        if self._pos < len(self._words):
+            return True
+        words = self._next_line()
+        if words is None:
+            return False
+        self._words, self._pos = words, 0
+        return True
+
+    def error(self, message: str, line: int | None = None) -> ParseError:
+        return ParseError(self.path, self.line if line is None else line, message)
+
+    def expect_end(self, message: str) -> None:
+        """Raise `message` at the line of the first token left over, if any."""
+        if self._fill():
+            raise ParseError(self.path, self._lineno, message)
+
+    def word(self, what: str) -> str:
+        if not self._fill():
+            raise ParseError(self.path, self._lineno or None, f"unexpected end of file: expected {what}")
+        self.line = self._lineno
+        self._pos += 1
+        return self._words[self._pos - 1]
+
+    def int(self, what: str, low: int | None = None) -> int:
+        """One integer; `low` gives the smallest value accepted."""
+        text = self.word(what)
+        try:
+            value = int(text)
+        except ValueError:
+            raise self.error(f"expected {what} (an integer), found {text!r}") from None
+        if low is not None and value < low:
+            raise self.error(f"{what} must be at least {low}, found {value}")
+        return value
+
+    def scope(self, arity: int, n: int) -> tuple[int, ...]:
+        """`arity` distinct variable indices below `n`."""
+        scope: list[int] = []
+        for _ in range(arity):
+            v = self.int("scope variable")
+            if not 0 <= v < n:
+                raise self.error(f"scope variable {v} out of range (n={n})")
+            if v in scope:
+                raise self.error(f"variable {v} appears twice in a scope")
+            scope.append(v)
+        return tuple(scope)
+
+    def take(self, count: int | None, what: str) -> tuple[list[str], Lines]:
+        """The next `count` tokens (all remaining ones if None) and their lines."""
+        need = INT64_MAX if count is None else count
+        lines = Lines()
+        words = self._words[self._pos: self._pos + need]
+        if words:
+            lines.add(0, self._lineno)
+            self._pos += len(words)
+        while len(words) < need:
+            chunk = self._next_line()
+            if chunk is None:
+                break
+            lines.add(len(words), self._lineno)
+            self._words = chunk
+            self._pos = min(len(chunk), need - len(words))
+            words += chunk[: self._pos]
+        if words:
+            self.line = lines.numbers[-1]
+        if count is not None and len(words) < count:
+            raise ParseError(self.path, self._lineno or None,
+                             f"unexpected end of file: expected {count} values ({what}), found {len(words)}")
+        return words, lines
+
+    def ints(self, count: int, what: str) -> tuple[np.ndarray, Lines]:
+        """`count` int64 values (and their lines), rejecting anything else by line."""
+        words, lines = self.take(count, what)
+        return parse_ints(self.path, words, lines, what), lines
+
+    def floats(self, count: int, what: str) -> tuple[np.ndarray, Lines]:
+        """`count` float64 values (and their lines), rejecting non-numbers by line."""
+        words, lines = self.take(count, what)
+        try:
+            return np.array(words, dtype=np.float64), lines
+        except ValueError:
+            for i, text in enumerate(words):
+                try:
+                    float(text)
+                except ValueError:
+                    raise ParseError(self.path, lines[i], f"expected {what} (a number), found {text!r}") from None
+            raise
+
+
+def parse_ints(path, words: list[str], lines: Lines, what: str) -> np.ndarray:
+    """Convert tokens to int64, naming the line of the first bad or oversized one."""
+    try:
+        return np.array(words, dtype=np.int64)
+    except (ValueError, OverflowError):
+        for i, text in enumerate(words):
+            try:
+                value = int(text)
+            except ValueError:
+                raise ParseError(path, lines[i], f"expected {what} (an integer), found {text!r}") from None
+            if abs(value) > INT64_MAX:
+                raise ParseError(path, lines[i], f"{what} {value} does not fit in 64 bits") from None
+        raise
