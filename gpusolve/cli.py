@@ -158,7 +158,7 @@ def print_result(r: Result) -> None:
         t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
     t.add_row("method", "exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
     t.add_row("induced width", str(r.induced_width))
-    t.add_row("engine", f"{r.engine} ({r.device_note})")
+    t.add_row("engine", r.engine)
     t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
     t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
     if r.assignment is not None:

@@ -51,21 +51,6 @@ def test_human_output_names_bounds_and_phases(small):
         assert word in r.stdout
 
 
-def test_generated_instance_agrees_with_pytoulbar2(tmp_path):
-    pytoulbar2 = pytest.importorskip("pytoulbar2")
-    for seed, topo, n in ((1, "random", 12), (2, "scalefree", 12), (3, "grid", 16), (4, "random", 10)):
-        path = tmp_path / f"{topo}{seed}.wcsp"
-        assert run("generate", topo, "-n", n, "-d", 5, "--p2", 0.3, "--seed", seed, "-o", path).exit_code == 0
-        ours = json.loads(run("solve", path, "--json", "--device", "cpu").stdout)
-        cfn = pytoulbar2.CFN(verbose=-1)
-        cfn.Read(str(path))
-        res = cfn.Solve()
-        if res is None:
-            assert ours["status"] == "infeasible"
-        else:
-            assert ours["status"] == "optimal" and ours["lower_bound"] == round(res[1])
-
-
 @pytest.mark.parametrize("args, code, pattern", [
     (["solve", "missing.wcsp"], 2, "missing.wcsp"),
     (["solve", "{small}", "--device", "gpu"], 2, "--device gpu"),

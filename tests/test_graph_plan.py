@@ -1,6 +1,4 @@
 """Orderings, induced width and the elimination plan, without any engine."""
-import math
-
 import networkx as nx
 import numpy as np
 import pytest
@@ -104,14 +102,3 @@ def test_read_order_file(tmp_path):
     with pytest.raises(graph.OrderError, match="out of range"):
         graph.read_order(f, 3)
 
-
-def test_generator_recipes():
-    r = generate("random", 10, 10, 0.3, 0.5, seed=7)
-    assert len(r.functions) == math.floor(10 * 9 / 2 * 0.3)
-    s = generate("scalefree", 12, 5, seed=7)
-    assert len(s.functions) == 2 * (12 - 2) + 1
-    for p in (r, s, generate("grid", 16, 3, seed=7)):
-        assert nx.is_connected(graph.primal_graph(p))
-        hard = np.mean([np.mean(f.table >= p.top) for f in p.functions])
-        assert 0.3 < hard < 0.7
-        assert all(f.table[f.table < p.top].max() <= 100 for f in p.functions)
