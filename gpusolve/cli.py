@@ -20,6 +20,7 @@ from rich.table import Table
 
 import parsers
 from parsers.errors import ParseError
+from parsers.write import write_uai_result
 
 from . import graph
 from .engines import DEVICES, DeviceError
@@ -62,6 +63,8 @@ def solve_options(f):
         click.option("--mem-limit", type=SizeParam(), default=None,
                      help="Memory budget (e.g. 8G); default: available RAM."),
         click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
+        click.option("--task", type=click.Choice(("MPE", "PR", "MAR"), case_sensitive=False), default=None,
+                     help="For .uai files: MPE (default), PR (log10 Z) or MAR (marginals)."),
     ]):
         f = opt(f)
     return f
@@ -123,10 +126,12 @@ def progress_bar(enabled: bool, label: str):
 @solve_options
 @click.option("--solution", type=click.Path(dir_okay=False), default=None,
               help="Write the assignment in toulbar2's solution format.")
+@click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
+              help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, solution, as_json):
+def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, task, solution, uai_output, as_json):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
-    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit)
+    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit, task=task)
     try:
         with progress_bar(not as_json, "eliminating") as factory:
             result = solve_file(file, options, evidence, factory)
@@ -139,6 +144,12 @@ def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, solution,
         err.print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     if solution and result.assignment is not None:
         write_solution(solution, result.assignment)
+    if uai_output:
+        if result.task not in ("MPE", "PR", "MAR"):
+            err.print(f"{file}: --uai-output applies to .uai files", markup=False)
+            sys.exit(EXIT_INPUT)
+        value = result.lower_bound if result.task == "PR" else None
+        write_uai_result(uai_output, result.task, value, result.assignment, result.marginals)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
@@ -156,7 +167,8 @@ def print_result(r: Result) -> None:
     t.add_row("upper bound", _fmt(r.upper_bound))
     if r.lower_bound is not None and r.upper_bound is not None:
         t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
-    t.add_row("method", "exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
+    t.add_row("method", ("exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
+              + (" + distribute pass" if r.task == "MAR" else ""))
     t.add_row("induced width", str(r.induced_width))
     t.add_row("engine", r.engine)
     t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
@@ -164,6 +176,10 @@ def print_result(r: Result) -> None:
     if r.assignment is not None:
         shown = " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else "")
         t.add_row("assignment", shown)
+    for i, m in enumerate((r.marginals or [])[:20]):
+        t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
+    if r.marginals and len(r.marginals) > 20:
+        t.add_row("", f"({len(r.marginals) - 20} more variables: use --json or --uai-output)")
     out.print(t)
 
 
@@ -204,6 +220,11 @@ def info_cmd(file, evidence, order):
         out.print(f"induced width ({name}): {graph.induced_width(g, o)}")
     plan = build_plan(problem, orders[order], None, n_comp)
     out.print(f"memory available: {fmt_bytes(available_memory())}")
+    if problem.task == "MPE":
+        cliques = sorted((mb.joint_entries, len(mb.scope) + 1) for mb in plan.minibuckets)
+        out.print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
+                  f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
+                  f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
     out.print(plan.describe(), markup=False)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
@@ -243,9 +264,9 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
-def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, out_path):
+def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, task, out_path):
     """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
-    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit)
+    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit, task=task)
     files = sorted(str(p) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
     done = _already_done(out_path)

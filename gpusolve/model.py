@@ -128,7 +128,7 @@ def condition(problem: Problem, evidence: dict[int, int]) -> Problem:
     for f in problem.functions:
         index = tuple(evidence.get(v, slice(None)) for v in f.scope)
         scope = tuple(v for v in f.scope if v not in evidence)
-        functions.append(CostFunction(scope, np.ascontiguousarray(f.table[index])))
+        functions.append(CostFunction(scope, np.array(f.table[index])))  # a copy; 0-d when all observed
     merged = dict(problem.evidence)
     merged.update(evidence)
     return Problem(problem.name, problem.variables, functions, problem.integer, problem.top,

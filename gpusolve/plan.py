@@ -63,6 +63,12 @@ class Plan:
         """Original tables + every message (kept for the assignment phase) + workspace."""
         return self.original_bytes + self.message_bytes + self.workspace_bytes
 
+    @property
+    def propagation_bytes(self) -> int:
+        """Two-pass propagation (MAR): messages both ways plus the largest clique, twice."""
+        largest = max((mb.joint_entries for mb in self.minibuckets), default=0)
+        return self.original_bytes + 2 * self.message_bytes + 2 * largest * self.itemsize
+
     def largest(self) -> MiniBucket | None:
         return max(self.minibuckets, key=lambda mb: mb.out_entries, default=None)
 

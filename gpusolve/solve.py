@@ -14,10 +14,13 @@ from typing import Callable
 
 import numpy as np
 
-from . import graph
+from . import graph, probabilistic
 from .engines import Engine, select_engine
 from .model import Problem
-from .plan import Plan, build_plan, fmt_bytes
+from .plan import MiniBucket, Plan, build_plan, fmt_bytes
+
+
+PROBABILISTIC = ("PR", "MAR")
 
 
 class BudgetError(RuntimeError):
@@ -35,6 +38,7 @@ class Options:
     device: str = "auto"
     time_limit: float | None = None
     mem_limit: int | None = None  # bytes; None: available RAM
+    task: str | None = None  # None: the file's own (WCSP or MPE); PR or MAR for .uai files
 
 
 @dataclass
@@ -54,6 +58,7 @@ class Result:
     exact: bool = False
     peak_bytes: int = 0
     message: str = ""
+    marginals: list[list[float]] | None = None  # MAR: one distribution per variable, file order
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -111,8 +116,9 @@ def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1) 
 
 
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
-             progress: Callable[[int], None] | None = None):
-    """Execute every mini-bucket; returns (internal lower bound, messages)."""
+             progress: Callable[[int], None] | None = None,
+             op: Callable[[MiniBucket], str] = lambda mb: "min"):
+    """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages)."""
     def check():
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeLimit("time limit reached during elimination")
@@ -124,7 +130,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         check()
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
-        messages[mb.index] = engine.eliminate(mb, inputs, dom, problem.top, problem.integer, check)
+        messages[mb.index] = engine.eliminate(mb, inputs, dom, problem.top, problem.integer, check, op(mb))
         if progress:
             progress(mb.joint_entries)
     lower = _saturating_sum([problem.functions[i].table[()] for i in plan.constants]
@@ -167,6 +173,7 @@ def solve(problem: Problem, options: Options, file: str = "",
           read_time: float = 0.0) -> Result:
     """Solve a problem; raises BudgetError, TimeLimit, DeviceError, ValueError, OrderError."""
     t0 = time.perf_counter()
+    task = check_task(problem, options)
     deadline = t0 + options.time_limit if options.time_limit is not None else None
     phases = {"read": read_time}
     engine, note = select_engine(options.device)
@@ -176,27 +183,66 @@ def solve(problem: Problem, options: Options, file: str = "",
     t1 = time.perf_counter()
     phases["order"] = t1 - t0
     budget = options.mem_limit if options.mem_limit is not None else available_memory()
-    plan = choose_plan(problem, order, options.z, budget, n_comp)
+    if task == "MAR":
+        plan = build_plan(problem, order, None, n_comp)
+        if plan.propagation_bytes > budget:
+            raise BudgetError(f"exact marginals need {fmt_bytes(plan.propagation_bytes)} but the memory "
+                              f"budget is {fmt_bytes(budget)} (largest clique: "
+                              f"{max(mb.joint_entries for mb in plan.minibuckets):,} entries)")
+    else:
+        plan = choose_plan(problem, order, options.z, budget, n_comp)
     t2 = time.perf_counter()
     phases["plan"] = t2 - t1
-    progress = progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) if progress_factory else None
-    lower, tables, messages = run_plan(problem, plan, engine, deadline, progress)
-    t3 = time.perf_counter()
-    phases["eliminate"] = t3 - t2
-    if problem.is_forbidden(lower):
-        assignment, upper, status = None, None, "infeasible"
+    passes = 2 if task == "PR" and not plan.exact else 1
+    progress = progress_factory(passes * sum(mb.joint_entries for mb in plan.minibuckets)) \
+        if progress_factory else None
+
+    def run(op):
+        return run_plan(problem, plan, engine, deadline, progress, op)
+
+    marg = assignment = None
+    if task == "PR":
+        lower, upper = probabilistic.partition_bounds(problem, plan, lambda op: run(op)[0])
+        status = "infeasible" if problem.is_forbidden(lower) else "optimal" if plan.exact else "bounded"
+        phases["eliminate"] = time.perf_counter() - t2
+    elif task == "MAR":
+        lower, tables, messages = run(lambda mb: "lse")
+        lower = upper = float(lower) - probabilistic.log10_free(problem, plan)
+        t3 = time.perf_counter()
+        phases["eliminate"] = t3 - t2
+        status = "infeasible" if problem.is_forbidden(lower) else "optimal"
+        marg = probabilistic.marginals(problem, plan, engine, tables, messages)
+        phases["distribute"] = time.perf_counter() - t3
     else:
-        assignment = assign(problem, plan, engine, tables, messages)
-        upper = problem.evaluate(assignment)
-        status = "optimal" if plan.exact or _same(lower, upper, problem) else "bounded"
-        if plan.exact and not problem.is_forbidden(upper):
-            lower = upper  # BE proves its assignment optimal; equal up to float summation order
-    phases["assign"] = time.perf_counter() - t3
+        lower, tables, messages = run(lambda mb: "min")
+        t3 = time.perf_counter()
+        phases["eliminate"] = t3 - t2
+        if problem.is_forbidden(lower):
+            upper, status = None, "infeasible"
+        else:
+            assignment = assign(problem, plan, engine, tables, messages)
+            upper = problem.evaluate(assignment)
+            status = "optimal" if plan.exact or _same(lower, upper, problem) else "bounded"
+            if plan.exact and not problem.is_forbidden(upper):
+                lower = upper  # BE proves its assignment optimal; equal up to float summation order
+        phases["assign"] = time.perf_counter() - t3
     lb, ub = _file_bounds(problem, lower, upper, status)
-    return Result(file=file, task=problem.task, status=status, lower_bound=lb, upper_bound=ub,
+    return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
                   assignment=assignment, z=plan.z, induced_width=plan.induced_width,
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
-                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes)
+                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg)
+
+
+def check_task(problem: Problem, options: Options) -> str:
+    """The task to run: the file's own (WCSP, MPE) unless --task asks for PR or MAR."""
+    task = (options.task or problem.task).upper()
+    if task not in (problem.task, *PROBABILISTIC):
+        raise ValueError(f"unknown task {task!r} (choose {', '.join(('MPE',) + PROBABILISTIC)})")
+    if task in PROBABILISTIC and problem.task != "MPE":
+        raise ValueError(f"--task {task} applies to probabilistic models (.uai files)")
+    if task == "MAR" and options.z is not None:
+        raise ValueError("--task MAR computes exact marginals: --z does not apply")
+    return task
 
 
 def _same(lower, upper, problem: Problem) -> bool:

@@ -1,4 +1,4 @@
-"""Writing problems back out as .wcsp (what `gpusolve generate` produces)."""
+"""Writing problems (.wcsp, what `gpusolve generate` produces) and UAI result files."""
 from __future__ import annotations
 
 import itertools
@@ -24,3 +24,17 @@ def write_wcsp(problem: Problem, path: str | Path) -> None:
     if problem.offset:
         lines.append(f"0 {int(problem.offset)} 0")
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def write_uai_result(path: str | Path, task: str, log10_value, assignment=None, marginals=None) -> None:
+    """UAI competition result file (MPE: values, PR: log10 Z, MAR: one distribution per variable)."""
+    if task == "MPE":
+        body = "" if assignment is None else f"{len(assignment)} " + " ".join(map(str, assignment))
+    elif task == "PR":
+        body = "-inf" if log10_value is None else repr(float(log10_value))
+    elif task == "MAR":
+        body = f"{len(marginals)} " + " ".join(
+            f"{len(m)} " + " ".join(repr(float(p)) for p in m) for m in marginals)
+    else:
+        raise ValueError(f"no UAI result format for task {task}")
+    Path(path).write_text(f"{task}\n{body}\n")

@@ -37,3 +37,22 @@ def test_water_mpe_log10_probability(shared_instances):
     r = solve(parsers.read(shared_instances / "water.uai"), Options(device="cpu"))
     assert r.task == "MPE" and r.status == "optimal"
     assert r.lower_bound == pytest.approx(-3.456446919, abs=1e-8)
+
+
+@pytest.mark.parametrize("name, log10_z", [("network.uai", 163.2040296), ("water.uai", 0.0)])
+def test_partition_function_and_marginals(shared_instances, name, log10_z):
+    """log10 Z to 1e-6; marginals against an independent contraction by opt_einsum."""
+    oe = pytest.importorskip("opt_einsum")
+    import numpy as np
+    problem = parsers.read(shared_instances / name)
+    pr = solve(problem, Options(device="cpu", task="PR"))
+    assert pr.status == "optimal" and pr.lower_bound == pytest.approx(log10_z, abs=1e-6)
+    mar = solve(problem, Options(device="cpu", task="MAR"))
+    syms = [oe.get_symbol(i) for i in range(len(problem.variables))]
+    operands = []
+    for f in problem.functions:
+        operands += [10.0 ** -f.table, "".join(syms[u] for u in f.scope)]
+    terms = ",".join(operands[1::2])
+    for v in range(len(problem.variables)):
+        m = oe.contract(f"{terms}->{syms[v]}", *operands[0::2], optimize="greedy")
+        np.testing.assert_allclose(mar.marginals[v], m / m.sum(), atol=1e-9)

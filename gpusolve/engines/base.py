@@ -29,8 +29,32 @@ class Engine(ABC):
 
     @abstractmethod
     def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
-                  integer: bool, check: Callable[[], None] | None = None):
-        """Message of `mb`: min over mb.var of the (saturating) sum of `inputs`, over mb.scope."""
+                  integer: bool, check: Callable[[], None] | None = None, op: str = "min"):
+        """Message of `mb` over mb.scope: eliminate mb.var from the (saturating) sum of `inputs`.
+
+        `op` is the semiring's elimination (see OPS); costs always combine by +.
+        """
+
+
+# Eliminations over costs c = -log10 p: "min" (WCSP cost, MPE: max probability),
+# "max" (min probability, for lower bounds on Z), "lse" (sum of probabilities).
+OPS = ("min", "max", "lse")
+
+
+def reduce_axes(xp, acc, axes: tuple[int, ...], op: str):
+    """Eliminate `axes` of a cost table with `op`; lse is shifted by the minimum for stability."""
+    if op == "min":
+        return acc.min(axis=axes)
+    if op == "max":
+        return acc.max(axis=axes)
+    if op != "lse":
+        raise ValueError(f"unknown elimination {op!r}")
+    m = acc.min(axis=axes, keepdims=True)
+    finite = xp.isfinite(m)
+    shift = xp.where(finite, m, 0.0)
+    total = xp.sum(xp.power(10.0, shift - acc), axis=axes, keepdims=True)
+    out = xp.where(finite, shift - xp.log10(xp.where(finite, total, 1.0)), xp.inf)
+    return out.reshape(tuple(n for i, n in enumerate(acc.shape) if i not in axes))
 
 
 def aligned(xp, table, scope: tuple[int, ...], axes: dict[int, int], ndim: int):
@@ -49,7 +73,7 @@ def needs_clamp_each_step(n_inputs: int, top, integer: bool) -> bool:
 
 
 def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
-                    domains: Sequence[int], top, integer: bool, check=None):
+                    domains: Sequence[int], top, integer: bool, check=None, op: str = "min"):
     """Dense bucket step: join-sum the inputs and minimise over `var`, chunk by chunk.
 
     Axis 0 is the eliminated variable, so the minimum is a sequence of
@@ -77,7 +101,7 @@ def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped]
             acc = acc + t
             if clamp_each:
                 xp.minimum(acc, top, out=acc)
-        m = acc.min(axis=0)
+        m = reduce_axes(xp, acc, (0,), op)
         if integer:
             m = xp.minimum(m, top)
         out[idx] = m.reshape(m.shape[lead:]) if lead else m

@@ -1,0 +1,172 @@
+"""PR and MAR against brute-force enumeration and an independent contraction (opt_einsum)."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import parsers
+from gpusolve.solve import Options, solve
+
+
+def random_network(rng, bayes: bool, n_max=6, d_max=3, p_zero=0.15):
+    """(domains, factors as (scope, probability table), kind) of a small Markov or Bayesian network."""
+    n = int(rng.integers(1, n_max + 1))
+    dom = [int(rng.integers(1, d_max + 1)) for _ in range(n)]
+    factors = []
+    if bayes:
+        for v in range(n):
+            parents = sorted(rng.choice(v, int(rng.integers(0, min(v, 2) + 1)), replace=False).tolist()) if v else []
+            shape = tuple(dom[u] for u in parents) + (dom[v],)
+            t = rng.random(shape) + 0.05
+            t[rng.random(shape) < p_zero] = 0.0
+            t[t.sum(axis=-1) == 0] = 1.0  # every row needs some probability
+            factors.append((tuple(parents) + (v,), t / t.sum(axis=-1, keepdims=True)))
+    else:
+        for _ in range(int(rng.integers(0, 2 * n + 1))):
+            k = int(rng.integers(1, min(3, n) + 1))
+            scope = tuple(int(u) for u in rng.choice(n, k, replace=False))
+            t = rng.random(tuple(dom[u] for u in scope)) * 2
+            t[rng.random(t.shape) < p_zero] = 0.0
+            factors.append((scope, t))
+    return dom, factors
+
+
+def write_uai(path, dom, factors, bayes, evidence=None):
+    lines = ["BAYES" if bayes else "MARKOV", str(len(dom)), " ".join(map(str, dom)), str(len(factors))]
+    lines += [f"{len(s)} " + " ".join(map(str, s)) for s, _ in factors]
+    for _, t in factors:
+        lines += ["", str(t.size), " ".join(repr(float(x)) for x in t.ravel())]
+    path.write_text("\n".join(lines) + "\n")
+    if evidence is not None:
+        path.with_name(path.name + ".evid").write_text(
+            f"{len(evidence)} " + " ".join(f"{v} {x}" for v, x in evidence.items()) + "\n")
+
+
+def brute(dom, factors, evidence):
+    """Z, marginals and the MPE weight by enumeration."""
+    z = best = 0.0
+    marg = [np.zeros(d) for d in dom]
+    for a in itertools.product(*(range(d) for d in dom)):
+        if any(a[v] != x for v, x in evidence.items()):
+            continue
+        w = math.prod(float(t[tuple(a[u] for u in s)]) for s, t in factors)
+        z += w
+        best = max(best, w)
+        for v, x in enumerate(a):
+            marg[v][x] += w
+    return z, [m / z if z > 0 else m for m in marg], best
+
+
+@pytest.mark.parametrize("seed", range(220))
+def test_pr_mar_and_bounds_against_enumeration(tmp_path, seed):
+    rng = np.random.default_rng(1000 + seed)
+    bayes = seed % 2 == 0
+    dom, factors = random_network(rng, bayes)
+    evidence = {}
+    if seed % 3 == 0:
+        for v in rng.choice(len(dom), int(rng.integers(1, len(dom) + 1)), replace=False):
+            evidence[int(v)] = int(rng.integers(0, dom[v]))
+    path = tmp_path / "net.uai"
+    write_uai(path, dom, factors, bayes, evidence if seed % 3 == 0 else None)
+    z, marg, best = brute(dom, factors, evidence)
+    problem = parsers.read(path)
+
+    mpe = solve(problem, Options(device="cpu"))
+    if best == 0:
+        assert mpe.status == "infeasible"
+    else:
+        assert mpe.status == "optimal" and mpe.lower_bound == pytest.approx(math.log10(best), abs=1e-9)
+        assert len(mpe.assignment) == len(dom) and all(mpe.assignment[v] == x for v, x in evidence.items())
+
+    pr = solve(problem, Options(device="cpu", task="PR"))
+    mar = solve(problem, Options(device="cpu", task="MAR"))
+    if z == 0:
+        assert pr.status == "infeasible" and mar.status == "infeasible"
+        return
+    assert pr.status == "optimal" and pr.lower_bound == pytest.approx(math.log10(z), abs=1e-9)
+    assert mar.lower_bound == pytest.approx(math.log10(z), abs=1e-9)
+    assert len(mar.marginals) == len(dom)
+    for v, m in enumerate(mar.marginals):
+        np.testing.assert_allclose(m, marg[v], atol=1e-9)
+    max_arity = max([len(s) for s, _ in factors] + [1])
+    for zz in range(max_arity, len(dom) + 1):
+        b = solve(problem, Options(device="cpu", task="PR", z=zz))
+        assert b.upper_bound >= math.log10(z) - 1e-9
+        assert b.lower_bound is None or b.lower_bound <= math.log10(z) + 1e-9
+
+
+def test_family_covers_zero_probabilities():
+    zeros = 0
+    for seed in range(220):
+        rng = np.random.default_rng(1000 + seed)
+        dom, factors = random_network(rng, seed % 2 == 0)
+        zeros += any((t == 0).any() for _, t in factors)
+    assert zeros > 20
+
+
+def grid_network(side, d, seed):
+    rng = np.random.default_rng(seed)
+    n = side * side
+    factors = [((v,), rng.random(d) + 0.5) for v in range(n)]
+    for r in range(side):
+        for c in range(side):
+            v = r * side + c
+            for u in ([v + 1] if c + 1 < side else []) + ([v + side] if r + 1 < side else []):
+                t = rng.random((d, d)) + 0.5
+                t[rng.random((d, d)) < 0.1] = 0.0
+                factors.append(((v, u), t))
+    return [d] * n, factors
+
+
+@pytest.mark.parametrize("side, d, seed", [(5, 2, 0), (6, 2, 1), (4, 3, 2), (5, 3, 3)])
+def test_larger_grids_against_opt_einsum(tmp_path, side, d, seed):
+    oe = pytest.importorskip("opt_einsum")
+    dom, factors = grid_network(side, d, seed)
+    path = tmp_path / "grid.uai"
+    write_uai(path, dom, factors, bayes=False)
+    problem = parsers.read(path)
+    pr = solve(problem, Options(device="cpu", task="PR"))
+    mar = solve(problem, Options(device="cpu", task="MAR"))
+    syms = [oe.get_symbol(i) for i in range(len(dom))]
+    operands = []
+    for s, t in factors:
+        operands += [t, [syms[u] for u in s] and "".join(syms[u] for u in s)]
+    terms = ",".join(operands[1::2])
+    z = oe.contract(f"{terms}->", *operands[0::2])
+    assert pr.lower_bound == pytest.approx(math.log10(z), abs=1e-9)
+    for v in range(len(dom)):
+        m = oe.contract(f"{terms}->{syms[v]}", *operands[0::2])
+        np.testing.assert_allclose(mar.marginals[v], m / m.sum(), atol=1e-9)
+
+
+def test_uai_result_files(tmp_path, shared_instances):
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    net = shared_instances / "network.uai"
+    for task in ("PR", "MAR", "MPE"):
+        out = tmp_path / f"r.{task}"
+        res = CliRunner().invoke(main, ["solve", str(net), "--task", task, "--uai-output", str(out), "--device", "cpu"])
+        assert res.exit_code == 0, res.output
+        head, body = out.read_text().splitlines()
+        assert head == task
+        values = body.split()
+        if task == "PR":
+            assert float(values[0]) == pytest.approx(163.2040296, abs=1e-6)
+        elif task == "MAR":
+            assert int(values[0]) == 120
+            first = [float(x) for x in values[2:2 + int(values[1])]]
+            assert sum(first) == pytest.approx(1.0)
+        else:
+            assert int(values[0]) == 120 and len(values) == 121
+
+
+def test_task_errors():
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    import pathlib
+    bundled = pathlib.Path(__file__).resolve().parents[1] / "instances" / "random-n14-d10-s1.wcsp"
+    r = CliRunner().invoke(main, ["solve", str(bundled), "--task", "PR"])
+    assert r.exit_code == 2 and "applies to probabilistic models" in r.stderr
