@@ -80,3 +80,19 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
     name = f"{topology}-n{n}-d{d}-s{seed}"
     problem = Problem(name, [Variable(f"x{i}", d) for i in range(n)], functions)
     return finalize_integer(problem, len(edges) * MAX_COST + 1)
+
+
+def markov_grid(side: int, d: int = 2, seed: int = 0, p_zero: float = 0.0) -> Problem:
+    """A side x side Markov grid (MPE/PR/MAR benchmarks): unary and pairwise potentials in [0.5, 1.5)."""
+    rng = np.random.default_rng(seed)
+    n = side * side
+    functions = [CostFunction((v,), rng.random(d) + 0.5) for v in range(n)]
+    for a, b in grid_edges(n):
+        t = rng.random((d, d)) + 0.5
+        t[rng.random((d, d)) < p_zero] = 0.0
+        functions.append(CostFunction((a, b), t))
+    with np.errstate(divide="ignore"):
+        for f in functions:
+            f.table = -np.log10(f.table)
+    return Problem(f"grid{side}x{side}-d{d}-s{seed}", [Variable(f"x{i}", d) for i in range(n)], functions,
+                   integer=False, top=np.inf, sense=-1, task="MPE")

@@ -1,0 +1,84 @@
+"""PR and MAR time per pass on the shared .uai instances and generated Markov grids, CPU vs GPU.
+
+Writes bench/results/probabilistic-<device>-<date>.json. The GPU columns are
+filled when CuPy and a device are present.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import parsers  # noqa: E402
+from gpusolve.engines import gpu_unavailable_reason  # noqa: E402
+from gpusolve.generate import markov_grid  # noqa: E402
+from gpusolve.graph import elimination_order  # noqa: E402
+from gpusolve.plan import build_plan  # noqa: E402
+from gpusolve.solve import Options, solve  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "instances"
+
+
+def instances(grids):
+    for name in ("network.uai", "water.uai"):
+        if (SHARED / name).exists():
+            yield name, parsers.read(SHARED / name)
+    for side, d in grids:
+        p = markov_grid(side, d, seed=1)
+        yield p.name, p
+
+
+def run(problem, device, task):
+    r = solve(problem, Options(device=device, task=task))
+    passes = {k: v for k, v in r.phases.items() if k in ("eliminate", "distribute")}
+    return {"log10_z": r.lower_bound, "total_s": sum(passes.values()), **passes, "engine": r.engine}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grids", default="10x3,14x3,16x3", help="SIDExDOMAIN,... Markov grids")
+    ap.add_argument("--cpu-max-clique", type=float, default=2e8,
+                    help="skip the CPU run above this clique size (entries)")
+    args = ap.parse_args()
+    grids = [tuple(int(x) for x in g.split("x")) for g in args.grids.split(",") if g]
+    gpu = gpu_unavailable_reason() is None
+    device = "cpu"
+    if gpu:
+        import cupy
+        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows = []
+    for name, problem in instances(grids):
+        plan = build_plan(problem, elimination_order(problem, "minfill"))
+        clique = max(mb.joint_entries for mb in plan.minibuckets)
+        for task in ("PR", "MAR"):
+            row = {"instance": name, "task": task, "largest_clique": clique,
+                   "induced_width": plan.induced_width}
+            if clique <= args.cpu_max_clique:
+                row["cpu"] = run(problem, "cpu", task)
+            if gpu:
+                run(problem, "gpu", task)  # first call compiles and warms up
+                row["gpu"] = run(problem, "gpu", task)
+            if "cpu" in row and "gpu" in row:
+                row["speedup"] = row["cpu"]["total_s"] / max(row["gpu"]["total_s"], 1e-9)
+                row["agree"] = abs(row["cpu"]["log10_z"] - row["gpu"]["log10_z"]) < 1e-6
+            rows.append(row)
+            cpu_s = f"{row['cpu']['total_s']:.3f}" if "cpu" in row else "-"
+            gpu_s = f"{row['gpu']['total_s']:.3f}" if "gpu" in row else "-"
+            print(f"{name:24} {task:3} clique {clique:>12,}  cpu {cpu_s:>8} s  gpu {gpu_s:>8} s  "
+                  f"speedup {row.get('speedup', float('nan')):7.1f}x  log10Z "
+                  f"{(row.get('gpu') or row.get('cpu'))['log10_z']:.7f}")
+    record = {"bench": "probabilistic", "device": device, "host": platform.node(),
+              "date": datetime.date.today().isoformat(), "rows": rows}
+    out = ROOT / "bench" / "results" / f"probabilistic-{device.replace(' ', '_')}-{record['date']}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
