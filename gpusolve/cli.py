@@ -27,7 +27,7 @@ from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError, generate
 from .graph import OrderError
 from .model import ModelError
-from .plan import build_plan, fmt_bytes
+from .plan import TABLES, build_plan, fmt_bytes
 from .solve import BudgetError, Options, Result, TimeLimit, available_memory, solve, write_solution
 
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
@@ -59,9 +59,15 @@ def solve_options(f):
         click.option("--order", default="minfill", show_default=True,
                      help="Elimination order: minfill, mindegree, or a file of variable indices."),
         click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True),
+        click.option("--tables", type=click.Choice(TABLES), default="auto", show_default=True,
+                     help="Per mini-bucket: dense tables, or sparse ones holding only feasible rows; "
+                          "auto picks from the predicted feasible share."),
         click.option("--time-limit", type=click.FloatRange(min=0), default=None, help="Seconds."),
         click.option("--mem-limit", type=SizeParam(), default=None,
                      help="Memory budget (e.g. 8G); default: available RAM."),
+        click.option("--gpu-mem-limit", type=SizeParam(), default=None,
+                     help="Device memory the GPU engine may hold before it streams tables through "
+                          "host memory (e.g. 2G); default: free device memory."),
         click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
         click.option("--task", type=click.Choice(("MPE", "PR", "MAR"), case_sensitive=False), default=None,
                      help="For .uai files: MPE (default), PR (log10 Z) or MAR (marginals)."),
@@ -129,9 +135,9 @@ def progress_bar(enabled: bool, label: str):
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, task, solution, uai_output, as_json):
+def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
-    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit, task=task)
+    options = Options(**solve_kw)
     try:
         with progress_bar(not as_json, "eliminating") as factory:
             result = solve_file(file, options, evidence, factory)
@@ -140,7 +146,8 @@ def solve_cmd(file, z, order, device, time_limit, mem_limit, evidence, task, sol
             print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
         err.print(str(f), markup=False, soft_wrap=True)
         sys.exit(f.code)
-    if result.device_note and device == "auto" and result.engine == "numpy":
+    if as_json and result.device_note and options.device == "auto" and result.engine == "numpy":
+        # human output shows the engine choice in its table
         err.print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     if solution and result.assignment is not None:
         write_solution(solution, result.assignment)
@@ -170,8 +177,10 @@ def print_result(r: Result) -> None:
     t.add_row("method", ("exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
               + (" + distribute pass" if r.task == "MAR" else ""))
     t.add_row("induced width", str(r.induced_width))
-    t.add_row("engine", r.engine)
+    t.add_row("engine", r.engine + (f" ({r.device_note})" if r.device_note else ""))
     t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
+    if r.largest_rows:
+        t.add_row("sparse tables", f"largest message {r.largest_rows:,} rows")
     t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
     if r.assignment is not None:
         shown = " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else "")
@@ -193,7 +202,8 @@ def _fmt(x) -> str:
 @click.argument("file")
 @click.option("--evidence", type=str, default=None)
 @click.option("--order", default="minfill", show_default=True)
-def info_cmd(file, evidence, order):
+@click.option("--tables", type=click.Choice(TABLES), default="auto", show_default=True)
+def info_cmd(file, evidence, order, tables):
     """Sizes, induced widths and predicted memory of BE and MBE(z)."""
     try:
         problem = parsers.read(file, evidence)
@@ -225,7 +235,7 @@ def info_cmd(file, evidence, order):
         out.print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
                   f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
                   f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
-    out.print(plan.describe(), markup=False)
+    out.print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):
@@ -264,9 +274,9 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
-def batch_cmd(folder, z, order, device, time_limit, mem_limit, evidence, task, out_path):
+def batch_cmd(folder, evidence, out_path, **solve_kw):
     """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
-    options = Options(z=z, order=order, device=device, time_limit=time_limit, mem_limit=mem_limit, task=task)
+    options = Options(**solve_kw)
     files = sorted(str(p) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
     done = _already_done(out_path)

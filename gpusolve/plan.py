@@ -18,6 +18,17 @@ from .model import Problem
 
 # Joint-table entries an engine evaluates at once; bounds the working memory.
 CHUNK_ENTRIES = 1 << 20
+# Sparse tables (engines/sparse.py): join output rows gathered at once, bytes per
+# stored row (int64 key + 8-byte cost) and per gathered workspace row (key, cost,
+# input indices, group index, bound and digit temporaries).
+CHUNK_ROWS = 1 << 21
+ROW_BYTES = 16
+WORK_ROW_BYTES = 80
+KEY_LIMIT = 1 << 63  # sparse keys are int64: a scope fits when the product of its domains is <= this
+TABLES = ("auto", "dense", "sparse")
+# --tables auto makes a mini-bucket sparse when its predicted joint rows are at most
+# this share of the dense joint table: a sorted row costs far more than a dense entry.
+SPARSE_FRACTION = 0.05
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,9 @@ class MiniBucket:
     scope: tuple[int, ...]  # output (separator) scope, latest-eliminated first
     out_entries: int
     joint_entries: int  # out_entries * domain of var
+    sparse: bool = False  # computed as a sparse table (engines/sparse.py)
+    rows: int = 0  # upper bound on the message's feasible rows
+    joint_rows: int = 0  # upper bound on the joint table's feasible rows
 
 
 @dataclass
@@ -44,24 +58,46 @@ class Plan:
     itemsize: int
     original_bytes: int
     position: dict[int, int] = field(repr=False, default_factory=dict)
+    tables: str = "dense"  # the --tables choice the plan was built with
+    row_limit: int | None = None  # sparse tables may hold at most this many rows (speculative runs)
 
     @property
     def exact(self) -> bool:
         return all(len(b) <= 1 for b in self.buckets.values())
 
     @property
+    def sparse(self) -> bool:
+        return any(mb.sparse for mb in self.minibuckets)
+
+    @property
     def message_bytes(self) -> int:
-        return sum(mb.out_entries for mb in self.minibuckets) * self.itemsize
+        return sum(mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * self.itemsize
+                   for mb in self.minibuckets)
 
     @property
     def workspace_bytes(self) -> int:
-        largest = max((mb.joint_entries for mb in self.minibuckets), default=0)
-        return 2 * min(largest, CHUNK_ENTRIES) * self.itemsize
+        """Dense: two chunks. Sparse: a chunk of gathered rows plus stored intermediate joins,
+        estimated by the joint bound."""
+        largest = max((mb.joint_entries for mb in self.minibuckets if not mb.sparse), default=0)
+        dense = 2 * min(largest, CHUNK_ENTRIES) * self.itemsize
+        joint = max((mb.joint_rows for mb in self.minibuckets if mb.sparse), default=None)
+        if joint is None:
+            return dense
+        return max(dense, min(joint, CHUNK_ROWS) * WORK_ROW_BYTES + joint * ROW_BYTES)
+
+    def rows_within(self, budget: int) -> int:
+        """Row limit of a speculative sparse run in `budget`: the originals, a chunk of gathered
+        rows, and four times the rows stored (messages kept, the table being built, sort copies)."""
+        return max(budget - self.original_bytes - CHUNK_ROWS * WORK_ROW_BYTES, 0) // (4 * ROW_BYTES)
 
     @property
     def peak_bytes(self) -> int:
-        """Original tables + every message (kept for the assignment phase) + workspace."""
-        return self.original_bytes + self.message_bytes + self.workspace_bytes
+        """Original tables + every message (kept for the assignment phase) + workspace;
+        a run with a row limit stops before its limit's share."""
+        peak = self.original_bytes + self.message_bytes + self.workspace_bytes
+        if self.row_limit is not None:
+            peak = min(peak, self.original_bytes + CHUNK_ROWS * WORK_ROW_BYTES + 4 * self.row_limit * ROW_BYTES)
+        return peak
 
     @property
     def propagation_bytes(self) -> int:
@@ -74,6 +110,8 @@ class Plan:
 
     def describe(self, limit: int = 12) -> str:
         kind = "exact BE" if self.z is None else f"MBE(z={self.z})"
+        n_sparse = sum(mb.sparse for mb in self.minibuckets)
+        kind += f", tables {self.tables} ({n_sparse} sparse)" if self.tables != "dense" else ""
         lines = [
             f"{kind}: {len(self.order)} variables, {len(self.minibuckets)} mini-buckets, "
             f"{self.n_components} component(s), induced width {self.induced_width}",
@@ -83,10 +121,12 @@ class Plan:
         ]
         shown = sorted(self.minibuckets, key=lambda mb: -mb.joint_entries)[:limit]
         if shown:
-            lines.append(f"{'bucket':>8} {'var':>6} {'inputs':>6} {'sep':>4} {'out entries':>14} {'joint entries':>14}")
+            lines.append(f"{'bucket':>8} {'var':>6} {'inputs':>6} {'sep':>4} {'out entries':>14} "
+                         f"{'joint entries':>14} {'table':>6} {'rows <=':>14}")
             for mb in sorted(shown, key=lambda mb: mb.index):
                 lines.append(f"{mb.index:>8} {mb.var:>6} {len(mb.functions) + len(mb.messages):>6} "
-                             f"{len(mb.scope):>4} {mb.out_entries:>14,} {mb.joint_entries:>14,}")
+                             f"{len(mb.scope):>4} {mb.out_entries:>14,} {mb.joint_entries:>14,} "
+                             f"{'sparse' if mb.sparse else 'dense':>6} {mb.rows:>14,}")
             if len(self.minibuckets) > limit:
                 lines.append(f"({len(self.minibuckets) - limit} smaller mini-buckets not shown)")
         return "\n".join(lines)
@@ -100,11 +140,61 @@ def fmt_bytes(n: float) -> str:
     return f"{n} B"
 
 
+def cover_bound(scope, items, dom) -> int:
+    """Upper bound on the feasible rows of a join of `items` ((scope, feasible rows) pairs) over `scope`.
+
+    A row is determined by its projections onto the chosen tables' scopes and
+    its values of the uncovered variables, so rows <= product of the chosen
+    tables' rows (each capped by its projection's dense size) times the domains
+    of the uncovered variables. Tables are chosen greedily while they shrink the bound.
+    """
+    scope = set(scope)
+    cands = [(set(s) & scope, r) for s, r in items]
+    cands = [(s, min(r, math.prod(dom[u] for u in s))) for s, r in cands if s]
+    uncovered, bound = set(scope), 1
+    while True:
+        ratios = [(r / math.prod(dom[u] for u in s & uncovered), i)
+                  for i, (s, r) in enumerate(cands) if s & uncovered]
+        if not ratios or min(ratios)[0] >= 1:
+            return bound * math.prod(dom[u] for u in uncovered)
+        s, r = cands[min(ratios)[1]]
+        bound *= r
+        uncovered -= s
+
+
+def joint_bound(problem: Problem, v: int, sep, functions, messages) -> tuple[int, int]:
+    """Upper bounds on the feasible rows of a bucket's joint table and of its message.
+
+    Every input holds `v`, so the joint is bounded value by value of `v`: the
+    sum over a of cover_bound over the separator of the inputs' rows with v = a
+    (a function's exact count; a message's rows capped by its size without v).
+    `messages` are (scope, rows) pairs.
+    """
+    dom = problem.domains
+    sep = set(sep)
+    per_value = []
+    for i in functions:
+        f = problem.functions[i]
+        k = f.scope.index(v)
+        counts = (f.table < problem.top).sum(axis=tuple(j for j in range(f.arity) if j != k))
+        per_value.append((set(f.scope) - {v}, [int(c) for c in counts]))
+    for scope, rows in messages:
+        rest = set(scope) - {v}
+        per_value.append((rest, [min(rows, math.prod(dom[u] for u in rest))] * dom[v]))
+    joint = min(math.prod(dom[u] for u in sep) * dom[v],
+                sum(cover_bound(sep, [(s, c[a]) for s, c in per_value], dom) for a in range(dom[v])))
+    items = [(s, sum(c)) for s, c in per_value]
+    return joint, min(joint, cover_bound(sep, items, dom))
+
+
 def build_plan(problem: Problem, order: list[int], z: int | None = None,
-               n_components: int = 1) -> Plan:
+               n_components: int = 1, tables: str = "dense") -> Plan:
     """Place functions in buckets and partition buckets into mini-buckets of <= z variables.
 
     Partitioning follows Dechter & Rish: largest scopes first, first fit.
+    `tables` chooses dense or sparse tables per mini-bucket: sparse needs
+    keys that fit 63 bits; auto also needs a predicted joint feasible share
+    of at most SPARSE_FRACTION (from joint_bound on the inputs' feasible rows).
     """
     dom = problem.domains
     pos = {v: i for i, v in enumerate(order)}
@@ -138,11 +228,19 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
             sep = tuple(sorted(union - {v}, key=lambda u: -pos[u]))
             width = max(width, len(sep))
             out = math.prod(dom[u] for u in sep)
+            joint_rows, rows = out * dom[v], out
+            if tables != "dense":
+                joint_rows, rows = joint_bound(
+                    problem, v, sep, [i for k, i in members if k == "f"],
+                    [(minibuckets[i].scope, minibuckets[i].rows) for k, i in members if k == "m"])
+            sparse = tables != "dense" and out * dom[v] <= KEY_LIMIT and (
+                tables == "sparse" or joint_rows <= SPARSE_FRACTION * out * dom[v])
             mb = MiniBucket(
                 index=len(minibuckets), var=v,
                 functions=tuple(i for k, i in members if k == "f"),
                 messages=tuple(i for k, i in members if k == "m"),
-                scope=sep, out_entries=out, joint_entries=out * dom[v])
+                scope=sep, out_entries=out, joint_entries=out * dom[v],
+                sparse=sparse, rows=rows, joint_rows=joint_rows)
             minibuckets.append(mb)
             buckets[v].append(mb.index)
             if sep:
@@ -152,4 +250,4 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
     original = sum(f.table.size for f in problem.functions) * itemsize
     return Plan(order=list(order), z=z, minibuckets=minibuckets, buckets=buckets,
                 constants=constants, roots=roots, induced_width=width, n_components=n_components,
-                itemsize=itemsize, original_bytes=original, position=pos)
+                itemsize=itemsize, original_bytes=original, position=pos, tables=tables)

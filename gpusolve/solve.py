@@ -15,9 +15,13 @@ from typing import Callable
 import numpy as np
 
 from . import graph, probabilistic
-from .engines import Engine, select_engine
+from .engines import Engine, select_engine, sparse
 from .model import Problem
 from .plan import MiniBucket, Plan, build_plan, fmt_bytes
+from .preprocess import lower_top, preprocess
+
+# The cheap mini-bucket run that finds an incumbent for bounded sparse BE may use this much memory.
+INCUMBENT_BYTES = 256 << 20
 
 
 PROBABILISTIC = ("PR", "MAR")
@@ -39,6 +43,8 @@ class Options:
     time_limit: float | None = None
     mem_limit: int | None = None  # bytes; None: available RAM
     task: str | None = None  # None: the file's own (WCSP or MPE); PR or MAR for .uai files
+    tables: str = "auto"  # auto | dense | sparse: table kind per mini-bucket (engines/sparse.py)
+    gpu_mem_limit: int | None = None  # bytes of device memory before the GPU engine streams; None: free memory
 
 
 @dataclass
@@ -59,6 +65,7 @@ class Result:
     peak_bytes: int = 0
     message: str = ""
     marginals: list[list[float]] | None = None  # MAR: one distribution per variable, file order
+    largest_rows: int = 0  # rows of the largest sparse message (0: no sparse table)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -83,15 +90,23 @@ def elimination_order(problem: Problem, how: str, g=None) -> list[int]:
 
 
 def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
-                n_components: int = 1) -> Plan:
-    """Exact BE when it fits (or MBE(z) when z is given), else the largest z that fits."""
+                n_components: int = 1, tables: str = "dense") -> Plan:
+    """Exact BE when it fits (or MBE(z) when z is given), else the largest z that fits.
+
+    With tables auto, a plan that does not fit with its per-bucket choice is tried all sparse
+    (its bound on rows may fit where dense tables do not) before mini-buckets.
+    """
     max_arity = max((f.arity for f in problem.functions), default=0)
     if z is not None and z < max(max_arity, 1):
         raise ValueError(f"--z {z} is smaller than the largest arity ({max_arity}); z counts every "
                          f"variable of a mini-bucket, the eliminated one included")
-    plan = build_plan(problem, order, z, n_components)
+    plan = build_plan(problem, order, z, n_components, tables)
     if plan.peak_bytes <= budget:
         return plan
+    if tables == "auto":
+        all_sparse = build_plan(problem, order, z, n_components, "sparse")
+        if all_sparse.peak_bytes <= budget:
+            return all_sparse
     fitting = largest_fitting_z(problem, order, budget, max_arity, plan.induced_width + 1, n_components)
     if z is None and fitting is not None:
         return fitting
@@ -124,17 +139,24 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
             raise TimeLimit("time limit reached during elimination")
 
     dom = problem.domains
-    tables = [engine.put(f.table) for f in problem.functions]
+    tables = engine.put_many([f.table for f in problem.functions])
+    bound = sparse.RestBound(engine.xp, dom, problem.top) if plan.sparse else None
+    for i, t in enumerate(tables if bound is not None else ()):
+        bound.add(("f", i), t, problem.functions[i].scope)
     messages: dict[int, object] = {}
+    stored = 0  # rows of the sparse messages kept, counted against plan.row_limit
     for mb in plan.minibuckets:
         check()
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
-        messages[mb.index] = engine.eliminate(mb, inputs, dom, problem.top, problem.integer, check, op(mb))
+        limit = None if plan.row_limit is None else plan.row_limit - stored
+        messages[mb.index] = sparse.eliminate(engine, mb, inputs, dom, problem.top, problem.integer, check,
+                                              op(mb), bound, limit)
+        stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)
     lower = _saturating_sum([problem.functions[i].table[()] for i in plan.constants]
-                            + [engine.get(messages[r])[()] for r in plan.roots], problem)
+                            + [sparse.scalar(engine, messages[r], problem.top) for r in plan.roots], problem)
     return lower, tables, messages
 
 
@@ -160,12 +182,52 @@ def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> li
             parts = [(tables[i], problem.functions[i].scope) for i in mb.functions]
             parts += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
             for table, scope in parts:
-                idx = tuple(slice(None) if u == var else value[u] for u in scope)
-                costs = costs + table[idx]
+                costs = costs + sparse.slice_over(xp, table, scope, var, value, problem.top)
                 if problem.integer:
                     costs = xp.minimum(costs, problem.top)
         value[var] = int(xp.argmin(costs))
     return value
+
+
+def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
+                   deadline: float | None, n_components: int = 1):
+    """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
+
+    A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
+    of cost ub. With top lowered to ub every row that cannot beat the
+    incumbent counts as forbidden, so preprocessing and the sparse tables'
+    RestBound prune all of them; what is left is often small. Returns (lower,
+    assignment, plan, messages) with lower the optimum (>= top: infeasible),
+    the mini-bucket bounds when the time limit strikes during the exact run,
+    or None when the sparse tables outgrow the budget (then MBE `fallback` runs).
+    """
+    max_arity = max((f.arity for f in problem.functions), default=0)
+    cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components)
+    if cheap is None or not fallback.rows_within(budget):
+        return None
+    lower, tables, messages = run_plan(problem, cheap, engine, deadline)
+    if problem.is_forbidden(lower):
+        return lower, None, cheap, messages
+    incumbent = assign(problem, cheap, engine, tables, messages)
+    ub = problem.evaluate(incumbent)
+    if lower == ub:
+        return ub, incumbent, cheap, messages
+    below = preprocess(lower_top(problem, ub))
+    if below.infeasible:
+        return ub, incumbent, cheap, messages  # nothing beats the incumbent
+    plan = build_plan(below.problem, order, None, n_components, "sparse")
+    if not all(mb.sparse for mb in plan.minibuckets):
+        return None  # a key wider than 63 bits
+    plan.row_limit = plan.rows_within(budget)
+    try:
+        lower, tables, messages = run_plan(below.problem, plan, engine, deadline)
+    except TimeLimit:
+        return lower, incumbent, cheap, messages  # still the mini-bucket bounds
+    except sparse.SparseOverflow:
+        return None
+    if below.problem.is_forbidden(lower):
+        return ub, incumbent, plan, messages  # nothing beats the incumbent
+    return lower, below.expand(assign(below.problem, plan, engine, tables, messages)), plan, messages
 
 
 def solve(problem: Problem, options: Options, file: str = "",
@@ -176,7 +238,16 @@ def solve(problem: Problem, options: Options, file: str = "",
     task = check_task(problem, options)
     deadline = t0 + options.time_limit if options.time_limit is not None else None
     phases = {"read": read_time}
-    engine, note = select_engine(options.device)
+    reduced = None
+    if task not in PROBABILISTIC:  # removing values would change a sum over assignments
+        reduced = preprocess(problem)
+        phases["preprocess"] = time.perf_counter() - t0
+        if reduced.infeasible:
+            return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
+                          assignment=None, z=None, induced_width=None,
+                          time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
+                          device_note="no engine ran", message="preprocessing emptied a domain")
+        problem = reduced.problem
     g = graph.primal_graph(problem)
     n_comp = len(graph.components(g))
     order = elimination_order(problem, options.order, g)
@@ -190,9 +261,15 @@ def solve(problem: Problem, options: Options, file: str = "",
                               f"budget is {fmt_bytes(budget)} (largest clique: "
                               f"{max(mb.joint_entries for mb in plan.minibuckets):,} entries)")
     else:
-        plan = choose_plan(problem, order, options.z, budget, n_comp)
+        plan = choose_plan(problem, order, options.z, budget, n_comp,
+                           "dense" if task in PROBABILISTIC else options.tables)
+    t_plan = time.perf_counter()
+    phases["plan"] = t_plan - t1
+    engine, note = select_engine(options.device, sum(mb.joint_entries for mb in plan.minibuckets),
+                                 options.gpu_mem_limit)
     t2 = time.perf_counter()
-    phases["plan"] = t2 - t1
+    if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
+        phases["gpu_startup"] = t2 - t_plan
     passes = 2 if task == "PR" and not plan.exact else 1
     progress = progress_factory(passes * sum(mb.joint_entries for mb in plan.minibuckets)) \
         if progress_factory else None
@@ -201,6 +278,7 @@ def solve(problem: Problem, options: Options, file: str = "",
         return run_plan(problem, plan, engine, deadline, progress, op)
 
     marg = assignment = None
+    messages: dict[int, object] = {}
     if task == "PR":
         lower, upper = probabilistic.partition_bounds(problem, plan, lambda op: run(op)[0])
         status = "infeasible" if problem.is_forbidden(lower) else "optimal" if plan.exact else "bounded"
@@ -214,23 +292,36 @@ def solve(problem: Problem, options: Options, file: str = "",
         marg = probabilistic.marginals(problem, plan, engine, tables, messages)
         phases["distribute"] = time.perf_counter() - t3
     else:
-        lower, tables, messages = run(lambda mb: "min")
+        found = None
+        if plan.z is not None and options.z is None and options.tables != "dense" and problem.integer:
+            found = bounded_sparse(problem, order, plan, budget, engine, deadline, n_comp)
+        if found is not None:
+            lower, assignment, plan, messages = found
+        else:
+            lower, tables, messages = run(lambda mb: "min")
         t3 = time.perf_counter()
         phases["eliminate"] = t3 - t2
         if problem.is_forbidden(lower):
             upper, status = None, "infeasible"
         else:
-            assignment = assign(problem, plan, engine, tables, messages)
+            if assignment is None:
+                assignment = assign(problem, plan, engine, tables, messages)
             upper = problem.evaluate(assignment)
             status = "optimal" if plan.exact or _same(lower, upper, problem) else "bounded"
             if plan.exact and not problem.is_forbidden(upper):
                 lower = upper  # BE proves its assignment optimal; equal up to float summation order
         phases["assign"] = time.perf_counter() - t3
+        if assignment is not None and reduced is not None:
+            assignment = reduced.expand(assignment)
     lb, ub = _file_bounds(problem, lower, upper, status)
+    largest = max((m.rows for m in messages.values() if isinstance(m, sparse.SparseTable)), default=0)
+    if getattr(engine, "compile_s", 0):
+        note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
                   assignment=assignment, z=plan.z, induced_width=plan.induced_width,
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
-                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg)
+                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
+                  largest_rows=largest)
 
 
 def check_task(problem: Problem, options: Options) -> str:

@@ -1,4 +1,5 @@
 """Shared pytest fixtures."""
+import os
 from pathlib import Path
 
 import pytest
@@ -6,8 +7,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def shared_instances() -> Path:
-    """The read-only benchmark instances beside the checkout (`../shared/instances`)."""
-    path = Path(__file__).resolve().parents[2] / "shared" / "instances"
+    """The read-only benchmark instances beside the checkout (`../shared/instances`).
+
+    GPUSOLVE_INSTANCES points elsewhere: the GPU machine gets a copy, not the folder beside.
+    """
+    path = Path(os.environ.get("GPUSOLVE_INSTANCES") or Path(__file__).resolve().parents[2] / "shared" / "instances")
     if not path.is_dir():
         pytest.skip(f"shared instances not found at {path}")
     return path

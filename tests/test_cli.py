@@ -58,9 +58,10 @@ def test_human_output_names_bounds_and_phases(small):
     (["solve", "{small}", "--order", "nosuchfile"], 2, "nosuchfile"),
     (["solve", "{small}", "--order", "random"], 2, "random"),
     (["solve", "{small}", "--mem-limit", "1K"], 3, "memory budget"),
-    (["solve", "{small}", "--z", "3", "--mem-limit", "2K"], 3, "largest bucket"),
+    (["solve", "{small}", "--z", "3", "--mem-limit", "1500", "--tables", "dense"], 3, "largest bucket"),
     (["solve", "{small}", "--time-limit", "0"], 4, "time limit"),
     (["solve", "{small}", "--mem-limit", "lots"], 2, "not a size"),
+    (["solve", "{small}", "--gpu-mem-limit", "lots"], 2, "not a size"),
 ])
 def test_errors_are_one_line_with_exit_code(small, args, code, pattern):
     args = [a.replace("{small}", str(small)) for a in args]

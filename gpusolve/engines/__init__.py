@@ -1,10 +1,15 @@
-"""Engine selection. CuPy is imported only when a GPU run is asked for."""
+"""Engine selection. CuPy is imported only when a GPU run is asked for, or a plan is large enough."""
 from __future__ import annotations
 
 from .base import Engine
 from .numpy_engine import NumpyEngine
 
 DEVICES = ("auto", "cpu", "gpu")
+
+# --device auto uses the GPU from this many joint-table entries in the whole
+# plan: below it the CPU engine (1.5e8-4e8 entries/s) finishes before CuPy's
+# import and CUDA context (0.5 s on an H100) are ready (bench/gpu_end_to_end.py).
+AUTO_MIN_JOINT = 100_000_000
 
 
 class DeviceError(RuntimeError):
@@ -22,15 +27,32 @@ def gpu_unavailable_reason() -> str | None:
             return "no CUDA device found"
     except Exception as e:
         return f"no usable CUDA device ({e})".splitlines()[0]
-    return "the GPU engine is not implemented yet"
+    return None
 
 
-def select_engine(device: str) -> tuple[Engine, str]:
-    """The engine for --device, and a sentence saying why it was chosen."""
+def select_engine(device: str, plan_joint_entries: int | None = None,
+                  gpu_mem_limit: int | None = None) -> tuple[Engine, str]:
+    """The engine for --device, and a sentence saying why it was chosen.
+
+    `plan_joint_entries` (the plan's total joint-table entries) lets auto keep
+    small plans on the CPU without even importing CuPy; unknown, auto stays on
+    the CPU. `gpu_mem_limit` (bytes) caps the device memory the GPU engine
+    uses before it streams messages through host memory.
+    """
     if device == "cpu":
         return NumpyEngine(), "cpu requested"
+    if device == "auto":
+        if plan_joint_entries is None:
+            return NumpyEngine(), "auto: plan size unknown, running on the CPU"
+        if plan_joint_entries < AUTO_MIN_JOINT:
+            return NumpyEngine(), (f"auto: the plan's {plan_joint_entries:,} joint entries are below "
+                                   f"{AUTO_MIN_JOINT:,}, where the GPU starts to gain; running on the CPU")
     reason = gpu_unavailable_reason()
-    if device == "gpu":
-        if reason:
+    if reason:
+        if device == "gpu":
             raise DeviceError(f"--device gpu: {reason}")
-    return NumpyEngine(), f"GPU not used: {reason}; running on the CPU"
+        return NumpyEngine(), f"GPU not used: {reason}; running on the CPU"
+    from .cupy_engine import CupyEngine
+    engine = CupyEngine(gpu_mem_limit=gpu_mem_limit)
+    why = "gpu requested" if device == "gpu" else f"auto: the plan's {plan_joint_entries:,} joint entries favour the GPU"
+    return engine, f"{why}; {engine.device_name}, CuPy start-up {engine.init_s:.2f} s"

@@ -27,6 +27,15 @@ class Engine(ABC):
     def get(self, table):
         """Engine table -> host numpy array."""
 
+    def put_many(self, tables):
+        """All original tables at once, so a device engine can batch them into one transfer."""
+        return [self.put(t) for t in tables]
+
+    @property
+    def startup_s(self) -> float:
+        """Fixed cost of starting the engine (device context, kernel compilation); 0 on the CPU."""
+        return 0.0
+
     @abstractmethod
     def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                   integer: bool, check: Callable[[], None] | None = None, op: str = "min"):

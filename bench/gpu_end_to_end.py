@@ -1,0 +1,174 @@
+"""End to end on GpuBE's random, scale-free and grid networks: GPU engine against the CPU engine.
+
+Issue 3, benchmarks 2 and 4. Settings follow the journal's Tables 1-3 (p2 =
+0.5; random and scale-free n = 10..20 at d = 10, d in 5..100 at n = 10,
+random p1 in 0.2..0.9; grid side 5..15 at d = 10, d in 5..100 at side 10).
+Per instance: ordering and planning once, then eliminate + assign on the
+NumPy engine (skipped when its predicted time passes --cpu-cap) and on the
+CuPy engine twice: cold (the default policy, CuPy start-up and kernel
+compilation included) and warm (plans of 1e7+ joint entries: every bucket
+through a kernel compiled by an earlier run, as a re-run with
+CuPy's disk cache would find them; smaller plans: the default policy again).
+Cold runs start with no kernel compiled in the process and a CuPy disk cache
+that is empty when the bench starts (so only earlier instances' signatures
+hit it); CuPy's import and CUDA context creation are timed once. Results
+must be identical.
+The largest bucket the GPU finished is benchmark 4.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpu_kernel import result_path  # noqa: E402
+
+from gpusolve import graph  # noqa: E402
+from gpusolve.engines import AUTO_MIN_JOINT  # noqa: E402
+from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
+from gpusolve.solve import assign, choose_plan, run_plan  # noqa: E402
+
+MAX_PEAK = 60 << 30  # exact plans needing more (messages stay on the device) are reported, not run
+FUSED_WARM_MIN = 10_000_000  # plans from this size get a warm run with every bucket fused
+
+
+def settings():
+    for n in range(10, 21):
+        yield "random", n, 10, 0.3
+    for d in (5, 25, 50, 100):
+        yield "random", 10, d, 0.3
+    for p1 in (0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        yield "random", 10, 10, p1
+    for n in range(10, 21):
+        yield "scalefree", n, 10, 0.0
+    for d in (5, 25, 50, 100):
+        yield "scalefree", 10, d, 0.0
+    for side in range(5, 16):
+        yield "grid", side * side, 10, 0.0
+    for d in (5, 25, 50, 100):
+        yield "grid", 100, d, 0.0
+
+
+def timed_run(problem, plan, engine):
+    t0 = time.perf_counter()
+    lower, tables, messages = run_plan(problem, plan, engine)
+    t1 = time.perf_counter()
+    value = None if problem.is_forbidden(lower) else assign(problem, plan, engine, tables, messages)
+    t2 = time.perf_counter()
+    del tables, messages
+    gc.collect()
+    return (lower, value), {"eliminate": t1 - t0, "assign": t2 - t1}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--cpu-cap", type=float, default=10.0, help="skip the CPU run when predicted longer (s)")
+    ap.add_argument("--max-seconds", type=float, default=420.0, help="stop starting instances after this")
+    args = ap.parse_args()
+    import os
+    import tempfile
+    os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp()  # cold runs compile for real
+    t_import = time.perf_counter()
+    import cupy as cp
+    float(cp.zeros(1).sum())
+    process_startup = time.perf_counter() - t_import
+    print(f"CuPy import and CUDA context: {process_startup:.2f} s")
+
+    from gpusolve.engines import cupy_engine
+    from gpusolve.engines.cupy_engine import FUSE_MIN, CupyEngine
+    start = time.perf_counter()
+    cpu_rate = 5e7  # joint entries/s, refined from every CPU run
+    rows = []
+    for topology, n, d, p1 in settings():
+        for seed in range(args.seeds):
+            if time.perf_counter() - start > args.max_seconds:
+                break
+            problem = generate(topology, n, d, p1, 0.5, seed)
+            t0 = time.perf_counter()
+            order = graph.elimination_order(problem, "minfill")
+            t1 = time.perf_counter()
+            plan = choose_plan(problem, order, None, MAX_PEAK)
+            t2 = time.perf_counter()
+            joint = sum(mb.joint_entries for mb in plan.minibuckets)
+            big = max(plan.minibuckets, key=lambda mb: mb.joint_entries)
+            row = {"topology": topology, "n": n, "d": d, "p1": p1, "seed": seed,
+                   "induced_width": plan.induced_width, "exact": plan.z is None,
+                   "plan_joint_entries": joint, "largest_bucket_joint_entries": big.joint_entries,
+                   "largest_bucket_out_bytes": big.out_entries * 8, "peak_bytes": plan.peak_bytes,
+                   "order_s": t1 - t0, "plan_s": t2 - t1, "auto_picks_gpu": joint >= AUTO_MIN_JOINT}
+            if plan.z is not None or plan.peak_bytes > MAX_PEAK:
+                row["skipped"] = f"exact plan needs more than {MAX_PEAK / 2**30:.0f} GiB"
+                rows.append(row)
+                print(f"{topology:9} n={n:3} d={d:3} p1={p1:.1f}: skipped, {row['skipped']}")
+                continue
+            cupy_engine._KERNELS.clear()  # as a new process: no kernel compiled yet (disk cache aside)
+            cold_engine = CupyEngine()
+            gpu_cold, cold = timed_run(problem, plan, cold_engine)
+            row["gpu_cold"] = dict(cold, init_s=cold_engine.init_s, compile_s=cold_engine.compile_s,
+                                   kernels_compiled=cold_engine.stats["compiled"], **{
+                                       k: cold_engine.stats[k] for k in ("fused", "dense", "streamed")})
+            del cold_engine
+            if joint >= FUSED_WARM_MIN:  # every bucket through a kernel compiled beforehand
+                timed_run(problem, plan, CupyEngine(fuse_min=0))
+            warm_engine = CupyEngine(fuse_min=0 if joint >= FUSED_WARM_MIN else FUSE_MIN)
+            gpu_warm, warm = timed_run(problem, plan, warm_engine)
+            row["gpu_warm"] = dict(warm, init_s=warm_engine.init_s, compile_s=warm_engine.compile_s,
+                                   **{k: warm_engine.stats[k] for k in ("fused", "dense", "streamed")})
+            del warm_engine
+            assert gpu_cold == gpu_warm
+            gc.collect()
+            cp.get_default_memory_pool().free_all_blocks()
+            cp.get_default_pinned_memory_pool().free_all_blocks()
+            gpu_total = warm["eliminate"] + warm["assign"]
+            if joint / cpu_rate <= args.cpu_cap:
+                cpu_result, cpu = timed_run(problem, plan, NumpyEngine())
+                assert cpu_result == gpu_warm, (topology, n, d, p1, seed)
+                cpu_rate = joint / max(cpu["eliminate"], 1e-6)
+                row["cpu"] = cpu
+                row["speedup_warm"] = (cpu["eliminate"] + cpu["assign"]) / gpu_total
+                row["speedup_eliminate_warm"] = cpu["eliminate"] / warm["eliminate"]
+                row["speedup_cold"] = (cpu["eliminate"] + cpu["assign"]) / (
+                    cold["eliminate"] + cold["assign"] + row["gpu_cold"]["init_s"])
+            rows.append(row)
+            cpu_txt = (f"cpu {row['cpu']['eliminate'] + row['cpu']['assign']:8.3f} s, speedup warm "
+                       f"{row['speedup_warm']:7.1f}x (eliminate {row['speedup_eliminate_warm']:7.1f}x), cold "
+                       f"{row['speedup_cold']:6.2f}x" if "cpu" in row else "cpu skipped")
+            print(f"{topology:9} n={n:3} d={d:3} p1={p1:.1f} w*={plan.induced_width:2} joint {joint:.2e}: "
+                  f"gpu warm {gpu_total:8.4f} s (cold +{row['gpu_cold']['compile_s']:.2f} s compile), {cpu_txt}")
+    solved = [r for r in rows if "gpu_warm" in r]
+    largest = max(solved, key=lambda r: r["largest_bucket_joint_entries"])
+    big_buckets = [r for r in solved if "cpu" in r and r["largest_bucket_joint_entries"] >= 1e8]
+    tiny = [r for r in solved if "cpu" in r and not r["auto_picks_gpu"]]
+    summary = {
+        "largest_bucket_solved": {k: largest[k] for k in ("topology", "n", "d", "p1", "seed",
+                                                          "largest_bucket_joint_entries",
+                                                          "largest_bucket_out_bytes", "peak_bytes")},
+        "largest_bucket_gpu_s": largest["gpu_warm"]["eliminate"] + largest["gpu_warm"]["assign"],
+        "min_speedup_buckets_ge_1e8": min((r["speedup_warm"] for r in big_buckets), default=None),
+        "max_speedup": max((r["speedup_warm"] for r in solved if "cpu" in r), default=None),
+        "gpu_cold_minus_cpu_max_s_below_auto_threshold": max(
+            (r["gpu_cold"]["eliminate"] + r["gpu_cold"]["assign"] + r["gpu_cold"]["init_s"]
+             - r["cpu"]["eliminate"] - r["cpu"]["assign"] for r in tiny), default=None),
+        "auto_min_joint": AUTO_MIN_JOINT,
+        "process_startup_s": process_startup,
+    }
+    print(json.dumps(summary, indent=1))
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    name = name.decode() if isinstance(name, bytes) else name
+    record = {"bench": "gpu_end_to_end", "device": name, "date": datetime.date.today().isoformat(),
+              "cpu_engine": "numpy, one thread", "summary": summary, "instances": rows}
+    path = result_path("gpu_end_to_end", name)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Hard-constraint preprocessing before planning: node and generalised arc consistency.
+
+A value is removed when it takes part in no assignment cheaper than top:
+its unary costs add up to top, or some cost function forbids every tuple
+that gives the variable this value (and only live values to the others).
+Removals propagate until nothing changes (AC-3 on the functions). This
+never changes the optimum, shrinks the domains that size every table, and
+detects an emptied domain (the problem is infeasible) before any
+elimination. Value indices change: `Reduced.expand` maps an assignment back
+to the file's value indices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import CostFunction, Problem, Variable
+
+
+@dataclass
+class Reduced:
+    problem: Problem  # the reduced problem (the original one when nothing was removed)
+    values: list[np.ndarray]  # per variable: the original index of each kept value
+    infeasible: bool = False
+    removed: int = 0  # values removed in all
+
+    def expand(self, assignment) -> list[int]:
+        """An assignment of the reduced problem in the original problem's value indices."""
+        return [int(self.values[v][a]) for v, a in enumerate(assignment)]
+
+
+def preprocess(problem: Problem) -> Reduced:
+    """Remove values without support; mark the problem infeasible when a domain empties."""
+    live = [np.ones(d, dtype=bool) for d in problem.domains]
+    infeasible = Reduced(problem, [np.arange(d) for d in problem.domains], infeasible=True)
+    if sum(f.table[()] for f in problem.functions if not f.scope) >= problem.top:
+        return infeasible
+    unary = {}
+    for f in problem.functions:
+        if f.arity == 1:
+            v = f.scope[0]
+            unary[v] = np.minimum(unary.get(v, 0) + f.table, problem.top)
+    for v, costs in unary.items():
+        live[v] &= costs < problem.top
+        if not live[v].any():
+            return infeasible
+    watching: dict[int, list[int]] = {}
+    for i, f in enumerate(problem.functions):
+        for v in f.scope:
+            watching.setdefault(v, []).append(i)
+    queue = [i for i, f in enumerate(problem.functions) if f.scope]
+    queued = set(queue)
+    while queue:
+        i = queue.pop()
+        queued.discard(i)
+        f = problem.functions[i]
+        allowed = f.table < problem.top
+        for k, u in enumerate(f.scope):
+            shape = [1] * f.arity
+            shape[k] = -1
+            allowed = allowed & live[u].reshape(shape)
+        for k, u in enumerate(f.scope):
+            supported = allowed.any(axis=tuple(j for j in range(f.arity) if j != k))
+            if (live[u] & ~supported).any():
+                live[u] &= supported
+                if not live[u].any():
+                    return infeasible
+                for j in watching[u]:
+                    if j not in queued:
+                        queue.append(j)
+                        queued.add(j)
+    values = [np.flatnonzero(m) for m in live]
+    removed = sum(int((~m).sum()) for m in live)
+    if not removed:
+        return Reduced(problem, values)
+    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
+                 for var, kept in zip(problem.variables, values)]
+    functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
+                              if f.scope else f.table) for f in problem.functions]
+    reduced = Problem(problem.name, variables, functions, problem.integer, problem.top, problem.offset,
+                      problem.sense, problem.task, dict(problem.evidence))
+    return Reduced(reduced, values, removed=removed)
+
+
+def lower_top(problem: Problem, top: int) -> Problem:
+    """The integer problem with every cost >= top forbidden (top <= problem.top): an
+    assignment cheaper than top keeps its cost, every other one becomes forbidden."""
+    functions = [CostFunction(f.scope, np.minimum(f.table, top)) for f in problem.functions]
+    return Problem(problem.name, problem.variables, functions, problem.integer, top, problem.offset,
+                   problem.sense, problem.task, dict(problem.evidence))

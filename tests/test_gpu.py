@@ -1,0 +1,230 @@
+"""GPU engine against the CPU engine: identical messages, bounds and assignments.
+
+Every test needs CuPy and a CUDA device and is skipped without them. The fused
+kernels are compared with the NumPy reference `eliminate_dense` bit for bit
+(float sums keep its order), whole solves with the NumPy engine, and forced
+streaming (a tiny device budget) with both.
+"""
+import math
+
+import numpy as np
+import pytest
+from helpers import random_problem
+
+from gpusolve import graph
+from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.model import CostFunction, Problem, Variable
+from gpusolve.plan import MiniBucket, build_plan
+from gpusolve.solve import Options, assign, run_plan, solve
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as e:  # no driver
+        pytest.skip(f"no usable CUDA device: {e}")
+    return cp
+
+
+def engine(**kw):
+    from gpusolve.engines.cupy_engine import CupyEngine
+    return CupyEngine(**kw)
+
+
+def random_bucket(rng, max_arity=5, integer=True):
+    """A mini-bucket over a random separator with inputs of random scopes (each holds var)."""
+    n = int(rng.integers(1, 8))
+    domains = [int(rng.choice([1, 2, 3, 4, 5, 7, 10, 17, 32])) for _ in range(n)]
+    var = int(rng.integers(0, n))
+    others = [u for u in range(n) if u != var]
+    if integer:
+        top = int(rng.choice([60, 1 << 40, (1 << 62) - 1]))
+    else:
+        top = np.inf
+    inputs, covered = [], set()
+    for _ in range(int(rng.integers(1, 7))):
+        k = int(rng.integers(0, min(max_arity - 1, len(others)) + 1))
+        scope = tuple(int(u) for u in rng.permutation([var] + list(rng.choice(others, k, replace=False))))
+        covered.update(scope)
+        shape = tuple(domains[u] for u in scope)
+        if integer:
+            table = rng.integers(0, min(top, 1 << 61) // 2, size=shape, dtype=np.int64)
+            table[rng.random(shape) < 0.2] = top
+        else:
+            table = rng.random(shape) * 3.0
+            table[rng.random(shape) < 0.2] = np.inf
+        if table.ndim > 1 and rng.random() < 0.3:
+            table = np.asfortranarray(table)
+        inputs.append((table, scope))
+    sep = tuple(int(u) for u in rng.permutation(sorted(covered - {var})))
+    out = math.prod(domains[u] for u in sep)
+    mb = MiniBucket(0, var, (), (), sep, out, out * domains[var])
+    return mb, inputs, domains, top
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_fused_kernel_equals_eliminate_dense(cupy, seed):
+    rng = np.random.default_rng(seed)
+    integer = seed % 3 != 2
+    op = "max" if seed % 5 == 4 else "min"
+    mb, inputs, domains, top = random_bucket(rng, integer=integer)
+    ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op)
+    eng = engine(fuse_min=0, stage=seed % 4 != 0)
+    on_device = [(cupy.asarray(t) if i % 2 else t, s) for i, (t, s) in enumerate(inputs)]
+    got = eng.get(eng.eliminate(mb, on_device, domains, top, integer, None, op))
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    assert np.array_equal(got, ref)
+    assert eng.stats["fused"] == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_streamed_bucket_equals_eliminate_dense(cupy, seed):
+    """A device budget smaller than one chunk pair forces row chunks and host-resident inputs."""
+    rng = np.random.default_rng(1000 + seed)
+    integer = seed % 3 != 2
+    op = "min" if integer or seed % 2 else "lse"
+    mb, inputs, domains, top = random_bucket(rng, integer=integer)
+    ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op)
+    # under out + inputs + workspace, so the bucket cannot run in core
+    limit = int(rng.choice([mb.out_entries * 4, mb.out_entries * 8])) + 16
+    eng = engine(gpu_mem_limit=limit)
+    got = eng.get(eng.eliminate(mb, inputs, domains, top, integer, None, op))
+    assert eng.stats["streamed"] == 1
+    if op == "lse":  # powers and logarithms may round differently on the device
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    else:
+        assert np.array_equal(got, ref)
+
+
+def test_put_many_is_one_buffer(cupy):
+    rng = np.random.default_rng(0)
+    tables = [rng.integers(0, 9, size=s) for s in [(3, 4), (5,), (2, 2, 2)]] + [rng.random((3, 3))]
+    eng = engine()
+    dev = eng.put_many(tables)
+    assert all(isinstance(t, cupy.ndarray) for t in dev)
+    assert all(np.array_equal(eng.get(d), t) for d, t in zip(dev, tables))
+    assert dev[0].data.mem is dev[1].data.mem is dev[2].data.mem
+    assert eng.device_bytes >= sum(t.nbytes for t in tables)
+
+
+def assert_same(a, b):
+    assert (a.status, a.lower_bound, a.upper_bound, a.assignment, a.z) == \
+           (b.status, b.lower_bound, b.upper_bound, b.assignment, b.z)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_solve_gpu_equals_cpu(cupy, seed):
+    """Exact BE and MBE at every z, on the GPU engine's default path."""
+    rng = np.random.default_rng(seed)
+    problem = random_problem(rng, integer=seed % 4 != 3, n_components=1 + seed % 3)
+    max_arity = max([f.arity for f in problem.functions] + [1])
+    for z in [None] + list(range(max_arity, len(problem.variables) + 1)):
+        cpu = solve(problem, Options(device="cpu", z=z))
+        gpu = solve(problem, Options(device="gpu", z=z))
+        assert gpu.engine == "cupy"
+        assert_same(gpu, cpu)
+
+
+def run(problem, plan, eng):
+    lower, tables, messages = run_plan(problem, plan, eng)
+    if problem.is_forbidden(lower):
+        return lower, None
+    return lower, assign(problem, plan, eng, tables, messages)
+
+
+def plan_for(problem, z=None):
+    return build_plan(problem, graph.elimination_order(problem, "minfill"), z)
+
+
+@pytest.mark.parametrize("seed", range(200, 260))
+def test_fused_plan_equals_cpu(cupy, seed):
+    """Every mini-bucket through a compiled kernel (no size threshold)."""
+    rng = np.random.default_rng(seed)
+    problem = random_problem(rng, n_max=8, d_max=6, f_max=12, integer=seed % 4 != 3)
+    for z in (None, 3):
+        if z is not None and any(f.arity > z for f in problem.functions):
+            continue
+        plan = plan_for(problem, z)
+        eng = engine(fuse_min=0)
+        assert run(problem, plan, eng) == run(problem, plan, NumpyEngine())
+        assert eng.stats["dense"] == 0
+
+
+@pytest.mark.parametrize("seed", range(300, 340))
+def test_forced_streaming_plan_equals_cpu(cupy, seed):
+    """A tiny device budget: every message in host memory, inputs streamed back in slices."""
+    rng = np.random.default_rng(seed)
+    problem = random_problem(rng, n_max=8, d_max=6, f_max=12, integer=seed % 4 != 3)
+    plan = plan_for(problem)
+    limit = int(rng.choice([256, 4096]))
+    eng = engine(gpu_mem_limit=limit)
+    assert run(problem, plan, eng) == run(problem, plan, NumpyEngine())
+    if any(mb.out_entries * 8 > limit for mb in plan.minibuckets):
+        assert eng.stats["streamed"] > 0
+
+
+@pytest.mark.parametrize("fraction", [0.05, 0.3, 0.7])
+def test_partly_resident_plan_equals_cpu(cupy, fraction):
+    """A budget between: some messages on the device, some streamed, chunks over several axes."""
+    from gpusolve.generate import generate
+    problem = generate("random", 14, 6, 0.5, 0.3, seed=11)
+    plan = plan_for(problem)
+    eng = engine(gpu_mem_limit=int(plan.message_bytes * fraction), fuse_min=0)
+    assert run(problem, plan, eng) == run(problem, plan, NumpyEngine())
+    assert eng.stats["streamed"] > 0
+    assert all(e["chunks"] >= 1 for e in eng.stream_log)
+
+
+def test_int64_sums_that_would_overflow_saturate(cupy):
+    """Costs near 2^62: sums must clamp at top after every addition, never wrap."""
+    top = (1 << 62) - 1
+    variables = [Variable(f"x{i}", 3) for i in range(3)]
+    big = np.full((3, 3), top - 5, dtype=np.int64)
+    big[0, 0] = 1
+    functions = [CostFunction((0, 1), big.copy()), CostFunction((1, 2), big.copy()),
+                 CostFunction((0, 2), big.copy()), CostFunction((0,), np.array([2, top - 1, 0]))]
+    problem = Problem("big", variables, functions, integer=True, top=top)
+    plan = plan_for(problem)
+    assert run(problem, plan, engine(fuse_min=0)) == run(problem, plan, NumpyEngine())
+
+
+def test_select_engine(cupy):
+    from gpusolve.engines import AUTO_MIN_JOINT, select_engine
+    eng, note = select_engine("gpu")
+    assert eng.name == "cupy" and eng.startup_s > 0 and "gpu requested" in note
+    assert select_engine("auto", 10)[0].name == "numpy"
+    assert select_engine("auto", AUTO_MIN_JOINT)[0].name == "cupy"
+    assert select_engine("auto", AUTO_MIN_JOINT, gpu_mem_limit=1000)[0].budget == 1000
+
+
+def small_plan_z(problem, limit=20_000_000):
+    """Exact BE, or the largest z <= 12, whose plan stays under `limit` joint entries; None if none."""
+    order = graph.elimination_order(problem, "minfill")
+    max_arity = max([f.arity for f in problem.functions] + [1])
+    for z in [None] + list(range(12, max_arity - 1, -1)):
+        plan = build_plan(problem, order, z)
+        if sum(mb.joint_entries for mb in plan.minibuckets) <= limit:
+            return z, True
+    return None, False
+
+
+def test_real_instances_gpu_equals_cpu(cupy, shared_instances):
+    parsers = pytest.importorskip("parsers")
+    files = sorted(p for p in shared_instances.rglob("*") if p.suffix in (".wcsp", ".uai"))
+    compared = 0
+    for path in files:
+        problem = parsers.read(path)
+        z, small = small_plan_z(problem)
+        if not small:
+            continue
+        cpu = solve(problem, Options(device="cpu", z=z))
+        gpu = solve(problem, Options(device="gpu", z=z))
+        assert_same(gpu, cpu)
+        compared += 1
+    assert compared >= 10
