@@ -1,13 +1,16 @@
 """PR and MAR time per pass on the shared .uai instances and generated Markov grids, CPU vs GPU.
 
 Writes bench/results/probabilistic-<device>-<date>.json. The GPU columns are
-filled when CuPy and a device are present.
+filled when CuPy and a device are present; the GPU is timed on a second run
+(the first compiles kernels and warms the memory pool). Speedups are per pass
+(eliminate: the forward lse pass; distribute: MAR's backward pass) and in total.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -21,13 +24,14 @@ from gpusolve.graph import elimination_order  # noqa: E402
 from gpusolve.plan import build_plan  # noqa: E402
 from gpusolve.solve import Options, solve  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "instances"
+SHARED = Path(os.environ.get("GPUSOLVE_INSTANCES") or ROOT.parent / "shared" / "instances")
+PASSES = ("eliminate", "distribute")
 
 
-def instances(grids):
+def instances(grids, folder: Path):
     for name in ("network.uai", "water.uai"):
-        if (SHARED / name).exists():
-            yield name, parsers.read(SHARED / name)
+        if (folder / name).exists():
+            yield name, parsers.read(folder / name)
     for side, d in grids:
         p = markov_grid(side, d, seed=1)
         yield p.name, p
@@ -35,8 +39,16 @@ def instances(grids):
 
 def run(problem, device, task):
     r = solve(problem, Options(device=device, task=task))
-    passes = {k: v for k, v in r.phases.items() if k in ("eliminate", "distribute")}
+    passes = {k: v for k, v in r.phases.items() if k in PASSES}
     return {"log10_z": r.lower_bound, "total_s": sum(passes.values()), **passes, "engine": r.engine}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
 
 
 def main():
@@ -44,6 +56,8 @@ def main():
     ap.add_argument("--grids", default="10x3,14x3,16x3", help="SIDExDOMAIN,... Markov grids")
     ap.add_argument("--cpu-max-clique", type=float, default=2e8,
                     help="skip the CPU run above this clique size (entries)")
+    ap.add_argument("--instances", type=Path, default=SHARED,
+                    help="folder with network.uai and water.uai (default: $GPUSOLVE_INSTANCES or ../shared/instances)")
     args = ap.parse_args()
     grids = [tuple(int(x) for x in g.split("x")) for g in args.grids.split(",") if g]
     gpu = gpu_unavailable_reason() is None
@@ -52,7 +66,7 @@ def main():
         import cupy
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows = []
-    for name, problem in instances(grids):
+    for name, problem in instances(grids, args.instances):
         plan = build_plan(problem, elimination_order(problem, "minfill"))
         clique = max(mb.joint_entries for mb in plan.minibuckets)
         for task in ("PR", "MAR"):
@@ -65,15 +79,19 @@ def main():
                 row["gpu"] = run(problem, "gpu", task)
             if "cpu" in row and "gpu" in row:
                 row["speedup"] = row["cpu"]["total_s"] / max(row["gpu"]["total_s"], 1e-9)
+                row["speedup_per_pass"] = {k: row["cpu"][k] / max(row["gpu"][k], 1e-9)
+                                           for k in PASSES if k in row["gpu"]}
                 row["agree"] = abs(row["cpu"]["log10_z"] - row["gpu"]["log10_z"]) < 1e-6
             rows.append(row)
             cpu_s = f"{row['cpu']['total_s']:.3f}" if "cpu" in row else "-"
             gpu_s = f"{row['gpu']['total_s']:.3f}" if "gpu" in row else "-"
+            per_pass = "  ".join(f"{k} {row['cpu'].get(k, 0):.3f}/{row['gpu'][k]:.4f} s {x:.1f}x"
+                                 for k, x in row.get("speedup_per_pass", {}).items())
             print(f"{name:24} {task:3} clique {clique:>12,}  cpu {cpu_s:>8} s  gpu {gpu_s:>8} s  "
                   f"speedup {row.get('speedup', float('nan')):7.1f}x  log10Z "
-                  f"{(row.get('gpu') or row.get('cpu'))['log10_z']:.7f}")
-    record = {"bench": "probabilistic", "device": device, "host": platform.node(),
-              "date": datetime.date.today().isoformat(), "rows": rows}
+                  f"{(row.get('gpu') or row.get('cpu'))['log10_z']:.7f}  {per_pass}", flush=True)
+    record = {"bench": "probabilistic", "device": device, "host": platform.node(), "cpu": cpu_model(),
+              "cpu_count": os.cpu_count(), "date": datetime.date.today().isoformat(), "rows": rows}
     out = ROOT / "bench" / "results" / f"probabilistic-{device.replace(' ', '_')}-{record['date']}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")

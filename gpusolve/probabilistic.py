@@ -10,14 +10,16 @@ every child the belief without that child's own message.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from .engines import Engine
 from .engines.base import aligned, reduce_axes
+from .engines.cupy_engine import HostTable
 from .model import Problem
-from .plan import MiniBucket, Plan
+from .plan import CHUNK_ENTRIES, MiniBucket, Plan
 
 
 def free_variables(problem: Problem, plan: Plan) -> list[int]:
@@ -44,26 +46,71 @@ def partition_bounds(problem: Problem, plan: Plan, run) -> tuple[float, float]:
     return low, high
 
 
-def contract(xp, inputs, keep: tuple[int, ...], domains, op: str = "lse"):
-    """Combine tables over the union of their scopes and eliminate everything but `keep`."""
+def contract(xp, inputs, keep: tuple[int, ...], domains, op: str = "lse", block: int = CHUNK_ENTRIES):
+    """Combine tables over the union of their scopes and eliminate everything but `keep`.
+
+    Works in blocks of at most `block` joint entries (device memory, CPU
+    caches): the leading union axes, kept ones first, are fixed one value
+    combination at a time and each input contributes only its slice, so a
+    table left in host memory (a streamed message, a numpy array on a device
+    engine) uploads just that slice. Blocks that differ only in eliminated
+    axes are eliminated once more together. The result is on the engine when
+    it fits `block`, else in host memory.
+    """
     union = list(keep)
     for _, scope in inputs:
         union += [u for u in scope if u not in union]
-    axes = {u: i for i, u in enumerate(union)}
-    views = sorted((aligned(xp, t, s, axes, len(union)) for t, s in inputs), key=lambda a: a.size)
+    dims = [domains[u] for u in union]
+    lead = next(n for n in range(len(union) + 1) if math.prod(dims[n:]) <= block)
+    kept = min(lead, len(keep))
+    out_shape = tuple(dims[:len(keep)])
+    out = xp.empty(out_shape) if math.prod(out_shape) <= block else np.empty(out_shape)
+    for fixed_keep in itertools.product(*(range(d) for d in dims[:kept])):
+        parts = [_block(xp, inputs, dict(zip(union[:lead], fixed_keep + fixed_drop)), union[lead:],
+                        len(keep) - kept, domains, op)
+                 for fixed_drop in itertools.product(*(range(d) for d in dims[kept:lead]))]
+        part = parts[0] if lead <= len(keep) else reduce_axes(xp, xp.stack(parts), (0,), op)
+        out[fixed_keep] = part if isinstance(out, xp.ndarray) else part.get()
+    return out
+
+
+def _block(xp, inputs, fixed: dict[int, int], free: list[int], n_keep: int, domains, op: str):
+    """One block of `contract`: the inputs' slices at `fixed`, summed over `free`, whose first n_keep axes are kept."""
+    axes = {u: i for i, u in enumerate(free)}
+    views = []
+    for table, scope in inputs:
+        part = _slice(xp, table, tuple(fixed.get(u, slice(None)) for u in scope))
+        views.append(aligned(xp, part, tuple(u for u in scope if u not in fixed), axes, len(free)))
+    views.sort(key=lambda a: a.size)
     acc = views[0]
     for v in views[1:]:
         acc = acc + v
-    acc = xp.broadcast_to(acc, tuple(domains[u] for u in union))
-    drop = tuple(range(len(keep), len(union)))
+    acc = xp.broadcast_to(acc, tuple(domains[u] for u in free))
+    drop = tuple(range(n_keep, len(free)))
     return reduce_axes(xp, acc, drop, op) if drop else acc
 
 
+def _slice(xp, table, index):
+    """`table[index]` as an array of `xp`: tables in host memory upload just the slice."""
+    if isinstance(table, HostTable):
+        table = table.host
+    part = table[index]
+    return part if isinstance(part, xp.ndarray) else xp.asarray(part)
+
+
 def marginals(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> list[list[float]]:
-    """Exact single-variable marginals by the backward (distribute) pass over the bucket tree."""
+    """Exact single-variable marginals by the backward (distribute) pass over the bucket tree.
+
+    A bucket with children sends each of them its belief without that
+    child's message; the bucket's own marginal then comes from any child's
+    separator (which holds the bucket variable) instead of one more pass over
+    the whole clique. A child whose other inputs are empty gets no message
+    (cost 0 everywhere).
+    """
     xp = engine.xp
     dom = problem.domains
     mbs = plan.minibuckets
+    block = engine.block_entries()
     parent_msg: dict[int, object] = {}  # mini-bucket index -> message from its parent, over its scope
     result: list[list[float] | None] = [None] * len(dom)
     for var in reversed(plan.order):
@@ -79,12 +126,17 @@ def marginals(problem: Problem, plan: Plan, engine: Engine, tables, messages) ->
         if m in parent_msg:
             own.append((parent_msg.pop(m), mb.scope))
         children = [(j, (messages[j], mbs[j].scope)) for j in mb.messages]
-        belief = contract(xp, own + [c for _, c in children], (var,), dom)
-        result[var] = _normalise(engine.get(belief))
         for j, _ in children:
             rest = own + [c for k, c in children if k != j]
-            parent_msg[j] = contract(xp, rest, mbs[j].scope, dom) if rest else \
-                xp.zeros(tuple(dom[u] for u in mbs[j].scope))
+            if rest:
+                parent_msg[j] = contract(xp, rest, mbs[j].scope, dom, block=block)
+        if children:
+            j, child = children[0]  # a message in the bucket of `var` has `var` in its scope
+            belief = contract(xp, [child] + ([(parent_msg[j], child[1])] if j in parent_msg else []),
+                              (var,), dom, block=block)
+        else:
+            belief = contract(xp, own, (var,), dom, block=block)
+        result[var] = _normalise(engine.get(belief))
     return result
 
 

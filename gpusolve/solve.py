@@ -168,15 +168,22 @@ def _saturating_sum(values, problem: Problem):
 
 
 def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> list[int]:
-    """Values in reverse elimination order, each minimising its bucket given later choices."""
+    """Values in reverse elimination order, each minimising its bucket given later choices.
+
+    An engine may do the whole phase itself (the GPU in one launch); this is the generic path.
+    """
+    done = engine.assign_values(problem, plan, tables, messages)
+    if done is not None:
+        return done
     xp = engine.xp
+    dom = problem.domains  # a property that builds its list: read once
     value = [0] * len(problem.variables)
     for var, val in problem.evidence.items():
         value[var] = val
     for var in reversed(plan.order):
         if var in problem.evidence:
             continue
-        costs = xp.zeros(problem.domains[var], dtype=problem.dtype)
+        costs = xp.zeros(dom[var], dtype=problem.dtype)
         for m in plan.buckets.get(var, ()):
             mb = plan.minibuckets[m]
             parts = [(tables[i], problem.functions[i].scope) for i in mb.functions]

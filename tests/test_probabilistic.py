@@ -170,3 +170,25 @@ def test_task_errors():
     bundled = pathlib.Path(__file__).resolve().parents[1] / "instances" / "random-n14-d10-s1.wcsp"
     r = CliRunner().invoke(main, ["solve", str(bundled), "--task", "PR"])
     assert r.exit_code == 2 and "applies to probabilistic models" in r.stderr
+
+
+@pytest.mark.parametrize("op", ["lse", "min", "max"])
+def test_contract_in_blocks(op):
+    """Blocks of any size, host-memory inputs (HostTable) and forbidden entries give the one-block result."""
+    from gpusolve.engines.cupy_engine import HostTable
+    from gpusolve.probabilistic import contract
+    rng = np.random.default_rng(11)
+    dom = [2, 3, 2, 4, 3]
+    inputs = []
+    for scope in ((0, 1), (1, 2, 3), (3, 4), (4,), (0, 2, 4)):
+        t = rng.random(tuple(dom[u] for u in scope)) * 5
+        t[rng.random(t.shape) < 0.2] = np.inf
+        inputs.append((t, scope))
+    inputs[2][0][:, 1] = np.inf  # a value of x4 forbidden everywhere
+    hosted = [(HostTable(t, np) if i % 2 else t, s) for i, (t, s) in enumerate(inputs)]
+    for keep in ((), (4,), (1, 3), (3, 1, 0), (2, 0, 1, 3, 4)):
+        want = contract(np, inputs, keep, dom, op, block=1 << 20)
+        for block in (1, 3, 7, 50, 200):
+            got = contract(np, hosted, keep, dom, op, block=block)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-12)

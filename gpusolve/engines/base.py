@@ -31,6 +31,14 @@ class Engine(ABC):
         """All original tables at once, so a device engine can batch them into one transfer."""
         return [self.put(t) for t in tables]
 
+    def assign_values(self, problem, plan, tables, messages) -> list[int] | None:
+        """The whole value-assignment phase, or None to let solve.assign recompute bucket by bucket."""
+        return None
+
+    def block_entries(self) -> int:
+        """Joint entries one contraction block (probabilistic.contract) may hold: cache-sized here."""
+        return CHUNK_ENTRIES
+
     @property
     def startup_s(self) -> float:
         """Fixed cost of starting the engine (device context, kernel compilation); 0 on the CPU."""
@@ -82,14 +90,16 @@ def needs_clamp_each_step(n_inputs: int, top, integer: bool) -> bool:
 
 
 def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
-                    domains: Sequence[int], top, integer: bool, check=None, op: str = "min"):
+                    domains: Sequence[int], top, integer: bool, check=None, op: str = "min",
+                    chunk: int = CHUNK_ENTRIES):
     """Dense bucket step: join-sum the inputs and minimise over `var`, chunk by chunk.
 
     Axis 0 is the eliminated variable, so the minimum is a sequence of
     element-wise minima over contiguous rows. Inputs are summed smallest
     first: partial sums stay in the union of the scopes seen so far, and only
     the last addition touches the whole joint block. Chunks run over the
-    leading separator axes so the working set stays under CHUNK_ENTRIES.
+    leading separator axes so the working set stays under `chunk` entries
+    (a GPU, with launch costs per chunk, wants larger chunks than a CPU cache).
     """
     axes = {var: 0}
     axes.update({u: i + 1 for i, u in enumerate(sep)})
@@ -98,7 +108,7 @@ def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped]
     out_shape = tuple(domains[u] for u in sep)
     dtype = xp.int64 if integer else xp.float64
     out = xp.empty(out_shape, dtype=dtype)
-    lead = _leading_axes(out_shape, domains[var])
+    lead = _leading_axes(out_shape, domains[var], chunk)
     clamp_each = needs_clamp_each_step(len(views), top, integer)
     for idx in itertools.product(*(range(s) for s in out_shape[:lead])):
         if check is not None:
@@ -117,10 +127,10 @@ def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped]
     return out
 
 
-def _leading_axes(shape: tuple[int, ...], d: int) -> int:
-    """Fewest leading axes to iterate over so that a block holds <= CHUNK_ENTRIES joint entries."""
+def _leading_axes(shape: tuple[int, ...], d: int, chunk: int) -> int:
+    """Fewest leading axes to iterate over so that a block holds <= `chunk` joint entries."""
     for lead in range(len(shape) + 1):
-        if math.prod(shape[lead:]) * d <= CHUNK_ENTRIES:
+        if math.prod(shape[lead:]) * d <= chunk:
             return lead
     return len(shape)
 

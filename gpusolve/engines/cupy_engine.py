@@ -6,12 +6,15 @@ and by CuPy's disk cache across processes); small ones run the shared dense
 step `eliminate_dense` on CuPy arrays, where compiling would cost more than it
 saves. A message that does not fit the device budget is computed in chunks of
 output rows on two CUDA streams and kept in pinned host memory; later buckets
-stream the slices they need back in.
+stream the slices they need back in. Values are assigned by one more kernel,
+a single block walking the plan backwards, so the phase costs one launch and
+one copy back instead of a synchronisation per variable.
 
 CuPy is imported when an engine is made, never at package import.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import itertools
@@ -21,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import CHUNK_ENTRIES
 from .base import Engine, eliminate_dense, needs_clamp_each_step
 
 # A mini-bucket runs a compiled kernel when one for its signature is already
@@ -31,7 +33,9 @@ from .base import Engine, eliminate_dense, needs_clamp_each_step
 FUSE_MIN = 1 << 30
 TILE_MAX = 16  # output rows one thread keeps in registers
 BLOCK = 256
-FUSED_OPS = ("min", "max")  # eliminations with a fused kernel; lse runs the dense step
+# Working set of the dense CuPy step: larger than the CPU's CHUNK_ENTRIES, since
+# each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
+DENSE_CHUNK = 1 << 24
 N_STREAMS = 2
 _KERNELS: dict[str, object] = {}  # source -> compiled cupy.RawKernel, for the process
 
@@ -74,7 +78,9 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
     results), so only a leading run of them is. `stage` writes the block's rows
     through shared memory so global stores are coalesced.
     mode: "i64" (int64 arithmetic), "i32" (int32 arithmetic on int64 tables,
-    when the plan proves no sum reaches 2^31) or "f64"; op: "min" or "max".
+    when the plan proves no sum reaches 2^31) or "f64"; op: "min", "max" or
+    "lse" (f64 only: -log10 of the sum of 10^-s, kept stable as a running
+    minimum m and a sum e of 10^(m - s) rescaled when m drops).
     """
     dims, strides = _split_last_axis(tuple(dims), [tuple(s) for s in strides])
     m = len(dims)
@@ -100,13 +106,15 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
     val = "double" if mode == "f64" else "long long"
     idx = "long long" if big else "int"
     tix = "unsigned long long" if big else "unsigned int"
-    if op == "min":
+    if op == "lse" and mode != "f64":
+        raise ValueError("lse elimination needs float costs")
+    if op in ("min", "lse"):
         init = {"i64": "0x7fffffffffffffffLL", "i32": "0x7fffffff",
                 "f64": "__longlong_as_double(0x7ff0000000000000LL)"}[mode]
     else:
         init = {"i64": "(-0x7fffffffffffffffLL - 1)", "i32": "(-0x7fffffff - 1)",
                 "f64": "__longlong_as_double(0xfff0000000000000LL)"}[mode]
-    better = "<" if op == "min" else ">"
+    better = ">" if op == "max" else "<"
     pitch = tile + 1 if tile % 2 == 0 else tile  # odd pitch: no shared-memory bank conflicts
 
     def tile_offset(j, i):
@@ -136,6 +144,8 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
         if terms:
             lines.append(f"const {idx} o{j} = {' + '.join(terms)};")
     lines += [f"{acc} b{i} = {init};" for i in range(tile)]
+    if op == "lse":
+        lines += [f"double e{i} = 0.0;" for i in range(tile)]
     # full unrolling only for small loop bodies: NVRTC 13.0 crashed on a 32 x 5-row x 4-input one
     body = d * (hoisted + tile * max(1, n - hoisted))
     lines.append(f"#pragma unroll {'' if body <= 320 else 4}")
@@ -148,10 +158,17 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
         rest = order[hoisted:]
         first = "h" if hoisted else load(rest[0], i)
         adds = "".join(f" s = s + {load(j, i)}; {clamp}" for j in (rest if hoisted else rest[1:]))
-        lines.append(f"  {{ {acc} s = {first};{adds} b{i} = s {better} b{i} ? s : b{i}; }}")
+        if op == "lse":  # e{i} = sum of 10^(b{i} - s); nothing to add while every s is +inf
+            keep = (f"if (s < b{i}) {{ e{i} = e{i} * exp10(s - b{i}) + 1.0; b{i} = s; }} "
+                    f"else if (b{i} < {init}) e{i} += exp10(b{i} - s);")
+        else:
+            keep = f"b{i} = s {better} b{i} ? s : b{i};"
+        lines.append(f"  {{ {acc} s = {first};{adds} {keep} }}")
     lines.append("}")
     if mode != "f64":
         lines += [f"b{i} = b{i} < top ? b{i} : top;" for i in range(tile)]
+    if op == "lse":
+        lines += [f"b{i} = b{i} < {init} ? b{i} - log10(e{i}) : b{i};" for i in range(tile)]
     if stage:
         lines += [f"stage[threadIdx.x * {pitch} + {i}] = ({val})b{i};" for i in range(tile)]
     else:
@@ -186,6 +203,98 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
     return FusedKernel(name, source.replace("NAME", name), n_blocks)
 
 
+ASSIGN_BLOCK_MAX = 256  # threads of the value-assignment block (values of one variable per thread)
+ASSIGN_SHARED_MAX = 40 << 10  # descriptors and values up to this size are read from shared memory
+
+
+@functools.lru_cache(maxsize=2)
+def assign_source(mode: str) -> FusedKernel:
+    """CUDA source of the value-assignment kernel: one block walks the whole plan.
+
+    Step s (reverse elimination order) picks the value of variable
+    steps[4s] (domain steps[4s+1]) from parts [steps[4s+2], steps[4s+3]):
+    part p is a table at address parts[4p], read at x * parts[4p+1] plus
+    value[u] * stride for each (u, stride) pair in terms[parts[4p+2]:
+    parts[4p+3]]. Threads take values x of the domain, sum the parts in
+    solve.assign's order (int64 saturating at top after every addition,
+    float64 left to right from 0), and the block keeps the smallest sum with
+    the lowest x, NaN first, as np.argmin does. Thread 0 stores the choice in
+    `values`, which the next steps read after the barrier. steps, parts and
+    terms lie back to back in `desc`, then the values; when `cached`, all of
+    it is first copied to shared memory, so a step waits on one global load
+    per table instead of a chain of five.
+    mode: "i64" or "f64".
+    """
+    if mode == "i64":
+        typ, worst = "long long", "0x7fffffffffffffffLL"
+        add = "c = (long long)((unsigned long long)c + (unsigned long long)t); c = c < top ? c : top;"
+        better = "return a < b || (a == b && i < j);"
+    else:
+        typ, worst = "double", "__longlong_as_double(0x7ff0000000000000LL)"
+        add = "c = c + t;"
+        better = ("const bool na = isnan(a), nb = isnan(b);\n"
+                  "  return (na && !nb) || a < b || ((a == b || (na && nb)) && i < j);")
+    source = f"""__device__ __forceinline__ bool better({typ} a, int i, {typ} b, int j) {{
+  {better}
+}}
+extern "C" __global__ void __launch_bounds__({ASSIGN_BLOCK_MAX}) NAME(
+    const long long* __restrict__ desc, long long* __restrict__ values_out, const int n_steps,
+    const int parts_at, const int terms_at, const int n_desc, const int n_vars, const int cached,
+    const long long top_) {{
+  extern __shared__ long long cache[];
+  __shared__ {typ} warp_best[{ASSIGN_BLOCK_MAX // 32}];
+  __shared__ int warp_arg[{ASSIGN_BLOCK_MAX // 32}];
+  const long long* steps = desc;
+  volatile long long* values = values_out;
+  if (cached) {{
+    for (int i = threadIdx.x; i < n_desc; i += blockDim.x) cache[i] = desc[i];
+    for (int i = threadIdx.x; i < n_vars; i += blockDim.x) cache[n_desc + i] = values_out[i];
+    __syncthreads();
+    steps = cache;
+    values = cache + n_desc;
+  }}
+  const long long* parts = steps + parts_at;
+  const long long* terms = steps + terms_at;
+  const {typ} top = ({typ})top_;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  for (int s = 0; s < n_steps; ++s) {{
+    const long long var = steps[4 * s], d = steps[4 * s + 1];
+    const long long p0 = steps[4 * s + 2], p1 = steps[4 * s + 3];
+    {typ} best = {worst};
+    int arg = 0x7fffffff;
+    for (long long x = threadIdx.x; x < d; x += blockDim.x) {{
+      {typ} c = 0;
+      for (long long p = p0; p < p1; ++p) {{
+        long long off = x * parts[4 * p + 1];
+        for (long long k = parts[4 * p + 2]; k < parts[4 * p + 3]; ++k)
+          off += values[terms[2 * k]] * terms[2 * k + 1];
+        const {typ} t = ((const {typ}*)parts[4 * p])[off];
+        {add}
+      }}
+      if (better(c, (int)x, best, arg)) {{ best = c; arg = (int)x; }}
+    }}
+    for (int o = 16; o > 0; o >>= 1) {{
+      const {typ} ob = __shfl_down_sync(0xffffffffu, best, o);
+      const int oa = __shfl_down_sync(0xffffffffu, arg, o);
+      if (better(ob, oa, best, arg)) {{ best = ob; arg = oa; }}
+    }}
+    if (lane == 0) {{ warp_best[warp] = best; warp_arg[warp] = arg; }}
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+      for (int w = 1; w < n_warps; ++w)
+        if (better(warp_best[w], warp_arg[w], best, arg)) {{ best = warp_best[w]; arg = warp_arg[w]; }}
+      values[var] = arg;
+    }}
+    __syncthreads();
+  }}
+  if (cached)
+    for (int i = threadIdx.x; i < n_vars; i += blockDim.x) values_out[i] = values[i];
+}}
+"""
+    name = "assign_" + hashlib.sha1(source.encode()).hexdigest()[:20]
+    return FusedKernel(name, source.replace("NAME", name), 1)
+
+
 def kernel_mode(n_inputs: int, top, integer: bool) -> tuple[str, bool]:
     """(arithmetic mode, clamp after every addition) for a sum of n inputs each <= top."""
     if not integer:
@@ -203,6 +312,15 @@ def _union(intervals) -> float:
             total += b - max(a, reach)
             reach = b
     return total
+
+
+@functools.lru_cache(maxsize=None)
+def _device_info(device_id: int) -> tuple[str, int]:
+    """(name, SM count) of a device: read once per process, the query takes about a millisecond."""
+    import cupy
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"]
+    return (name.decode() if isinstance(name, bytes) else str(name)), props["multiProcessorCount"]
 
 
 class HostTable:
@@ -223,17 +341,20 @@ class HostTable:
         return self._xp.asarray(self.host[idx])
 
 
-@dataclass
 class _Operand:
-    array: object  # cupy array (on the device) or numpy array (host)
-    scope: tuple[int, ...]
-    on_device: bool
+    """A bucket input: its array (cupy on the device, numpy on the host), scope and element strides."""
+
+    __slots__ = ("array", "scope", "on_device", "strides")
+
+    def __init__(self, array, scope: tuple[int, ...], on_device: bool):
+        self.array, self.scope, self.on_device = array, scope, on_device
+        # read once: cupy's strides property builds a tuple on every access
+        item = array.itemsize
+        self.strides = {u: s // item for u, s in zip(scope, array.strides)}
 
     def stride_of(self, u) -> int:
         """Element stride along variable u, 0 where u is not in the scope."""
-        if u not in self.scope:
-            return 0
-        return self.array.strides[self.scope.index(u)] // self.array.itemsize
+        return self.strides.get(u, 0)
 
 
 class CupyEngine(Engine):
@@ -250,10 +371,7 @@ class CupyEngine(Engine):
         self._pool = cupy.get_default_memory_pool()
         self._base_used = self._pool.used_bytes()
         free = cupy.cuda.runtime.memGetInfo()[0] + self._pool.free_bytes()  # cached blocks are reusable
-        props = cupy.cuda.runtime.getDeviceProperties(device.id)
-        name = props["name"]
-        self.device_name = name.decode() if isinstance(name, bytes) else str(name)
-        self.sm_count = props["multiProcessorCount"]
+        self.device_name, self.sm_count = _device_info(device.id)
         self.budget = int(free * 0.9) if gpu_mem_limit is None else min(int(gpu_mem_limit), int(free * 0.9))
         self.fuse_min = fuse_min
         self.stage = stage
@@ -268,6 +386,10 @@ class CupyEngine(Engine):
         """Device memory in live arrays made since this engine started: tables, messages, temporaries."""
         return max(0, self._pool.used_bytes() - self._base_used)
 
+    def block_entries(self) -> int:
+        """What the device budget leaves for four float64 temporaries (at least 2^10)."""
+        return max((self.budget - self.device_bytes) // 32, 1 << 10)
+
     @property
     def startup_s(self) -> float:
         """CuPy import, device start and kernel compilation: the GPU's fixed cost."""
@@ -280,7 +402,10 @@ class CupyEngine(Engine):
     def put_many(self, tables):
         """Upload tables in one transfer (a flat buffer, then views), while they fit half the budget.
 
-        Tables past that stay in host memory and are streamed in by the buckets that read them.
+        The tables are packed straight into a pinned buffer and copied synchronously, so the
+        buffer is free again on return (cupy.asarray would pack, then copy into its own
+        staging buffer). Tables past half the budget stay in host memory and are streamed in
+        by the buckets that read them.
         """
         host = [np.ascontiguousarray(t) for t in tables]
         out: list = [None] * len(host)
@@ -293,11 +418,14 @@ class CupyEngine(Engine):
                     room -= h.nbytes
             if not chosen:
                 continue
-            flat = self.xp.asarray(np.concatenate([host[i].ravel() for i in chosen]))
+            staging = self._pinned((sum(host[i].size for i in chosen),), dtype, track=False)
+            np.concatenate([host[i].ravel() for i in chosen], out=staging)
+            flat = self.xp.cuda.alloc(staging.nbytes)
+            flat.copy_from_host(staging.ctypes.data_as(ctypes.c_void_p), staging.nbytes)
             offset = 0
             for i in chosen:
-                out[i] = flat[offset:offset + host[i].size].reshape(host[i].shape)
-                offset += host[i].size
+                out[i] = self.xp.ndarray(host[i].shape, dtype, memptr=flat + offset)
+                offset += host[i].nbytes
         return [HostTable(h, self.xp) if o is None else o for h, o in zip(host, out)]
 
     def get(self, table):
@@ -320,15 +448,13 @@ class CupyEngine(Engine):
         dtype = np.int64 if integer else np.float64
         out_shape = tuple(domains[u] for u in mb.scope)
         out_bytes = mb.out_entries * 8
-        fusable = op in FUSED_OPS
-        dense_work = 3 * min(mb.joint_entries, CHUNK_ENTRIES) * 8
-        work = 0 if fusable and mb.joint_entries >= self.fuse_min else dense_work
+        work = 0 if mb.joint_entries >= self.fuse_min else 3 * min(mb.joint_entries, DENSE_CHUNK) * 8
         host_bytes = sum(o.array.nbytes for o in ops if not o.on_device)
         if self.device_bytes + out_bytes + host_bytes + work <= self.budget:
             try:
                 dev_ops = [o if o.on_device else _Operand(cp.asarray(o.array), o.scope, True) for o in ops]
-                spec = self.fused_spec(dev_ops, mb.var, mb.scope, domains, top, integer, op) if fusable else None
-                if spec is not None and mb.joint_entries < self.fuse_min and spec.source not in _KERNELS:
+                spec = self.fused_spec(dev_ops, mb.var, mb.scope, domains, top, integer, op)
+                if mb.joint_entries < self.fuse_min and spec.source not in _KERNELS:
                     spec = None  # not worth compiling for this bucket alone
                 if spec is not None:
                     out = cp.empty(out_shape, dtype=dtype)
@@ -336,7 +462,7 @@ class CupyEngine(Engine):
                     self.stats["fused"] += 1
                 else:
                     out = eliminate_dense(cp, mb.var, mb.scope, [(o.array, o.scope) for o in dev_ops],
-                                          domains, top, integer, check, op)
+                                          domains, top, integer, check, op, DENSE_CHUNK)
                     self.stats["dense"] += 1
                 return out
             except cp.cuda.memory.OutOfMemoryError:
@@ -365,26 +491,88 @@ class CupyEngine(Engine):
                spec: FusedKernel | None = None):
         """Message rows over `free` into the contiguous device array `out`, variables in `fixed` held.
 
-        `ops` are device operands in summation order. min and max run the fused
-        kernel (`spec`, when the caller already made it); other eliminations
-        (lse) the dense step on views of the inputs.
+        `ops` are device operands in summation order; `spec` is the fused
+        kernel when the caller already made it.
         """
-        with stream if stream is not None else self.xp.cuda.get_current_stream():
-            if op not in FUSED_OPS:
-                views = [(o.array[tuple(fixed.get(u, slice(None)) for u in o.scope)],
-                          tuple(u for u in o.scope if u not in fixed)) for o in ops]
-                res = eliminate_dense(self.xp, var, tuple(free), views, domains, top, integer, None, op)
-                out.ravel()[...] = res.ravel()
-                return
-            spec = spec or self.fused_spec(ops, var, free, domains, top, integer, op)
-            k = self.kernel(spec)
-            ptrs = [np.uint64(out.data.ptr)]
-            for o in ops:
-                base = sum(value * o.stride_of(u) for u, value in fixed.items())
-                ptrs.append(np.uint64(o.array.data.ptr + base * o.array.itemsize))
-            top_arg = np.int64(int(top) if integer else 0)
-            grid = max(1, min(spec.n_blocks, self.sm_count * 16))
-            k((grid,), (BLOCK,), (*ptrs, top_arg))
+        if stream is not None:
+            with stream:
+                return self.launch(out, ops, fixed, var, free, domains, top, integer, op, None, spec)
+        spec = spec or self.fused_spec(ops, var, free, domains, top, integer, op)
+        k = self.kernel(spec)
+        ptrs = [np.uint64(out.data.ptr)]
+        for o in ops:
+            base = sum(value * o.stride_of(u) for u, value in fixed.items()) if fixed else 0
+            ptrs.append(np.uint64(o.array.data.ptr + base * o.array.itemsize))
+        top_arg = np.int64(int(top) if integer else 0)
+        k((min(spec.n_blocks, self.sm_count * 16),), (BLOCK,), (*ptrs, top_arg))
+
+    # -- value assignment -------------------------------------------------
+    def assign_values(self, problem, plan, tables, messages) -> list[int] | None:
+        """solve.assign on the device: one upload of descriptors, one kernel, one copy back.
+
+        The generic path costs a synchronisation and several launches per
+        variable; here one block walks the plan (assign_source) and the
+        result is the same assignment, value for value. None when a table
+        the walk reads is sparse or lies in host memory beyond the device
+        budget: then solve.assign's generic path runs.
+        """
+        from .sparse import SparseTable
+        dtype = np.dtype(problem.dtype)
+        domains = problem.domains  # a property that builds the list: read it once
+        room = self.budget - self.device_bytes
+        device: dict[int, object] = {}  # id(table) -> array the kernel reads (keeps uploads alive)
+        steps: list[int] = []
+        parts: list[int] = []
+        terms: list[int] = []
+        widest = 1
+        for var in reversed(plan.order):
+            if var in problem.evidence or not plan.buckets.get(var):
+                continue  # no bucket: every value costs 0, np.argmin picks 0, already there
+            first = len(parts) // 4
+            for m in plan.buckets[var]:
+                mb = plan.minibuckets[m]
+                for table, scope in itertools.chain(
+                        ((tables[i], problem.functions[i].scope) for i in mb.functions),
+                        ((messages[j], plan.minibuckets[j].scope) for j in mb.messages)):
+                    arr = device.get(id(table))
+                    if arr is None:
+                        if isinstance(table, SparseTable):
+                            return None
+                        arr = table.host if isinstance(table, HostTable) else table
+                        if isinstance(arr, np.ndarray):
+                            if arr.nbytes > room:
+                                return None
+                            room -= arr.nbytes
+                            arr = self.xp.asarray(arr)
+                        if arr.dtype != dtype:
+                            arr = arr.astype(dtype)
+                        device[id(table)] = arr
+                    stride = [s // arr.itemsize for s in arr.strides]
+                    along = stride[scope.index(var)] if var in scope else 0
+                    parts += [arr.data.ptr, along, len(terms) // 2, 0]
+                    for u, st in zip(scope, stride):
+                        if u != var:
+                            terms += [u, st]
+                    parts[-1] = len(terms) // 2
+            steps += [var, domains[var], first, len(parts) // 4]
+            widest = max(widest, domains[var])
+        values = [0] * len(problem.variables)
+        for var, val in problem.evidence.items():
+            values[var] = val
+        if not steps:
+            return values
+        n_desc = len(steps) + len(parts) + len(terms)
+        buf = self.xp.asarray(np.array(steps + parts + terms + values, dtype=np.int64))
+        shared = 8 * (n_desc + len(values))
+        cached = shared <= ASSIGN_SHARED_MAX
+        threads = min(ASSIGN_BLOCK_MAX, -(-widest // 32) * 32)
+        top = np.int64(int(problem.top) if problem.integer else 0)
+        k = self.kernel(assign_source("i64" if problem.integer else "f64"))
+        k((1,), (threads,), (np.uint64(buf.data.ptr), np.uint64(buf.data.ptr + 8 * n_desc),
+                             *(np.int32(v) for v in (len(steps) // 4, len(steps), len(steps) + len(parts),
+                                                     n_desc, len(values), cached)), top),
+          shared_mem=shared if cached else 0)
+        return [int(v) for v in buf[n_desc:].get()]
 
     def _streamed(self, mb, ops, domains, top, integer, check, op):
         """Compute the message in chunks of output rows, overlapping copies and kernels on streams.
@@ -425,11 +613,10 @@ class CupyEngine(Engine):
                 dv[id(o)] = cp.empty(shape, dtype=o.array.dtype)
             staging.append(st)
             dev_in.append(dv)
-        spec = None
-        if op in FUSED_OPS:  # compile before the first chunk, so events time kernels alone
-            shaped = [o if o.on_device else _Operand(dev_in[0][id(o)], slice_scope[id(o)], True) for o in ops]
-            spec = self.fused_spec(shaped, mb.var, free, domains, top, integer, op)
-            self.kernel(spec)
+        # compile before the first chunk, so events time kernels alone
+        shaped = [o if o.on_device else _Operand(dev_in[0][id(o)], slice_scope[id(o)], True) for o in ops]
+        spec = self.fused_spec(shaped, mb.var, free, domains, top, integer, op)
+        self.kernel(spec)
         done = [None] * N_STREAMS
         marks = []
         h2d = d2h = 0
@@ -479,13 +666,17 @@ class CupyEngine(Engine):
         self.stats["streamed"] += 1
         return HostTable(out.reshape(tuple(dims)), cp)
 
-    def _pinned(self, shape, dtype):
-        """A numpy array in page-locked memory (async copies), plain memory if none can be had."""
+    def _pinned(self, shape, dtype, track: bool = True):
+        """A numpy array in page-locked memory (async copies), plain memory if none can be had.
+
+        `track`: remember its range for _is_pinned (buffers that live as long as the engine).
+        """
         try:
             a = self._cupyx.empty_pinned(shape, dtype=dtype)
         except Exception:  # pinning refused (limits, container): copies just stop overlapping
             return np.empty(shape, dtype=dtype)
-        self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
+        if track:
+            self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
         return a
 
     def _is_pinned(self, a) -> bool:
