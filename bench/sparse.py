@@ -1,4 +1,4 @@
-"""Sparse tables: join-sum and elimination throughput, and time to the proven optimum against toulbar2.
+"""Sparse tables: throughput, streaming beyond the device budget, and time to the proven optimum against toulbar2.
 
 Issue 4's benchmarks, one script for CPU and GPU (the same `xp` code runs on
 NumPy or CuPy). Throughput: a star bucket, two random tables over (v, a1..ak)
@@ -6,17 +6,26 @@ and (v, b1..bk), domain d, each row feasible with probability f; timed are
 the materialised join-sum (index, gather, sort: output rows per second) and
 the bucket step (join-sum reduced over v chunk by chunk: joint rows per
 second), best of --repeat, each checked against the dense step on small
-sizes. Instances: `solve` with default options (bounded sparse BE where the
-exact dense plan does not fit; with --tables sparse too when auto chose dense),
-then toulbar2 (pytoulbar2) on the same machine. Writes bench/results/sparse-<device>-<date>.json.
+sizes. Streaming: one bucket whose host tables exceed a forced device budget,
+run streamed (device-sized sort runs merged on the host, chunks on two
+streams through pinned buffers) and in memory; rows, chunks, bytes each way
+and achieved bandwidth. Instances: `solve` with default options, cold (a
+fresh process, its start-up and CuPy's included; on the GPU once with an
+empty CuPy kernel cache, as on a new machine, and once more with the cache
+that run filled) and warm (again in the same process), per device; then
+toulbar2 (pytoulbar2) on the same machine. Writes
+bench/results/sparse-<device>-<date>.json.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,20 +120,51 @@ def _host(a):
     return a.get() if hasattr(a, "get") else a
 
 
-def instances(folder: Path, device: str, toulbar2: bool):
+COLD = """import json, sys
+sys.path[:0] = sys.argv[3:]
+import parsers
+from gpusolve.solve import Options, solve
+r = solve(parsers.read(sys.argv[1]), Options(device=sys.argv[2]))
+print(json.dumps({"status": r.status, "lower_bound": r.lower_bound, "time_s": r.time_s, "phases": r.phases}))
+"""
+
+
+def solve_cold(path: Path, device: str, cache_dir: str | None = None) -> dict:
+    """`solve` in a fresh process: time_s includes the engine's start-up (CuPy import, context, kernel
+    loads or compiles; with `cache_dir`, CuPy's kernel cache lives there)."""
+    env = dict(os.environ, **({"CUPY_CACHE_DIR": cache_dir} if cache_dir else {}))
+    out = subprocess.run([sys.executable, "-c", COLD, str(path), device, str(ROOT), str(ROOT / "bench")],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def instances(folder: Path, devices: list[str], toulbar2: bool):
     out = []
     for name, optimum in INSTANCES:
         path = folder / name
         problem = parsers.read(path)
-        r = solve(problem, Options(device=device))
-        rec = {"file": name, "known_optimum": optimum, "status": r.status, "lower_bound": r.lower_bound,
-               "upper_bound": r.upper_bound, "z": r.z, "time_s": r.time_s, "phases": r.phases,
-               "largest_sparse_rows": r.largest_rows, "engine": r.engine}
-        assert r.status != "optimal" or r.lower_bound == optimum, rec
-        if not r.largest_rows:  # auto chose dense tables: time the all-sparse run as well
-            s = solve(problem, Options(device=device, tables="sparse"))
-            assert s.status == "optimal" and s.lower_bound == optimum, s
-            rec["tables_sparse"] = {"time_s": s.time_s, "largest_sparse_rows": s.largest_rows}
+        rec = {"file": name, "known_optimum": optimum}
+        for device in devices:
+            runs = {}
+            with tempfile.TemporaryDirectory() as cache:
+                if device == "gpu":
+                    runs["cold_empty_kernel_cache"] = solve_cold(path, device, cache)
+                runs["cold"] = solve_cold(path, device, cache)  # on the GPU: the kernels the run above cached
+            if device == "gpu":
+                solve(problem, Options(device=device))  # CuPy started and kernels loaded: the next run is warm
+            r = solve(problem, Options(device=device))
+            runs["warm"] = {"status": r.status, "lower_bound": r.lower_bound, "time_s": r.time_s, "phases": r.phases,
+                            "largest_sparse_rows": r.largest_rows, "engine": r.engine, "z": r.z}
+            for run in runs.values():
+                assert run["status"] == "optimal" and run["lower_bound"] == optimum, (name, device, run)
+            if not r.largest_rows:  # auto chose dense tables: time the all-sparse run as well
+                s = solve(problem, Options(device=device, tables="sparse"))
+                assert s.status == "optimal" and s.lower_bound == optimum, s
+                runs["tables_sparse_warm"] = {"time_s": s.time_s, "largest_sparse_rows": s.largest_rows}
+            rec[device] = runs
+            times = ", ".join(f"{k} {v['time_s']:.2f} s" for k, v in runs.items())
+            print(f"{name} on {device}: optimal {optimum}; {times}"
+                  + f"; largest sparse message {r.largest_rows:,} rows", flush=True)
         if toulbar2:
             try:
                 import pytoulbar2
@@ -138,34 +178,78 @@ def instances(folder: Path, device: str, toulbar2: bool):
             res = cfn.Solve()
             rec["toulbar2_s"] = time.perf_counter() - t
             rec["toulbar2_optimum"] = None if not res else res[1]
-        sparse_run = rec.get("tables_sparse")
-        print(f"{name}: {r.status} {r.lower_bound}..{r.upper_bound} in {r.time_s:.2f} s (largest sparse message "
-              f"{r.largest_rows:,} rows" + (f"; --tables sparse {sparse_run['time_s']:.2f} s, largest "
-                                            f"{sparse_run['largest_sparse_rows']:,} rows" if sparse_run else "")
-              + f"); toulbar2 {rec.get('toulbar2_s', float('nan')):.2f} s", flush=True)
+            print(f"{name}: toulbar2 {rec['toulbar2_optimum']} in {rec['toulbar2_s']:.2f} s", flush=True)
         out.append(rec)
     return out
 
 
+def streaming(xp, sync, d, shared, private, f, budget, seed=0):
+    """One bucket whose tables exceed `budget` device bytes: streamed vs in memory, equal messages."""
+    rng = np.random.default_rng(seed)
+    s = list(range(shared))
+    a = random_table(np, rng, s + list(range(shared, shared + private)), d, f)
+    b = random_table(np, rng, s + list(range(shared + private, shared + 2 * private)), d, f)
+    sep = tuple(range(shared + 2 * private - 1, 0, -1))
+    dom = [d] * (shared + 2 * private)
+    log = []
+    streamer = sparse.Streamer(xp, budget, log)
+    sync()
+    t = time.perf_counter()
+    got = sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP, streamer=streamer)
+    sync()
+    t_stream = time.perf_counter() - t
+    on = [sparse.moved(xp, x) for x in (a, b)]
+    t_mem, ref = best_time(lambda: sparse.eliminate_sparse(xp, 0, sep, [(x, x.scope) for x in on], dom, TOP), sync, 1)
+    assert np.array_equal(got.keys, _host(ref.keys)) and np.array_equal(got.costs, _host(ref.costs))
+    table_bytes = (a.rows + b.rows) * 16
+    rec = {"d": d, "shared": shared, "private": private, "feasible_fraction": f, "budget_bytes": budget,
+           "input_rows": [a.rows, b.rows], "input_bytes": table_bytes,
+           "joint_rows": int(sparse.join_index(np, a, b).total),
+           "message_rows": got.rows, "streamed_s": t_stream, "in_memory_s": t_mem,
+           "chunks": sum(r["chunks"] for r in log), "h2d_bytes": sum(r["h2d_bytes"] for r in log),
+           "d2h_bytes": sum(r["d2h_bytes"] for r in log), "steps": log}
+    rec["copy_GB_per_s"] = (rec["h2d_bytes"] + rec["d2h_bytes"]) / t_stream / 1e9
+    print(f"streamed bucket: inputs {a.rows:,} + {b.rows:,} rows ({table_bytes / 2**20:.0f} MiB) through a "
+          f"{budget / 2**20:.0f} MiB budget: {rec['joint_rows']:,} joint rows -> {got.rows:,} message rows in "
+          f"{rec['chunks']} chunks, {t_stream:.2f} s ({rec['copy_GB_per_s']:.2f} GB/s host<->device over the "
+          f"whole step; in memory {t_mem:.2f} s)", flush=True)
+    for r in log:
+        print(f"  {r['what']}: {r['chunks']} chunks, {r['h2d_bytes'] / 1e6:.0f} MB in, "
+              f"{r['d2h_bytes'] / 1e6:.0f} MB out, "
+              f"{r['wall_s']:.2f} s, {r['GB_per_s']:.2f} GB/s", flush=True)
+    return rec
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--devices", choices=("cpu", "gpu"), nargs="+", default=["cpu"],
+                    help="instances run on each; the first names the results file")
+    ap.add_argument("--throughput-devices", choices=("cpu", "gpu"), nargs="*", default=None,
+                    help="throughput and streaming tables on these (default: --devices)")
     ap.add_argument("--instances", type=Path, default=ROOT.parent / "shared" / "instances")
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5])
     ap.add_argument("--fractions", type=float, nargs="+", default=[0.01, 0.05, 0.2, 0.5])
     ap.add_argument("--max-rows", type=float, default=None,
                     help="skip buckets with more joint rows (default 3e7 on CPU, 1e9 on GPU)")
+    ap.add_argument("--stream", type=float, nargs=5, default=[10, 5, 2, 0.2, 32 << 20],
+                    metavar=("D", "SHARED", "PRIVATE", "F", "BUDGET"),
+                    help="streaming case: domain, shared and private variables per table, feasible fraction, "
+                         "device bytes")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-toulbar2", action="store_true")
     args = ap.parse_args()
-    xp, sync, device = array_module(args.device)
-    max_rows = args.max_rows or (3e7 if args.device == "cpu" else 1e9)
-    record = {"bench": "sparse", "device": device, "device_kind": args.device, "host": platform.node(),
+    record = {"bench": "sparse", "host": platform.node(), "host_cpu": cpu_name(),
               "date": datetime.date.today().isoformat(), "numpy": np.__version__,
-              "throughput": throughput(xp, sync, args.d, args.k, args.fractions, max_rows, args.repeat),
-              "instances": instances(args.instances, args.device, not args.no_toulbar2)}
-    path = result_path("sparse", device)
+              "instances": instances(args.instances, args.devices, not args.no_toulbar2)}
+    d, shared, private, f, budget = args.stream
+    for device in args.devices if args.throughput_devices is None else args.throughput_devices:
+        xp, sync, name = array_module(device)
+        max_rows = args.max_rows or (3e7 if device == "cpu" else 1e9)
+        record[device] = {"device": name,
+                          "throughput": throughput(xp, sync, args.d, args.k, args.fractions, max_rows, args.repeat),
+                          "streaming": streaming(xp, sync, int(d), int(shared), int(private), f, int(budget))}
+    path = result_path("sparse", array_module(args.devices[0])[2])
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}")

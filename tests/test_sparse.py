@@ -16,7 +16,7 @@ from gpusolve import plan as plan_module
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import lower_top, preprocess
 from gpusolve.generate import generate
-from gpusolve.solve import Options, bounded_sparse, run_plan, solve
+from gpusolve.solve import Options, assign, bounded_sparse, run_plan, solve
 
 SEEDS = range(120)
 
@@ -51,6 +51,66 @@ def test_sparse_join_and_eliminate_equal_the_dense_step(monkeypatch, chunk):
         got = sparse.eliminate_sparse(np, var, sep, inputs, dom, top)
         assert got.scope == sep and np.all(got.keys[1:] > got.keys[:-1])
         np.testing.assert_array_equal(sparse.to_dense(np, got, top, np.int64), dense)
+
+
+@pytest.mark.parametrize("room", [1, 700, 5000])
+def test_streamed_bucket_steps_equal_the_dense_step(room):
+    """The streamed step (host tables, chunks and sort runs sized by `room` bytes) on NumPy."""
+    rng = np.random.default_rng(room)
+    top, log = 50, []
+    for _ in range(150):
+        var, sep, inputs, dom = random_bucket(rng, top)
+        dense = eliminate_dense(np, var, sep, inputs, dom, top, True)
+        got = sparse.eliminate_sparse(np, var, sep, inputs, dom, top, streamer=sparse.Streamer(np, room, log))
+        assert got.scope == sep and np.all(got.keys[1:] > got.keys[:-1])
+        np.testing.assert_array_equal(sparse.to_dense(np, got, top, np.int64), dense)
+    assert max(r["chunks"] for r in log if r["what"].startswith("join")) > 1
+    assert max(r["chunks"] for r in log if r["what"].startswith("sort")) > 1
+
+
+class SmallDevice(NumpyEngine):
+    """The CPU engine given a device budget of a few rows, so that sparse buckets stream."""
+
+    device_bytes = 0
+
+    def __init__(self, budget):
+        self.budget = budget
+
+
+def same_messages(ref, got, to_host=lambda a: a):
+    assert got[0] == ref[0]
+    for i, m in ref[2].items():
+        g = got[2][i]
+        np.testing.assert_array_equal(to_host(g.keys), m.keys)
+        np.testing.assert_array_equal(to_host(g.costs), m.costs)
+
+
+@pytest.mark.parametrize("budget, work_row_bytes", [(1, 80), (2000, 80), (200, 0)])
+def test_plans_streamed_through_a_tiny_budget_equal_in_memory_runs(monkeypatch, budget, work_row_bytes):
+    """Every message equal (bounds pruning included), and the assignment phase reads host tables.
+    With no workspace predicted, some buckets start in memory and fall back to streaming."""
+    monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
+    in_memory = sparse.eliminate_sparse
+    fell_back = []
+
+    def spy(*args, **kwargs):
+        try:
+            return in_memory(*args, **kwargs)
+        except sparse.DeviceFull:
+            fell_back.append(args[1])
+            raise
+    monkeypatch.setattr(sparse, "eliminate_sparse", spy)
+    streamed = 0
+    for seed in range(40):
+        problem = tight_problem(seed)
+        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
+        engine = SmallDevice(budget)
+        ref, got = run_plan(problem, plan, NumpyEngine()), run_plan(problem, plan, engine)
+        same_messages(ref, got)
+        if not problem.is_forbidden(got[0]):
+            assert assign(problem, plan, engine, got[1], got[2]) == assign(problem, plan, NumpyEngine(), ref[1], ref[2])
+        streamed += len(sparse.stream_log(engine))
+    assert streamed > 0 and (work_row_bytes or fell_back)
 
 
 def test_dense_sparse_round_trip_lookup_and_slices():
@@ -256,3 +316,26 @@ def test_sparse_and_bounded_solves_on_the_gpu_equal_the_cpu(cupy, seed):
     assert on_gpu[0] == on_cpu[0] and (on_gpu[1] is None) == (on_cpu[1] is None)
     if on_gpu[1] is not None:
         assert problem.evaluate(on_gpu[1]) == problem.evaluate(on_cpu[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("limit, work_row_bytes", [(1 << 14, 2048), (1 << 16, 8192)])
+def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_row_bytes):
+    """A device budget of a few KiB (originals mostly in host memory, or on the device) and large
+    predicted workspaces: sparse buckets stream through pinned host buffers, in chunks of a few
+    rows and sort runs of 2-8 rows."""
+    from gpusolve.engines.cupy_engine import CupyEngine
+    monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
+    monkeypatch.setattr(sparse, "SORT_ROW_BYTES", 4096)
+    log = []
+    for seed in range(12):
+        problem = tight_problem(seed)
+        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
+        engine = CupyEngine(gpu_mem_limit=limit)
+        ref, got = run_plan(problem, plan, NumpyEngine()), run_plan(problem, plan, engine)
+        same_messages(ref, got, lambda a: sparse.to_module(np, a))
+        if not problem.is_forbidden(got[0]):
+            assert assign(problem, plan, engine, got[1], got[2]) == assign(problem, plan, NumpyEngine(), ref[1], ref[2])
+        log += sparse.stream_log(engine)
+    assert max(r["chunks"] for r in log if r["what"].startswith("join")) > 1
+    assert max(r["chunks"] for r in log if r["what"].startswith("sort")) > 1

@@ -14,10 +14,19 @@ Every step is whole-array `xp` code, so NumPy and CuPy run the same lines.
 
 `RestBound` adds pruning: a row is also dropped when its cost plus a lower
 bound of the rest of the objective reaches top.
+
+Tables larger than the engine's device budget (Cuda-BE section V-B) are
+kept in host memory and a bucket that does not fit runs streamed
+(`Streamer`): inputs are sorted by their shared code in device-sized runs
+and the runs merged on the host, then every output chunk uploads only the
+contiguous input rows of its groups, on two streams, so copies overlap work.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -119,7 +128,10 @@ def to_dense(xp, t: SparseTable, top, dtype):
 
 
 def lookup(xp, t: SparseTable, keys, top):
-    """Costs of the rows with these keys; a missing row costs top."""
+    """Costs of the rows with these keys; a missing row costs top (a host table is searched on the host)."""
+    m = module_of(xp, t.keys)
+    if m is not xp:
+        return to_module(xp, lookup(m, t, to_module(m, keys), top))
     if t.rows == 0:
         return xp.full(keys.shape, top, dtype=t.costs.dtype)
     pos = xp.minimum(xp.searchsorted(t.keys, keys), t.rows - 1)
@@ -141,8 +153,34 @@ def slice_over(xp, table, scope: tuple[int, ...], var: int, value: Sequence[int]
 def scalar(engine, table, top):
     """The cost held by a zero-variable message (dense 0-d array or SparseTable), on the host."""
     if isinstance(table, SparseTable):
-        table = table.costs[0] if table.rows else engine.xp.asarray(top, dtype=table.costs.dtype)
+        return to_module(np, table.costs[:1])[0] if table.rows else table.costs.dtype.type(top)
     return engine.get(table)[()]
+
+
+def module_of(xp, a):
+    """The array module holding `a`, given the engine's module `xp`: NumPy for host arrays, else xp."""
+    return np if isinstance(a, np.ndarray) else xp
+
+
+def to_module(m, a):
+    """`a` as an array of module m (copied between host and device when it lives in the other)."""
+    if isinstance(a, np.ndarray) == (m is np):
+        return a
+    return a.get() if m is np else m.asarray(a)
+
+
+def moved(m, t: SparseTable) -> SparseTable:
+    """The table with its rows in module m."""
+    keys = to_module(m, t.keys)
+    return t if keys is t.keys else SparseTable(t.scope, t.dims, keys, to_module(m, t.costs))
+
+
+def as_sparse(m, table, scope: tuple[int, ...], top) -> SparseTable:
+    """An input (SparseTable, dense array, or an engine's host-kept dense table) as a SparseTable in m."""
+    if isinstance(table, SparseTable):
+        return moved(m, table)
+    dense = getattr(table, "host", table)  # the engine kept this dense table in host memory
+    return from_dense(m, to_module(m, dense), scope, top)
 
 
 def _groups(xp, sorted_codes):
@@ -168,11 +206,12 @@ def _exclusive_cumsum(xp, a):
 class JoinIndex:
     """Matched groups of two inputs sorted by their shared code: who pairs with whom."""
 
-    a_rows: object  # input rows in shared-code order (indices into the input arrays)
+    a_rows: object  # input rows in shared-code order (indices into the input arrays); None: already in that order
     b_rows: object
-    a_start: object  # per matched group: first position in a_rows / b_rows, a's group size
+    a_start: object  # per matched group: first position in a_rows / b_rows, group sizes
     a_size: object
     b_start: object
+    b_size: object
     out_start: object  # exclusive prefix sum of the output group sizes (one more entry: the total)
 
     @property
@@ -180,62 +219,75 @@ class JoinIndex:
         return int(self.out_start[-1])
 
 
-def join_index(xp, a: SparseTable, b: SparseTable) -> JoinIndex:
-    """Sort both inputs by the shared variables' code, histogram, keep groups found in both."""
-    shared = [u for u in a.scope if u in b.scope]
-    ca, cb = a.code(xp, shared), b.code(xp, shared)
-    oa, ob = xp.argsort(ca), xp.argsort(cb)
-    ga, sa, ha = _groups(xp, ca[oa])
-    gb, sb, hb = _groups(xp, cb[ob])
+def _match(xp, ca, cb, oa=None, ob=None) -> JoinIndex:
+    """Histogram two sorted code arrays and keep the groups found in both."""
+    ga, sa, ha = _groups(xp, ca)
+    gb, sb, hb = _groups(xp, cb)
     if gb.shape[0] == 0:
         ga, sa, ha = gb, sb, hb
     pos = xp.minimum(xp.searchsorted(gb, ga), max(gb.shape[0] - 1, 0))
     pa = xp.flatnonzero(gb[pos] == ga)
     pb = pos[pa]
-    return JoinIndex(oa, ob, sa[pa], ha[pa], sb[pb], _exclusive_cumsum(xp, ha[pa] * hb[pb]))
+    return JoinIndex(oa, ob, sa[pa], ha[pa], sb[pb], hb[pb], _exclusive_cumsum(xp, ha[pa] * hb[pb]))
+
+
+def join_index(xp, a: SparseTable, b: SparseTable) -> JoinIndex:
+    """Sort both inputs by the shared variables' code, histogram, keep groups found in both."""
+    shared = [u for u in a.scope if u in b.scope]
+    ca, cb = a.code(xp, shared), b.code(xp, shared)
+    oa, ob = xp.argsort(ca), xp.argsort(cb)
+    return _match(xp, ca[oa], cb[ob], oa, ob)
+
+
+def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
+            keep: Keep | None):
+    """Output rows lo..hi-1 of the join as (keys, costs), rows at top or failing `keep` dropped.
+
+    Output row i of group g pairs a's row g_a + t % |g_a| with b's row g_b +
+    t // |g_a| (t = i - offset of g): the gather of Cuda-BE's Algorithm 4.
+    """
+    i = xp.arange(lo, hi, dtype=xp.int64)
+    g = xp.searchsorted(ix.out_start, i, side="right") - 1
+    t = i - ix.out_start[g]
+    ra = ix.a_start[g] + t % ix.a_size[g]
+    rb = ix.b_start[g] + t // ix.a_size[g]
+    if ix.a_rows is not None:
+        ra, rb = ix.a_rows[ra], ix.b_rows[rb]
+    costs = a.costs[ra] + b.costs[rb]  # both < top <= MAX_TOP: no overflow
+    rows = xp.flatnonzero(costs < top)
+    da = dict(zip(a.scope, digits(a.keys[ra[rows]], a.dims)))
+    db = dict(zip(b.scope, digits(b.keys[rb[rows]], b.dims)))
+    digs = [da[u] if u in da else db[u] for u in scope]
+    costs = costs[rows]
+    if keep is not None:
+        mask = keep(digs, costs)
+        digs, costs = [d[mask] for d in digs], costs[mask]
+    return compose(xp, digs, dims, costs.shape[0]), costs
 
 
 def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...],
                 top, keep: Keep | None = None, check: Callable[[], None] | None = None):
     """Yield the join-sum of a and b over `scope` as (keys, costs) chunks of rows below top
-    (and passing `keep`).
-
-    Output row i of group g pairs a's row g_a + t % |g_a| with b's row g_b +
-    t // |g_a| (t = i - offset of g), the gather of Cuda-BE's Algorithm 4; a
-    chunk is a range of CHUNK_ROWS output rows, so a group may span chunks.
-    Keys within a chunk are not sorted.
-    """
+    (and passing `keep`); a chunk is a range of CHUNK_ROWS output rows, so a group may
+    span chunks. Keys within a chunk are not sorted."""
     ix = join_index(xp, a, b)
     step = sizes.CHUNK_ROWS
     for lo in range(0, ix.total, step):
         if check is not None:
             check()
-        i = xp.arange(lo, min(lo + step, ix.total), dtype=xp.int64)
-        g = xp.searchsorted(ix.out_start, i, side="right") - 1
-        t = i - ix.out_start[g]
-        ra = ix.a_rows[ix.a_start[g] + t % ix.a_size[g]]
-        rb = ix.b_rows[ix.b_start[g] + t // ix.a_size[g]]
-        costs = a.costs[ra] + b.costs[rb]  # both < top <= MAX_TOP: no overflow
-        rows = xp.flatnonzero(costs < top)
-        da = dict(zip(a.scope, digits(a.keys[ra[rows]], a.dims)))
-        db = dict(zip(b.scope, digits(b.keys[rb[rows]], b.dims)))
-        digs = [da[u] if u in da else db[u] for u in scope]
-        costs = costs[rows]
-        if keep is not None:
-            mask = keep(digs, costs)
-            digs, costs = [d[mask] for d in digs], costs[mask]
-        yield compose(xp, digs, dims, costs.shape[0]), costs
+        yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)
 
 
-def segment_min(xp, codes, costs):
+def segment_min(xp, codes, costs, runs: bool = False):
     """Sorted distinct codes and the minimum cost of each.
 
-    NumPy: sort by code, histogram, minimum.reduceat. CuPy's reduceat only
-    adds, so there: sort by cost, then by code (CuPy's sorts are stable), and
-    each group's first row holds its minimum.
+    NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
+    are concatenated sorted runs, which a stable sort (timsort) merges. CuPy's
+    reduceat only adds, so there: sort by cost, then by code (CuPy's sorts are
+    stable), and each group's first row holds its minimum.
     """
     if xp is np:
-        order = xp.argsort(codes)
+        order = xp.argsort(codes, kind="stable" if runs else None)
         distinct, starts, _ = _groups(xp, codes[order])
         costs = costs[order]
         return distinct, xp.minimum.reduceat(costs, starts) if distinct.shape[0] else costs[:0]
@@ -245,8 +297,14 @@ def segment_min(xp, codes, costs):
     return distinct, costs[order[starts]]
 
 
-def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callable | None = None):
-    """Concatenate (keys, costs) chunks, each reduced by `reduce` first; SparseOverflow past row_limit."""
+class DeviceFull(MemoryError):
+    """A sparse bucket outgrew the device memory it was given: it runs streamed instead."""
+
+
+def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callable | None = None,
+             device_rows: int | None = None):
+    """Concatenate (keys, costs) chunks, each reduced by `reduce` first; SparseOverflow past
+    row_limit, DeviceFull past device_rows."""
     keys, costs, rows = [], [], 0
     for k, c in chunks:
         if reduce is not None:
@@ -254,6 +312,8 @@ def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callab
         rows += int(k.shape[0])
         if row_limit is not None and rows > row_limit:
             raise SparseOverflow(f"{what} exceeds the row limit of {row_limit:,} rows")
+        if device_rows is not None and rows > device_rows:
+            raise DeviceFull(what)
         keys.append(k)
         costs.append(c)
     if not keys:
@@ -262,21 +322,13 @@ def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callab
 
 
 def join(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...], top,
-         keep: Keep | None = None, row_limit: int | None = None, check=None) -> SparseTable:
+         keep: Keep | None = None, row_limit: int | None = None, check=None,
+         device_rows: int | None = None) -> SparseTable:
     """The join-sum of a and b over `scope` as one sorted table."""
     keys, costs = _collect(xp, join_chunks(xp, a, b, scope, dims, top, keep, check), a.costs.dtype,
-                           row_limit, f"a join over {len(scope)} variables")
+                           row_limit, f"a join over {len(scope)} variables", device_rows=device_rows)
     order = xp.argsort(keys)
     return SparseTable(tuple(scope), tuple(dims), keys[order], costs[order])
-
-
-def recode(xp, t: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...]) -> SparseTable:
-    """The same rows keyed over a permutation of the scope (sorted again)."""
-    if tuple(scope) == t.scope:
-        return t
-    keys = t.code(xp, scope)
-    order = xp.argsort(keys)
-    return SparseTable(tuple(scope), tuple(dims), keys[order], t.costs[order])
 
 
 def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTable]:
@@ -297,40 +349,215 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
     return order
 
 
+# Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
+SORT_ROW_BYTES = 64
+_LOGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def stream_log(engine) -> list[dict]:
+    """Records of the streamed sparse steps run on `engine`: chunks, rows, bytes each way, seconds."""
+    return _LOGS.setdefault(engine, [])
+
+
+class Streamer:
+    """Host <-> device traffic of one streamed sparse bucket (Cuda-BE section V-B).
+
+    Tables stay in host memory; `map` runs device work on host chunks on two
+    streams through pinned staging buffers: chunk i+1 is uploaded before
+    chunk i is worked on and chunk i's results are collected only when its
+    stream is reused, so copies overlap work. With NumPy as the device
+    module (the CPU engine given a budget: tests) the same code runs
+    without copies.
+    """
+
+    def __init__(self, xp, room: int, log: list):
+        self.xp, self.room, self.log = xp, max(int(room), 0), log
+        self.gpu = xp is not np
+        self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)] if self.gpu else [None, None]
+        self._staging: dict = {}
+        # two chunks in flight, each gathering chunk_rows rows from at most input_rows input rows
+        per_row = 2 * (sizes.WORK_ROW_BYTES + 2 * sizes.ROW_BYTES)
+        self.chunk_rows = max(1, min(sizes.CHUNK_ROWS, self.room // per_row))
+        self.input_rows = 2 * self.chunk_rows
+        self.run_rows = max(1, self.room // (2 * SORT_ROW_BYTES))
+
+    def _buffer(self, key, a):
+        """A pinned staging buffer for arrays like `a` (grown on demand)."""
+        buf = self._staging.get(key)
+        if buf is None or buf.size < a.size or buf.dtype != a.dtype:
+            import cupyx
+            buf = cupyx.empty_pinned(max(a.size, 2 * (0 if buf is None else buf.size)), dtype=a.dtype)
+            self._staging[key] = buf
+        return buf[:a.size]
+
+    def map(self, jobs: list[tuple], work: Callable, what: str, check: Callable[[], None] | None = None) -> list:
+        """work(i, *device arrays) for job i's host arrays, which returns device arrays;
+        the results of every job as host arrays, in job order."""
+        xp, n = self.xp, len(jobs)
+        t0 = time.perf_counter()
+        dev, out, pending = [None] * n, [None] * n, [None, None]
+        moved_bytes = [0, 0]
+
+        def drain(s):
+            if pending[s] is not None:
+                i, bufs = pending[s]
+                if self.gpu:
+                    self.streams[s].synchronize()
+                    bufs = [b.copy() for b in bufs]
+                out[i], pending[s] = bufs, None
+
+        def upload(i):
+            s = i % 2
+            drain(s)  # stream s is idle now: its staging buffers are free
+            dev[i] = [self._put(s, k, a) for k, a in enumerate(jobs[i])]
+            moved_bytes[0] += sum(a.nbytes for a in jobs[i])
+
+        if n:
+            upload(0)
+        for i in range(n):
+            if check is not None:
+                check()
+            if i + 1 < n:
+                upload(i + 1)
+            s = i % 2
+            with self.streams[s] if self.gpu else contextlib.nullcontext():
+                res = work(i, *dev[i])
+                dev[i] = None
+                pending[s] = (i, [self._get(s, k, r) for k, r in enumerate(res)])
+            moved_bytes[1] += sum(r.nbytes for r in res)
+        drain(0)
+        drain(1)
+        wall = time.perf_counter() - t0
+        self.log.append({"what": what, "chunks": n, "h2d_bytes": moved_bytes[0], "d2h_bytes": moved_bytes[1],
+                         "wall_s": wall, "GB_per_s": (moved_bytes[0] + moved_bytes[1]) / wall / 1e9 if wall else 0.0})
+        return out
+
+    def _put(self, s, k, a):
+        if not self.gpu or not a.size:
+            return to_module(self.xp, a)
+        buf = self._buffer(("up", s, k), a)
+        np.copyto(buf, a)
+        with self.streams[s]:  # allocated on stream s: the pool reuses it only after s's work
+            d = self.xp.empty(a.shape, dtype=a.dtype)
+        d.set(buf, stream=self.streams[s])
+        return d
+
+    def _get(self, s, k, r):
+        if not self.gpu or not r.size:
+            return to_module(np, r)
+        r = self.xp.ascontiguousarray(r)
+        buf = self._buffer(("down", s, k), r)
+        r.get(stream=self.streams[s], out=buf, blocking=False)
+        return buf
+
+    def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
+        """(codes over `sub`, keys, costs) of host table t sorted by code: each device-sized run is
+        sorted on the device, the runs are merged on the host (a stable sort merges sorted runs)."""
+        xp, run = self.xp, self.run_rows
+        jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
+
+        def work(i, keys, costs):
+            code = t.code(xp, sub, keys)
+            o = xp.argsort(code)
+            return code[o], keys[o], costs[o]
+        runs = self.map(jobs, work, f"sort {t.rows:,} rows", check)
+        if not runs:
+            return np.zeros(0, dtype=np.int64), t.keys, t.costs
+        code, keys, costs = (np.concatenate([r[j] for r in runs]) for j in range(3))
+        if len(runs) > 1:
+            o = np.argsort(code, kind="stable")
+            code, keys, costs = code[o], keys[o], costs[o]
+        return code, keys, costs
+
+    def join(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None,
+             reduce: Callable | None, check=None) -> list[tuple]:
+        """The join-sum of host tables a and b as host (keys, costs) chunks, each reduced by
+        `reduce`: both inputs sorted by their shared code, then every chunk of output rows
+        uploads only the contiguous input rows of its groups (whole groups of a)."""
+        if a.rows > b.rows:
+            a, b = b, a  # a chunk needs whole groups of a: let a be the smaller input
+        shared = [u for u in a.scope if u in b.scope]
+        ca, ka, wa = self.sort_by_code(a, shared, check)
+        cb, kb, wb = self.sort_by_code(b, shared, check)
+        ix = _match(np, ca, cb)
+        starts, total = ix.out_start, ix.total
+        jobs, spans = [], []
+        lo = 0
+        while lo < total:
+            hi = min(lo + self.chunk_rows, total)
+            while True:
+                g0, g1 = np.searchsorted(starts, [lo, hi - 1], side="right") - 1
+                a_lo, a_hi = ix.a_start[g0], ix.a_start[g1] + ix.a_size[g1]
+                b_lo = ix.b_start[g0] + (lo - starts[g0]) // ix.a_size[g0]
+                b_hi = ix.b_start[g1] + (hi - 1 - starts[g1]) // ix.a_size[g1] + 1
+                if a_hi - a_lo + b_hi - b_lo <= self.input_rows or hi == lo + 1:
+                    break  # (one output row whose group of a exceeds the room still goes: the budget is an estimate)
+                hi = lo + (hi - lo) // 2
+            g = slice(g0, g1 + 1)
+            jobs.append((ka[a_lo:a_hi], wa[a_lo:a_hi], kb[b_lo:b_hi], wb[b_lo:b_hi],
+                         ix.a_start[g] - a_lo, ix.a_size[g], ix.b_start[g] - b_lo, starts[g]))
+            spans.append((int(lo), int(hi)))
+            lo = hi
+
+        def work(i, ak, ac, bk, bc, a_start, a_size, b_start, out_start):
+            local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
+            k, c = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac), SparseTable(b.scope, b.dims, bk, bc),
+                           *spans[i], scope, dims, top, keep)
+            return reduce(k, c) if reduce is not None else (k, c)
+        return self.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check)
+
+
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],
                      domains: Sequence[int], top, row_limit: int | None = None,
-                     check: Callable[[], None] | None = None, bound: RestBound | None = None) -> SparseTable:
+                     check: Callable[[], None] | None = None, bound: RestBound | None = None,
+                     streamer: Streamer | None = None, device_rows: int | None = None) -> SparseTable:
     """Sparse bucket step: join the inputs pairwise, then minimise over `var`.
 
     The last join is never stored: each chunk of it is reduced at once
     (codes = keys // d_var, since `var` is the last joint axis) and partial
-    messages are reduced again when chunks overlap. Dense inputs are
-    converted first. Materialised tables (intermediate joins, the message)
-    may hold at most `row_limit` rows each; `bound` prunes rows whose cost
-    plus the rest of the objective (the bucket's inputs still to join and
-    the tables outside the bucket) reaches top.
+    messages are reduced again when chunks overlap. A single input is joined
+    with the unit table (no variables, cost 0), which recodes it. Dense
+    inputs are converted first. Materialised tables (intermediate joins, the
+    message) may hold at most `row_limit` rows each; `bound` prunes rows
+    whose cost plus the rest of the objective (the bucket's inputs still to
+    join and the tables outside the bucket) reaches top. With a `streamer`
+    every table of the bucket stays in host memory, the message too; else
+    DeviceFull is raised once more than `device_rows` rows are stored.
     """
     joint = tuple(sep) + (var,)
     jdims = tuple(domains[u] for u in joint)
-    tables = [t if isinstance(t, SparseTable) else from_dense(xp, t, s, top) for t, s in inputs]
-    tables = join_order(tables, domains)
+    m = np if streamer is not None else xp
+    tables = join_order([as_sparse(m, t, s, top) for t, s in inputs], domains)
+    if len(tables) == 1:
+        dtype = tables[0].costs.dtype
+        tables.insert(0, SparseTable((), (), m.zeros(1, dtype=m.int64), m.zeros(1, dtype=dtype)))
     cur = tables[0]
     for k, t in enumerate(tables[1:-1], 2):
         sub = tuple(u for u in joint if u in cur.scope or u in t.scope)
         dims = tuple(domains[u] for u in sub)
         keep = bound.keep(sub, [(r, r.scope) for r in tables[k:]]) if bound is not None else None
-        cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check)
+        if streamer is None:
+            cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check, device_rows)
+        else:
+            keys, costs = _collect(np, streamer.join(cur, t, sub, dims, top, keep, None, check), cur.costs.dtype,
+                                   row_limit, f"a join over {len(sub)} variables")
+            code, keys, costs = streamer.sort_by_code(SparseTable(sub, dims, keys, costs), sub, check)
+            cur = SparseTable(sub, dims, keys, costs)
     keep = bound.keep(joint) if bound is not None else None
-    if len(tables) == 1:
-        cur = recode(xp, cur, joint, jdims)
-        mask = keep(digits(cur.keys, jdims), cur.costs) if keep is not None else slice(None)
-        chunks = [(cur.keys[mask], cur.costs[mask])]
+    what = f"the message of variable {var}"
+
+    def reduce(k, c):
+        return segment_min(xp, k // domains[var], c)
+    if streamer is None:
+        keys, costs = _collect(xp, join_chunks(xp, cur, tables[-1], joint, jdims, top, keep, check),
+                               cur.costs.dtype, row_limit, what, reduce, device_rows)
+        if len(keys) and not bool(xp.all(keys[1:] > keys[:-1])):
+            keys, costs = segment_min(xp, keys, costs)  # chunks overlapped
     else:
-        chunks = join_chunks(xp, cur, tables[-1], joint, jdims, top, keep, check)
-    keys, costs = _collect(xp, chunks, cur.costs.dtype, row_limit, f"the message of variable {var}",
-                           reduce=lambda k, c: segment_min(xp, k // domains[var], c))
-    if len(keys) and not bool(xp.all(keys[1:] > keys[:-1])):
-        keys, costs = segment_min(xp, keys, costs)  # chunks overlapped
+        chunks = streamer.join(cur, tables[-1], joint, jdims, top, keep, reduce, check)
+        keys, costs = _collect(np, chunks, cur.costs.dtype, row_limit, what)
+        if len(chunks) > 1:
+            keys, costs = segment_min(np, keys, costs, runs=True)  # merge the chunks' sorted messages
     return SparseTable(tuple(sep), tuple(domains[u] for u in sep), keys, costs)
 
 
@@ -344,7 +571,9 @@ class RestBound:
     table's minimum given the row's values (its min-projection onto the
     shared variables; its global minimum when they share none). A row whose
     bound reaches top is dropped. With top lowered to an incumbent's cost
-    this is branch-and-bound pruning inside bucket elimination.
+    this is branch-and-bound pruning inside bucket elimination. Tables in
+    host memory are projected there; a projection too large to keep dense
+    is then left out, which only weakens the bound.
     """
 
     def __init__(self, xp, domains: Sequence[int], top):
@@ -363,27 +592,34 @@ class RestBound:
         self._proj = {k: v for k, v in self._proj.items() if k[0] in alive}
 
     def _project(self, table, scope, sub):
-        """min-projection of a table onto `sub` (variables of its scope, in sub's order):
-        a dense array when small, else a SparseTable; cached per (table, sub)."""
-        hit = self._proj.get((id(table), sub))
-        if hit is not None:
-            return hit[1]
-        xp, dims = self.xp, tuple(self.dom[u] for u in sub)
+        """min-projection of a table onto `sub` (variables of its scope, in sub's order), cached
+        per (table, sub): a host number when sub is empty, a dense array when small, else a
+        SparseTable (None for one in host memory)."""
+        key = (id(table), sub)
+        if key in self._proj:
+            return self._proj[key][1]
+        xp, dims, original = self.xp, tuple(self.dom[u] for u in sub), table
+        table = getattr(table, "host", table)  # a dense table the engine keeps in host memory
+        m = module_of(xp, table.keys if isinstance(table, SparseTable) else table)
         if isinstance(table, SparseTable):
             if sub == table.scope:
                 p = table
             else:
-                k, c = segment_min(xp, table.code(xp, sub), table.costs)
+                k, c = segment_min(m, table.code(m, sub), table.costs)
                 p = SparseTable(sub, dims, k, c)
             if math.prod(dims) <= DENSE_TERM:
-                p = to_dense(xp, p, self.top, table.costs.dtype)
+                p = to_dense(m, p, self.top, table.costs.dtype)
         else:
             drop = tuple(i for i, u in enumerate(scope) if u not in sub)
             p = table.min(axis=drop) if drop else table
             kept = [u for u in scope if u in sub]
-            p = xp.transpose(p, [kept.index(u) for u in sub]) if kept != list(sub) else p
-            p = xp.ascontiguousarray(p)
-        self._proj[(id(table), sub)] = (table, p)
+            p = m.transpose(p, [kept.index(u) for u in sub]) if kept != list(sub) else p
+            p = m.ascontiguousarray(p)
+        if not sub:
+            p = p.item()  # one synchronisation per table, not per row filter
+        elif m is not xp:
+            p = None if isinstance(p, SparseTable) else to_module(xp, p)
+        self._proj[key] = (original, p)
         return p
 
     def keep(self, scope: tuple[int, ...], extra: Sequence[tuple[object, tuple[int, ...]]] = ()) -> Keep:
@@ -395,14 +631,20 @@ class RestBound:
         for table, s in list(self.active.values()) + list(extra):
             sub = tuple(u for u in scope if u in s)
             p = self._project(table, s, sub)
-            if not sub:  # a 0-d array: the table's minimum
-                const = min(const + p.item(), top)
+            if not sub:  # the table's minimum
+                const = min(const + p, top)
+            elif p is None:
+                continue
             elif isinstance(p, SparseTable):
                 sparse.append((sub, p))
             else:
                 dense[sub] = p if sub not in dense else xp.minimum(dense[sub] + p, top)
+        holding: dict[int, list] = {}  # variable -> dense terms over it, in insertion order
+        for b in dense:
+            for u in b:
+                holding.setdefault(u, []).append(b)
         for sub in sorted(dense, key=len):  # fold a term into a dense term over more variables
-            big = next((b for b in dense if b != sub and set(sub) <= set(b)), None)
+            big = next((b for b in holding[sub[0]] if len(b) > len(sub) and set(sub) <= set(b)), None)
             if big is not None:
                 shape = [self.dom[u] if u in sub else 1 for u in big]
                 dense[big] = xp.minimum(dense[big] + dense.pop(sub).reshape(shape), top)
@@ -431,11 +673,36 @@ def eliminate(engine, mb, inputs, domains, top, integer: bool, check=None, op: s
     if mb.sparse:
         if op != "min":
             raise ValueError(f"sparse tables support min elimination only, not {op!r}")
-        out = eliminate_sparse(engine.xp, mb.var, mb.scope, inputs, domains, top, row_limit, check, bound)
+        out = _eliminate_placed(engine, mb, inputs, domains, top, row_limit, check, bound)
     else:
         dtype = engine.xp.int64 if integer else engine.xp.float64
-        dense = [(to_dense(engine.xp, t, top, dtype) if isinstance(t, SparseTable) else t, s) for t, s in inputs]
+        dense = [(to_dense(module_of(engine.xp, t.keys), t, top, dtype) if isinstance(t, SparseTable) else t, s)
+                 for t, s in inputs]
         out = engine.eliminate(mb, dense, domains, top, integer, check, op)
     if bound is not None:
         bound.add(("m", mb.index), out, mb.scope)
     return out
+
+
+def _eliminate_placed(engine, mb, inputs, domains, top, row_limit, check, bound) -> SparseTable:
+    """A sparse bucket in device memory while it fits the engine's `budget` (engines that have
+    one), else streamed through host memory: predicted from the inputs' rows, or found out
+    when the stored rows or the device's allocator overflow."""
+    xp = engine.xp
+
+    def run(**placement):
+        return eliminate_sparse(xp, mb.var, mb.scope, inputs, domains, top, row_limit, check, bound, **placement)
+    budget = getattr(engine, "budget", None)
+    if budget is None:
+        return run()
+    room = budget - getattr(engine, "device_bytes", 0)
+    rows_in = sum(t.rows if isinstance(t, SparseTable) else getattr(t, "host", t).size for t, _ in inputs)
+    work = 4 * rows_in * sizes.ROW_BYTES + min(mb.joint_rows, sizes.CHUNK_ROWS) * sizes.WORK_ROW_BYTES
+    if work <= room:
+        try:
+            return run(device_rows=(room - work) // (4 * sizes.ROW_BYTES))
+        except SparseOverflow:
+            raise
+        except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
+            pass
+    return run(streamer=Streamer(xp, room, stream_log(engine)))
