@@ -249,7 +249,7 @@ def main():
         record[device] = {"device": name,
                           "throughput": throughput(xp, sync, args.d, args.k, args.fractions, max_rows, args.repeat),
                           "streaming": streaming(xp, sync, int(d), int(shared), int(private), f, int(budget))}
-    path = result_path("sparse", array_module(args.devices[0])[2])
+    path = result_path("sparse", array_module("gpu" if "gpu" in args.devices else "cpu")[2])  # name the GPU
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}")

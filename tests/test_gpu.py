@@ -84,6 +84,20 @@ def test_fused_kernel_equals_eliminate_dense(cupy, seed):
     assert eng.stats["fused"] == 1
 
 
+def test_small_bucket_reuses_a_compiled_kernel(cupy):
+    """Below fuse_min a bucket takes the dense CuPy step unless its kernel is compiled already."""
+    rng = np.random.default_rng(7)
+    mb, inputs, domains, top = random_bucket(rng)
+    ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, True)
+    fresh = engine(stage=False)  # a kernel signature no other test compiles
+    assert np.array_equal(fresh.get(fresh.eliminate(mb, inputs, domains, top, True)), ref)
+    assert (fresh.stats["dense"], fresh.stats["fused"]) == (1, 0)
+    engine(fuse_min=0, stage=False).eliminate(mb, inputs, domains, top, True)
+    reuse = engine(stage=False)
+    assert np.array_equal(reuse.get(reuse.eliminate(mb, inputs, domains, top, True)), ref)
+    assert (reuse.stats["dense"], reuse.stats["fused"], reuse.stats["compiled"]) == (0, 1, 0)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_streamed_bucket_equals_eliminate_dense(cupy, seed):
     """A device budget smaller than one chunk pair forces row chunks and host-resident inputs."""

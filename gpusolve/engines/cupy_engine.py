@@ -37,7 +37,7 @@ BLOCK = 256
 # each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
 DENSE_CHUNK = 1 << 24
 N_STREAMS = 2
-_KERNELS: dict[str, object] = {}  # source -> compiled cupy.RawKernel, for the process
+_KERNELS: dict[tuple, object] = {}  # FusedKernel.key -> compiled cupy.RawKernel, for the process
 
 
 @dataclass
@@ -45,6 +45,7 @@ class FusedKernel:
     name: str
     source: str
     n_blocks: int
+    key: tuple  # the generator's arguments: whether a kernel is compiled is known without generating it
 
 
 def _split_last_axis(dims, strides):
@@ -82,6 +83,7 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
     "lse" (f64 only: -log10 of the sum of 10^-s, kept stable as a running
     minimum m and a sum e of 10^(m - s) rescaled when m drops).
     """
+    key = (mode, clamp_each, d, dims, strides, vstrides, stage, op)
     dims, strides = _split_last_axis(tuple(dims), [tuple(s) for s in strides])
     m = len(dims)
     q, tile = 0, 1
@@ -200,7 +202,7 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
 }}
 """
     name = "be_" + hashlib.sha1(source.encode()).hexdigest()[:20]
-    return FusedKernel(name, source.replace("NAME", name), n_blocks)
+    return FusedKernel(name, source.replace("NAME", name), n_blocks, key)
 
 
 ASSIGN_BLOCK_MAX = 256  # threads of the value-assignment block (values of one variable per thread)
@@ -292,7 +294,7 @@ extern "C" __global__ void __launch_bounds__({ASSIGN_BLOCK_MAX}) NAME(
 }}
 """
     name = "assign_" + hashlib.sha1(source.encode()).hexdigest()[:20]
-    return FusedKernel(name, source.replace("NAME", name), 1)
+    return FusedKernel(name, source.replace("NAME", name), 1, ("assign", mode))
 
 
 def kernel_mode(n_inputs: int, top, integer: bool) -> tuple[str, bool]:
@@ -363,10 +365,8 @@ class CupyEngine(Engine):
     def __init__(self, gpu_mem_limit: int | None = None, fuse_min: int = FUSE_MIN,
                  stage: bool = True):
         t0 = time.perf_counter()
-        import cupy
-        import cupyx
+        import cupy  # not cupyx: importing it pulls in scipy.sparse, 0.3 s of a fresh process
         self.xp = cupy
-        self._cupyx = cupyx
         device = cupy.cuda.Device()
         self._pool = cupy.get_default_memory_pool()
         self._base_used = self._pool.used_bytes()
@@ -453,10 +453,11 @@ class CupyEngine(Engine):
         if self.device_bytes + out_bytes + host_bytes + work <= self.budget:
             try:
                 dev_ops = [o if o.on_device else _Operand(cp.asarray(o.array), o.scope, True) for o in ops]
-                spec = self.fused_spec(dev_ops, mb.var, mb.scope, domains, top, integer, op)
-                if mb.joint_entries < self.fuse_min and spec.source not in _KERNELS:
-                    spec = None  # not worth compiling for this bucket alone
-                if spec is not None:
+                key = self.fused_key(dev_ops, mb.var, mb.scope, domains, top, integer, op)
+                # a small bucket runs a kernel only when one is compiled already: compiling (or even
+                # generating the source, 0.15 ms) would cost more than the dense step
+                if mb.joint_entries >= self.fuse_min or key in _KERNELS:
+                    spec = fused_source(*key)
                     out = cp.empty(out_shape, dtype=dtype)
                     self.launch(out, dev_ops, {}, mb.var, mb.scope, domains, top, integer, op, spec=spec)
                     self.stats["fused"] += 1
@@ -471,21 +472,25 @@ class CupyEngine(Engine):
 
     def kernel(self, spec: FusedKernel):
         """The compiled kernel for `spec`, compiling it the first time in this process."""
-        k = _KERNELS.get(spec.source)
+        k = _KERNELS.get(spec.key)
         if k is None:
             t0 = time.perf_counter()
             k = self.xp.RawKernel(spec.source, spec.name)
             k.compile()
             self.compile_s += time.perf_counter() - t0
             self.stats["compiled"] += 1
-            _KERNELS[spec.source] = k
+            _KERNELS[spec.key] = k
         return k
 
-    def fused_spec(self, ops, var, free, domains, top, integer, op="min") -> FusedKernel:
+    def fused_key(self, ops, var, free, domains, top, integer, op="min") -> tuple:
+        """fused_source's arguments for these operands (the kernel's FusedKernel.key)."""
         mode, clamp = kernel_mode(len(ops), top, integer)
-        return fused_source(mode, clamp, domains[var], tuple(domains[u] for u in free),
-                            tuple(tuple(o.stride_of(u) for u in free) for o in ops),
-                            tuple(o.stride_of(var) for o in ops), self.stage, op)
+        return (mode, clamp, domains[var], tuple(domains[u] for u in free),
+                tuple(tuple(o.stride_of(u) for u in free) for o in ops),
+                tuple(o.stride_of(var) for o in ops), self.stage, op)
+
+    def fused_spec(self, ops, var, free, domains, top, integer, op="min") -> FusedKernel:
+        return fused_source(*self.fused_key(ops, var, free, domains, top, integer, op))
 
     def launch(self, out, ops, fixed, var, free, domains, top, integer, op="min", stream=None,
                spec: FusedKernel | None = None):
@@ -671,10 +676,11 @@ class CupyEngine(Engine):
 
         `track`: remember its range for _is_pinned (buffers that live as long as the engine).
         """
-        try:
-            a = self._cupyx.empty_pinned(shape, dtype=dtype)
+        try:  # what cupyx.empty_pinned does, without importing cupyx
+            mem = self.xp.cuda.alloc_pinned_memory(math.prod(shape) * np.dtype(dtype).itemsize)
         except Exception:  # pinning refused (limits, container): copies just stop overlapping
             return np.empty(shape, dtype=dtype)
+        a = np.ndarray(shape, dtype=dtype, buffer=mem)
         if track:
             self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
         return a
