@@ -24,7 +24,6 @@ The largest bucket the GPU finished is benchmark 4.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import sys
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_kernel import result_path  # noqa: E402
+from gpu_kernel import gpu_name, write_result  # noqa: E402
 
 from gpusolve import graph  # noqa: E402
 from gpusolve.engines import AUTO_MIN_JOINT  # noqa: E402
@@ -244,14 +243,7 @@ def main():
         "process_startup_s": process_startup,
     }
     print(json.dumps(summary, indent=1))
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else name
-    record = {"bench": "gpu_end_to_end", "device": name, "date": datetime.date.today().isoformat(),
-              "cpu_engine": "numpy, one thread", "summary": summary, "instances": rows}
-    path = result_path("gpu_end_to_end", name)
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result("gpu_end_to_end", gpu_name(), cpu_engine="numpy, one thread", summary=summary, instances=rows)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpusolve.engines.cupy_engine import CupyEngine, _Operand  # noqa: E402
 
 
-def result_path(name: str, device: str) -> Path:
+def write_result(bench: str, device: str, **fields) -> Path:
+    """bench/results/<bench>-<device>-<date>.json, the record naming its device and date first."""
+    date = datetime.date.today().isoformat()
     tag = "".join(c if c.isalnum() else "-" for c in device).strip("-")
-    return Path(__file__).resolve().parent / "results" / f"{name}-{tag}-{datetime.date.today().isoformat()}.json"
+    path = Path(__file__).resolve().parent / "results" / f"{bench}-{tag}-{date}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"bench": bench, "device": device, "date": date, **fields}, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def gpu_name() -> str:
+    import cupy as cp
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else name
 
 
 def time_events(cp, fn, repeat):
@@ -140,16 +152,12 @@ def main():
     print(f"device-to-device copy {copies['device_to_device_Bps'] / 1e9:.0f} GB/s (read+write); pinned "
           f"H2D {copies['host_to_device_pinned_Bps'] / 1e9:.1f} GB/s, D2H "
           f"{copies['device_to_host_pinned_Bps'] / 1e9:.1f} GB/s")
-    record = {"bench": "gpu_kernel", "device": engine.device_name, "date": datetime.date.today().isoformat(),
-              "bucket": {"separator_vars": w, "domain": d, "binary_tables": args.tables,
+    write_result("gpu_kernel", engine.device_name,
+                 bucket={"separator_vars": w, "domain": d, "binary_tables": args.tables,
                          "joint_entries": joint, "output_bytes": out.nbytes},
-              "copy_bandwidth": copies, "variants": rows, "dense_cupy_step": dense,
-              "best_joint_entries_per_s": max(r["joint_entries_per_s"] for r in rows
-                                               if r["placement"] == "fastest")}
-    path = result_path("gpu_kernel", engine.device_name)
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+                 copy_bandwidth=copies, variants=rows, dense_cupy_step=dense,
+                 best_joint_entries_per_s=max(r["joint_entries_per_s"] for r in rows
+                                              if r["placement"] == "fastest"))
 
 
 if __name__ == "__main__":

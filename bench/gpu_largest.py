@@ -9,15 +9,13 @@ compile) and spot-checks rows against direct evaluation.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_kernel import result_path, time_events  # noqa: E402
+from gpu_kernel import time_events, write_result  # noqa: E402
 
 from gpusolve.engines.cupy_engine import CupyEngine, _Operand  # noqa: E402
 
@@ -49,14 +47,11 @@ def main():
         expect = min(min(sum(int(t[x, at[s]]) for t, s in zip(tables, paired)) for x in range(args.dvar)), top)
         assert value == expect, (idx, value, expect)
     joint = rows * args.dvar
-    record = {"bench": "gpu_largest", "device": engine.device_name, "date": datetime.date.today().isoformat(),
-              "joint_entries": joint, "output_entries": rows, "output_bytes": out.nbytes,
-              "kernel_s": ms / 1e3, "joint_entries_per_s": joint / (ms / 1e3), "compile_s": engine.compile_s}
     print(f"largest in-core bucket: {joint:.2e} joint entries, message {rows:.2e} entries = "
           f"{out.nbytes / 2**30:.1f} GiB, kernel {ms / 1e3:.3f} s ({joint / (ms / 1e3):.2e} joint entries/s)")
-    path = result_path("gpu_largest", engine.device_name)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result("gpu_largest", engine.device_name, joint_entries=joint, output_entries=rows,
+                 output_bytes=out.nbytes, kernel_s=ms / 1e3, joint_entries_per_s=joint / (ms / 1e3),
+                 compile_s=engine.compile_s)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,13 @@ streams), and checks the streamed messages against the in-core kernel.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_kernel import result_path  # noqa: E402
+from gpu_kernel import gpu_name, write_result  # noqa: E402
 
 from gpusolve.engines.cupy_engine import CupyEngine  # noqa: E402
 from gpusolve.plan import MiniBucket  # noqa: E402
@@ -88,15 +86,7 @@ def main():
                   f"hidden {100 * e['hidden_fraction_of_shorter']:.0f}% of the shorter, "
                   f"{100 * e['transfer_hidden_fraction']:.0f}% of transfer time; "
                   f"pinned alloc {e['pinned_alloc_s']:.2f} s")
-    import cupy as cp
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    name = name.decode() if isinstance(name, bytes) else name
-    record = {"bench": "gpu_streaming", "device": name, "date": datetime.date.today().isoformat(),
-              "cases": results}
-    path = result_path("gpu_streaming", name)
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result("gpu_streaming", gpu_name(), cases=results)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from . import graph, probabilistic
 from .engines import Engine, select_engine, sparse

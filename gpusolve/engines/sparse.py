@@ -394,7 +394,7 @@ class Streamer:
     def map(self, jobs: list[tuple], work: Callable, what: str, check: Callable[[], None] | None = None) -> list:
         """work(i, *device arrays) for job i's host arrays, which returns device arrays;
         the results of every job as host arrays, in job order."""
-        xp, n = self.xp, len(jobs)
+        n = len(jobs)
         t0 = time.perf_counter()
         dev, out, pending = [None] * n, [None] * n, [None, None]
         moved_bytes = [0, 0]
