@@ -37,7 +37,8 @@ from gpusolve import graph  # noqa: E402
 from gpusolve.engines import AUTO_MIN_JOINT  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.solve import Options, assign, choose_plan, run_plan, solve  # noqa: E402
+from gpusolve.eliminate import assign, run_plan  # noqa: E402
+from gpusolve.solve import Options, choose_plan, solve  # noqa: E402
 
 MAX_PEAK = 60 << 30  # exact plans needing more (messages stay on the device) are reported, not run
 FUSED_WARM_MIN = 10_000_000  # plans from this size get a warm run with every bucket fused

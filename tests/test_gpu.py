@@ -17,7 +17,8 @@ from gpusolve.engines.cupy_engine import HostTable
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.model import CostFunction, Problem, Variable, condition
 from gpusolve.plan import MiniBucket, build_plan
-from gpusolve.solve import Options, assign, run_plan, solve
+from gpusolve.eliminate import assign, run_plan
+from gpusolve.solve import Options, solve
 
 pytestmark = pytest.mark.gpu
 

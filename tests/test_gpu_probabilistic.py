@@ -10,7 +10,8 @@ from gpusolve.engines.base import reduce_axes
 from gpusolve.generate import markov_grid
 from gpusolve.graph import elimination_order
 from gpusolve.plan import build_plan
-from gpusolve.solve import Options, run_plan, solve
+from gpusolve.eliminate import run_plan
+from gpusolve.solve import Options, solve
 
 pytestmark = pytest.mark.gpu
 

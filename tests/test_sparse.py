@@ -16,7 +16,8 @@ from gpusolve import plan as plan_module
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import lower_top, preprocess
 from gpusolve.generate import generate
-from gpusolve.solve import Options, assign, bounded_sparse, run_plan, solve
+from gpusolve.eliminate import assign, run_plan
+from gpusolve.solve import Options, bounded_sparse, solve
 
 SEEDS = range(120)
 

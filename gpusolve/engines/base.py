@@ -32,7 +32,7 @@ class Engine(ABC):
         return [self.put(t) for t in tables]
 
     def assign_values(self, problem, plan, tables, messages) -> list[int] | None:
-        """The whole value-assignment phase, or None to let solve.assign recompute bucket by bucket."""
+        """The whole value-assignment phase, or None to let eliminate.assign recompute bucket by bucket."""
         return None
 
     def block_entries(self) -> int:

@@ -218,7 +218,7 @@ def assign_source(mode: str) -> FusedKernel:
     part p is a table at address parts[4p], read at x * parts[4p+1] plus
     value[u] * stride for each (u, stride) pair in terms[parts[4p+2]:
     parts[4p+3]]. Threads take values x of the domain, sum the parts in
-    solve.assign's order (int64 saturating at top after every addition,
+    eliminate.assign's order (int64 saturating at top after every addition,
     float64 left to right from 0), and the block keeps the smallest sum with
     the lowest x, NaN first, as np.argmin does. Thread 0 stores the choice in
     `values`, which the next steps read after the barrier. steps, parts and
@@ -513,13 +513,13 @@ class CupyEngine(Engine):
 
     # -- value assignment -------------------------------------------------
     def assign_values(self, problem, plan, tables, messages) -> list[int] | None:
-        """solve.assign on the device: one upload of descriptors, one kernel, one copy back.
+        """eliminate.assign on the device: one upload of descriptors, one kernel, one copy back.
 
         The generic path costs a synchronisation and several launches per
         variable; here one block walks the plan (assign_source) and the
         result is the same assignment, value for value. None when a table
         the walk reads is sparse or lies in host memory beyond the device
-        budget: then solve.assign's generic path runs.
+        budget: then eliminate.assign's generic path runs.
         """
         from .sparse import SparseTable
         dtype = np.dtype(problem.dtype)
