@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import parsers
@@ -28,7 +29,9 @@ from .generate import TOPOLOGIES, GenerateError, generate
 from .graph import OrderError
 from .model import ModelError
 from .plan import TABLES, build_plan, fmt_bytes
-from .solve import BudgetError, Options, Result, TimeLimit, available_memory, solve, write_solution
+from .anytime import Stop
+from .solve import (BudgetError, Options, Result, TimeLimit, available_memory, make_schedule, solve,
+                    write_solution)
 
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
 err = Console(stderr=True, highlight=False)
@@ -71,6 +74,9 @@ def solve_options(f):
         click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
         click.option("--task", type=click.Choice(("MPE", "PR", "MAR"), case_sensitive=False), default=None,
                      help="For .uai files: MPE (default), PR (log10 Z) or MAR (marginals)."),
+        click.option("--search/--no-search", default=True, show_default=True,
+                     help="Beyond what exact elimination proves: cost shifting, local search and AND/OR "
+                          "branch and bound until proof, time limit or Ctrl-C."),
     ]):
         f = opt(f)
     return f
@@ -88,13 +94,15 @@ class Failure(Exception):
         self.code, self.status = code, status
 
 
-def solve_file(path: str, options: Options, evidence=None, progress_factory=None) -> Result:
+def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
+               stop=None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
     try:
         t0 = time.perf_counter()
         problem = parsers.read(path, evidence)
         read_time = time.perf_counter() - t0
-        return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time)
+        return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
+                     on_bounds=on_bounds, stop=stop)
     except (ParseError, OrderError, DeviceError) as e:
         raise Failure(str(e), EXIT_INPUT) from None
     except (ModelError, ValueError) as e:
@@ -114,17 +122,44 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
 
 @contextmanager
 def progress_bar(enabled: bool, label: str):
-    """A rich bar on stderr when it is a terminal; yields a factory(total) -> advance(n)."""
+    """A rich display on stderr when it is a terminal: a bar per elimination and a line with the
+    bounds held (the gap shrinking live). Yields (factory(total) -> advance(n), on_bounds) or Nones."""
     if not (enabled and err.is_terminal):
-        yield None
+        yield None, None
         return
-    bar = Progress(TextColumn(label), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                   TimeElapsedColumn(), console=err, transient=True)
     with bar:
+        held = bar.add_task("bounds: none yet", total=None)
+        tasks = []
+
         def factory(total):
-            task = bar.add_task(label, total=max(total, 1))
-            return lambda n: bar.advance(task, n)
-        yield factory
+            for t in tasks:  # one bar at a time: the phase before is over
+                bar.remove_task(t)
+            tasks[:] = [bar.add_task(label, total=max(total, 1))]
+            return lambda n: bar.advance(tasks[0], n)
+
+        def on_bounds(lower, upper, phase):
+            gap = "" if lower is None or upper is None else f", gap {_fmt(upper - lower)}"
+            bar.update(held, description=f"bounds [{_fmt(lower)}, {_fmt(upper)}]{gap} ({phase})")
+        yield factory, on_bounds
+
+
+@contextmanager
+def interruptible():
+    """Ctrl-C and SIGTERM ask the solver to stop and report what it holds; a second Ctrl-C aborts."""
+    stop = Stop()
+
+    def ask(signum, frame):
+        stop.interrupted = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    old = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @main.command("solve")
@@ -139,8 +174,8 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
     options = Options(**solve_kw)
     try:
-        with progress_bar(not as_json, "eliminating") as factory:
-            result = solve_file(file, options, evidence, factory)
+        with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
+            result = solve_file(file, options, evidence, factory, on_bounds, stop)
     except Failure as f:
         if as_json:
             print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
@@ -174,14 +209,20 @@ def print_result(r: Result) -> None:
     t.add_row("upper bound", _fmt(r.upper_bound))
     if r.lower_bound is not None and r.upper_bound is not None:
         t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
-    t.add_row("method", ("exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else ""))
-              + (" + distribute pass" if r.task == "MAR" else ""))
+    t.add_row("method", method(r))
     t.add_row("induced width", str(r.induced_width))
     t.add_row("engine", r.engine + (f" ({r.device_note})" if r.device_note else ""))
     t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
     if r.largest_rows:
         t.add_row("sparse tables", f"largest message {r.largest_rows:,} rows")
     t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
+    if r.search:
+        s = r.search
+        t.add_row("search", f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits, "
+                            + ("complete" if s["complete"] else "stopped"))
+    if len(r.trace) > 1:
+        t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
+                                                 for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
         shown = " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else "")
         t.add_row("assignment", shown)
@@ -190,6 +231,17 @@ def print_result(r: Result) -> None:
     if r.marginals and len(r.marginals) > 20:
         t.add_row("", f"({len(r.marginals) - 20} more variables: use --json or --uai-output)")
     out.print(t)
+
+
+def method(r: Result) -> str:
+    """What was run, as the literature names it."""
+    if r.z is None:
+        text = "exact BE"
+    else:
+        text = f"MBE(z={r.z})" + (" (exact)" if r.exact else "")
+    if r.search:
+        text += " + FGLP + local search + AND/OR search"
+    return text + (" + distribute pass" if r.task == "MAR" else "")
 
 
 def _fmt(x) -> str:
@@ -203,8 +255,11 @@ def _fmt(x) -> str:
 @click.option("--evidence", type=str, default=None)
 @click.option("--order", default="minfill", show_default=True)
 @click.option("--tables", type=click.Choice(TABLES), default="auto", show_default=True)
-def info_cmd(file, evidence, order, tables):
-    """Sizes, induced widths and predicted memory of BE and MBE(z)."""
+@click.option("--z", type=click.IntRange(min=1), default=None, help="As for solve: the schedule with this z.")
+@click.option("--time-limit", type=click.FloatRange(min=0), default=None, help="As for solve.")
+@click.option("--mem-limit", type=SizeParam(), default=None, help="As for solve.")
+def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
+    """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
     try:
         problem = parsers.read(file, evidence)
         g = graph.primal_graph(problem)
@@ -240,12 +295,22 @@ def info_cmd(file, evidence, order, tables):
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):
         t.add_column(c, justify="right")
-    for z in range(max(max_arity, 1), plan.induced_width + 2):
-        p = build_plan(problem, orders[order], z, n_comp)
+    for zz in range(max(max_arity, 1), plan.induced_width + 2):
+        p = build_plan(problem, orders[order], zz, n_comp)
         big = p.largest()
-        t.add_row(str(z), str(len(p.minibuckets)), f"{big.out_entries:,}" if big else "0",
+        t.add_row(str(zz), str(len(p.minibuckets)), f"{big.out_entries:,}" if big else "0",
                   fmt_bytes(p.peak_bytes))
     out.print(t)
+    if problem.task in ("MPE", "WCSP"):
+        options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
+        budget = mem_limit if mem_limit is not None else available_memory()
+        try:
+            schedule = make_schedule(problem, orders[order], options, budget, n_comp, "numpy")
+        except (BudgetError, ValueError) as e:
+            out.print(f"schedule: none ({e})", markup=False)
+        else:
+            out.print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
+            out.print(schedule.describe(), markup=False)
 
 
 @main.command("generate")

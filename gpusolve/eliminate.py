@@ -6,12 +6,17 @@ stored.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable
 
 from .engines import Engine, sparse
 from .model import Problem
-from .plan import MiniBucket, Plan
+from .plan import MiniBucket, Plan, build_plan, largest_fitting_z
+from .preprocess import lower_top, preprocess
+
+# The cheap mini-bucket run that finds an incumbent for bounded sparse BE may use this much memory.
+INCUMBENT_BYTES = 256 << 20
 
 
 class TimeLimit(RuntimeError):
@@ -20,10 +25,13 @@ class TimeLimit(RuntimeError):
 
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
              progress: Callable[[int], None] | None = None,
-             op: Callable[[MiniBucket], str] = lambda mb: "min"):
-    """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages)."""
+             op: Callable[[MiniBucket], str] = lambda mb: "min",
+             stop: Callable[[], bool] | None = None):
+    """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
+
+    Raises TimeLimit between chunks once `deadline` passes or `stop()` says so."""
     def check():
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and time.perf_counter() > deadline or stop is not None and stop():
             raise TimeLimit("time limit reached during elimination")
 
     dom = problem.domains
@@ -82,3 +90,44 @@ def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> li
                     costs = xp.minimum(costs, problem.top)
         value[var] = int(xp.argmin(costs))
     return value
+
+
+def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
+                   deadline: float | None, n_components: int = 1):
+    """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
+
+    A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
+    of cost ub. With top lowered to ub every row that cannot beat the
+    incumbent counts as forbidden, so preprocessing and the sparse tables'
+    RestBound prune all of them; what is left is often small. Returns (lower,
+    assignment, plan, messages) with lower the optimum (>= top: infeasible),
+    the mini-bucket bounds when the time limit strikes during the exact run,
+    or None when the sparse tables outgrow the budget (then MBE `fallback` runs).
+    """
+    max_arity = max((f.arity for f in problem.functions), default=0)
+    cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components)
+    if cheap is None or not fallback.rows_within(budget):
+        return None
+    lower, tables, messages = run_plan(problem, cheap, engine, deadline)
+    if problem.is_forbidden(lower):
+        return lower, None, cheap, messages
+    incumbent = assign(problem, cheap, engine, tables, messages)
+    ub = problem.evaluate(incumbent)
+    if lower == ub:
+        return ub, incumbent, cheap, messages
+    below = preprocess(lower_top(problem, ub))
+    if below.infeasible:
+        return ub, incumbent, cheap, messages  # nothing beats the incumbent
+    plan = build_plan(below.problem, order, None, n_components, "sparse")
+    if not all(mb.sparse for mb in plan.minibuckets):
+        return None  # a key wider than 63 bits
+    plan = dataclasses.replace(plan, row_limit=plan.rows_within(budget))
+    try:
+        lower, tables, messages = run_plan(below.problem, plan, engine, deadline)
+    except TimeLimit:
+        return lower, incumbent, cheap, messages  # still the mini-bucket bounds
+    except sparse.SparseOverflow:
+        return None
+    if below.problem.is_forbidden(lower):
+        return ub, incumbent, plan, messages  # nothing beats the incumbent
+    return lower, below.expand(assign(below.problem, plan, engine, tables, messages)), plan, messages

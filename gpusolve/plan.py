@@ -31,6 +31,10 @@ TABLES = ("auto", "dense", "sparse")
 SPARSE_FRACTION = 0.05
 
 
+class BudgetError(RuntimeError):
+    """The plan asked for does not fit the memory budget (exit code 3)."""
+
+
 @dataclass(frozen=True)
 class MiniBucket:
     index: int
@@ -251,3 +255,44 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
     return Plan(order=list(order), z=z, minibuckets=minibuckets, buckets=buckets,
                 constants=constants, roots=roots, induced_width=width, n_components=n_components,
                 itemsize=itemsize, original_bytes=original, position=pos, tables=tables)
+
+
+def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
+                n_components: int = 1, tables: str = "dense") -> Plan:
+    """Exact BE when it fits (or MBE(z) when z is given), else the largest z that fits.
+
+    With tables auto, a plan that does not fit with its per-bucket choice is tried all sparse
+    (its bound on rows may fit where dense tables do not) before mini-buckets.
+    """
+    max_arity = max((f.arity for f in problem.functions), default=0)
+    if z is not None and z < max(max_arity, 1):
+        raise ValueError(f"--z {z} is smaller than the largest arity ({max_arity}); z counts every "
+                         f"variable of a mini-bucket, the eliminated one included")
+    plan = build_plan(problem, order, z, n_components, tables)
+    if plan.peak_bytes <= budget:
+        return plan
+    if tables == "auto":
+        all_sparse = build_plan(problem, order, z, n_components, "sparse")
+        if all_sparse.peak_bytes <= budget:
+            return all_sparse
+    fitting = largest_fitting_z(problem, order, budget, max_arity, plan.induced_width + 1, n_components)
+    if z is None and fitting is not None:
+        return fitting
+    big = plan.largest()
+    advice = (f"the largest z that fits is {fitting.z}" if fitting is not None
+              else "no mini-bucket bound fits either")
+    what = "exact bucket elimination" if z is None else f"MBE(z={z})"
+    raise BudgetError(
+        f"{what} needs {fmt_bytes(plan.peak_bytes)} but the memory budget is {fmt_bytes(budget)}; "
+        f"largest bucket: variable {big.var}, {len(big.scope)} separator variables, "
+        f"{big.out_entries:,} entries = {fmt_bytes(big.out_entries * plan.itemsize)}; {advice} "
+        f"(raise --mem-limit or pass --z)")
+
+
+def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1) -> Plan | None:
+    """MBE plans shrink as z decreases; scan down from the exact width."""
+    for z in range(upper, max(max_arity, 1) - 1, -1):
+        plan = build_plan(problem, order, z, n_components)
+        if plan.peak_bytes <= budget:
+            return plan
+    return None

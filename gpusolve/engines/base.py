@@ -18,6 +18,7 @@ Scoped = tuple[object, tuple[int, ...]]  # (table on the engine, its scope)
 class Engine(ABC):
     name: str = "?"
     xp = None  # the array module tables live in
+    compile_s: float = 0.0  # kernel compilation time so far (the GPU engine's)
 
     @abstractmethod
     def put(self, table):

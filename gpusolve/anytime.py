@@ -1,0 +1,332 @@
+"""The anytime schedule: phases that only ever tighten the bounds held, until proof or stop.
+
+A `Schedule` is planned once from the model, the elimination order and the
+budgets, printed by `gpusolve info`, then run. Exact BE alone when its plan
+fits and its predicted time does; otherwise cheap bounds first and proof
+last: MBE at a small z (a lower bound, and the greedy assignment as an
+incumbent), cost shifting (FGLP) and MBE(z) with moment matching on the
+shifted problem (a tighter lower bound and the search heuristic), local
+search from rollouts guided by those messages (incumbents), then AND/OR
+branch and bound (search.py), whose completion proves the incumbent optimal.
+
+`Bounds` holds the best lower bound and incumbent; each phase reports to
+it, and it never accepts a worse value. A stop request (deadline, Ctrl-C,
+SIGTERM) ends the phase in progress cooperatively; the bounds held stand.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .model import Problem
+from .plan import Plan, build_plan, choose_plan
+
+# Joint-table entries per second, to predict a phase's time before starting it.
+CPU_RATE = 1.5e8
+GPU_RATE = 5e10
+BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
+# The cheap first bound may take this long; the search heuristic this share of the time limit
+# (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
+FIRST_BOUND_S = 0.05
+HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.1, 0.5
+LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.1, 2.0
+FGLP_ITERATIONS = 100
+# Result.phases keys: elimination phases share one timer, as before the schedule existed.
+TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search"}
+
+
+class Stop:
+    """Whether to stop now: a deadline and an interrupt flag (set by a signal handler)."""
+
+    def __init__(self, deadline: float | None = None):
+        self.deadline = deadline
+        self.interrupted = False
+
+    def __call__(self) -> bool:
+        return self.interrupted or (self.deadline is not None and time.perf_counter() >= self.deadline)
+
+    def remaining(self) -> float:
+        return math.inf if self.deadline is None else max(self.deadline - time.perf_counter(), 0.0)
+
+
+@dataclass
+class Bounds:
+    """Best lower bound and incumbent so far (internal costs), and the trace of improvements."""
+
+    problem: Problem
+    t0: float
+    lower: object
+    upper: object
+    assignment: list[int] | None = None
+    proven: bool = False  # lower == upper by proof (or infeasibility)
+    trace: list[tuple[float, object, object, str]] = field(default_factory=list)
+    on_change: Callable[["Bounds", str], None] | None = None
+
+    @classmethod
+    def start(cls, problem: Problem, t0: float, on_change=None) -> "Bounds":
+        """The trivial lower bound (each function's minimum) before any phase runs."""
+        lower = problem.dtype(0)
+        for f in problem.functions:
+            lower = _add(problem, lower, f.table.min() if f.table.size else problem.top)
+        b = cls(problem, t0, lower, problem.top, on_change=on_change)
+        b._record("trivial")
+        return b
+
+    @property
+    def closed(self) -> bool:
+        return self.proven or self.lower >= self.upper or self.problem.is_forbidden(self.lower)
+
+    def raise_lower(self, lower, phase: str) -> None:
+        lower = min(lower, self.upper) if self.assignment is not None else lower
+        if lower > self.lower:
+            self.lower = lower
+            self._record(phase)
+
+    def offer(self, assignment, phase: str) -> bool:
+        """Take an assignment as the incumbent if it is feasible and cheaper."""
+        if assignment is None:
+            return False
+        assignment = [int(a) for a in assignment]
+        cost = self.problem.evaluate(assignment)
+        if self.problem.is_forbidden(cost) or cost >= self.upper:
+            return False
+        self.upper, self.assignment = cost, assignment
+        if self.lower > cost:  # float summation order: the evaluated cost is the truth
+            self.lower = cost
+        self._record(phase)
+        return True
+
+    def prove(self, phase: str) -> None:
+        """The incumbent is optimal (or, with none, the problem is infeasible)."""
+        self.proven = True
+        if self.lower != self.upper:
+            self.lower = self.upper
+            self._record(phase)
+
+    def _record(self, phase: str) -> None:
+        self.trace.append((time.perf_counter() - self.t0, self.lower, self.upper, phase))
+        if self.on_change:
+            self.on_change(self, phase)
+
+
+def _add(problem: Problem, a, b):
+    return min(a + b, problem.top) if problem.integer else a + b
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # be | mbe | fglp | local-search | search | bounded-sparse
+    plan: Plan | None = None  # the elimination this phase runs
+    predicted_s: float = 0.0
+    shifted: bool = False  # runs on the FGLP-shifted problem
+    seconds: float | None = None  # a time slice (local search)
+
+    def describe(self) -> str:
+        what = self.name
+        if self.plan is not None:
+            what += " (exact BE)" if self.plan.z is None else f" (z={self.plan.z})"
+            what += f", predicted {self.predicted_s:.3g} s, peak {self.plan.peak_bytes / 2**20:.1f} MiB"
+        if self.shifted:
+            what += ", on the cost-shifted problem"
+        if self.seconds is not None:
+            what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
+        return what
+
+
+@dataclass(frozen=True)
+class Schedule:
+    phases: tuple[Phase, ...]
+    engine: str  # numpy | cupy: what the predictions assumed
+
+    @property
+    def heuristic(self) -> Plan | None:
+        """The plan whose messages guide search and local search (the last MBE)."""
+        return next((p.plan for p in reversed(self.phases) if p.name == "mbe"), None)
+
+    @property
+    def largest_joint(self) -> int:
+        return max((sum(mb.joint_entries for mb in p.plan.minibuckets) for p in self.phases if p.plan), default=0)
+
+    def describe(self) -> str:
+        return "\n".join(f"{i + 1}. {p.describe()}" for i, p in enumerate(self.phases))
+
+
+def predict_s(plan: Plan, engine: str) -> float:
+    rate = GPU_RATE if engine == "cupy" else CPU_RATE
+    return sum(mb.joint_entries / rate + BUCKET_OVERHEAD_S[engine] for mb in plan.minibuckets)
+
+
+def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
+                  time_limit: float | None, engine: str, z: int | None = None, search: bool = True,
+                  n_components: int = 1, tables: str = "auto") -> Schedule:
+    """Phases for an optimisation task (WCSP, MPE).
+
+    `exact` is the exact plan when it fits the memory budget (None otherwise). Exact BE runs
+    alone when its predicted time fits the limit (or search is off). Otherwise: a first cheap
+    MBE, then FGLP and MBE(z) on the shifted problem — z given, or the largest whose predicted
+    time fits a share of the limit — local search, and AND/OR search until proof or stop.
+    Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
+    for integer problems by bounded sparse BE, as before search existed.
+    """
+    limit = math.inf if time_limit is None else time_limit
+    if exact is not None and z is None and (not search or predict_s(exact, engine) <= 0.8 * limit):
+        return Schedule((Phase("be", exact, predict_s(exact, engine)),), engine)
+    if not search:
+        fitting = choose_plan(problem, order, z, budget, n_components)
+        phases = (Phase("mbe", fitting, predict_s(fitting, engine)),)
+        if z is None and tables != "dense" and problem.integer:
+            phases = (Phase("bounded-sparse", fitting),) + phases
+        return Schedule(phases, engine)
+    max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
+    width = build_plan(problem, order, None, n_components).induced_width
+
+    def mbe_within(seconds: float, top_z: int) -> Plan:
+        best = None
+        for zz in range(max_arity, top_z + 1):
+            plan = build_plan(problem, order, zz, n_components)
+            if plan.peak_bytes > budget or (best is not None and predict_s(plan, engine) > seconds):
+                break
+            best = plan
+            if plan.exact:
+                break
+        return best
+
+    if z is not None:
+        heuristic = choose_plan(problem, order, z, budget, n_components)
+    else:
+        heuristic = mbe_within(max(HEURISTIC_SHARE * limit if math.isfinite(limit) else 0, HEURISTIC_MIN_S),
+                               width + 1)
+        if heuristic is None:  # not even the smallest z fits: choose_plan says so
+            heuristic = choose_plan(problem, order, None, budget, n_components)
+    first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
+    phases = []
+    if first is not None and (first.z or 0) < (heuristic.z or width + 1):
+        phases.append(Phase("mbe", first, predict_s(first, engine)))
+    phases.append(Phase("fglp"))
+    phases.append(Phase("mbe", heuristic, predict_s(heuristic, engine), shifted=True))
+    ls = min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)
+    phases.append(Phase("local-search", seconds=ls))
+    phases.append(Phase("search", seconds=math.inf, shifted=True))
+    return Schedule(tuple(phases), engine)
+
+
+def rng_for(problem: Problem) -> np.random.Generator:
+    """Deterministic runs: the same file gives the same trace of incumbents."""
+    return np.random.default_rng(len(problem.variables) * 7919 + len(problem.functions))
+
+
+@dataclass
+class Outcome:
+    """What the phases left besides the bounds: for the report."""
+
+    plan: Plan | None = None  # the last elimination plan run
+    messages: dict = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    search: dict | None = None  # SearchStats.to_json() of the search phase
+    note: str = ""
+
+
+def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
+                 stop: Stop, budget: int, progress_factory=None, n_components: int = 1) -> Outcome:
+    """Run the phases in order until the bounds close, the schedule ends or `stop()`."""
+    from . import eliminate, search
+
+    out = Outcome()
+    shifted = problem  # the FGLP-shifted equivalent, once computed
+    guide = None  # (problem, plan, tables, messages) of the last MBE: heuristic and rollout guide
+    for phase in schedule.phases:
+        if bounds.closed or stop():
+            break
+        if phase.predicted_s > stop.remaining():
+            out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
+            continue
+        t = time.perf_counter()
+        on = shifted if phase.shifted else problem
+        try:
+            if phase.name in ("be", "mbe"):
+                progress = progress_factory(sum(mb.joint_entries for mb in phase.plan.minibuckets)) \
+                    if progress_factory else None
+                lower, tables, messages = eliminate.run_plan(on, phase.plan, engine, None, progress, stop=stop)
+                out.plan, out.messages = phase.plan, messages
+                label = "BE" if phase.plan.z is None else f"MBE(z={phase.plan.z})"
+                if on.is_forbidden(lower):
+                    bounds.raise_lower(problem.top, label)
+                    bounds.prove(label)
+                    continue
+                bounds.raise_lower(lower, label)
+                bounds.offer(eliminate.assign(on, phase.plan, engine, tables, messages), label)
+                if phase.plan.exact:
+                    bounds.prove(label)
+                guide = (on, phase.plan, tables, messages)
+            elif phase.name == "fglp":
+                from .shift import fglp
+                shifted = fglp(problem, FGLP_ITERATIONS, stop.deadline)
+                bounds.raise_lower(_constant(shifted), "FGLP")
+            elif phase.name == "local-search":
+                _local_search(problem, guide, engine, bounds, stop, phase.seconds)
+            elif phase.name == "search":
+                _search(on, order, guide, engine, bounds, stop, out)
+            elif phase.name == "bounded-sparse":
+                found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
+                                                 n_components)
+                if found is not None:
+                    lower, assignment, out.plan, out.messages = found
+                    bounds.offer(assignment, "bounded sparse BE")
+                    bounds.raise_lower(lower, "bounded sparse BE")
+        except eliminate.TimeLimit:
+            pass  # the bounds held stand
+        except search.Stopped:
+            pass
+        finally:
+            key = TIMER.get(phase.name, phase.name)
+            out.phase_s[key] = out.phase_s.get(key, 0.0) + time.perf_counter() - t
+    return out
+
+
+def _constant(problem: Problem):
+    total = problem.dtype(0)
+    for f in problem.functions:
+        if not f.scope:
+            total = _add(problem, total, f.table[()])
+    return total
+
+
+def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float) -> None:
+    from . import local_search
+    end = time.perf_counter() + seconds
+    rng = rng_for(problem)
+    starts = []
+    if guide is not None:
+        on, plan, tables, messages = guide
+        starts.append(local_search.rollouts(on, plan, engine, tables, messages, ROLLOUTS, rng))
+    if bounds.assignment is not None:
+        starts.append(np.asarray([bounds.assignment]))
+    if not starts:
+        return
+    local_search.local_search(problem, np.concatenate(starts), min(end, stop.deadline or end), rng,
+                              should_stop=stop, on_improve=lambda cost, a: bounds.offer(a, "local search"))
+
+
+ROLLOUTS = 1024
+
+
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+    from .search import AndOrSearch, Heuristic
+    if guide is None:
+        return
+    on, plan, _, messages = guide
+    s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop)
+    # Floats: only a clear improvement counts, so summation order cannot fake one.
+    target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
+        bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
+    try:
+        cost, assignment = s.run(target)
+    finally:
+        out.search = s.stats.to_json()
+    if assignment is not None:
+        bounds.offer(assignment, "AND/OR search")
+    bounds.prove("AND/OR search")

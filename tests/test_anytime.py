@@ -1,0 +1,133 @@
+"""The anytime schedule: bounds only tighten, a stop returns what is held, the schedule is printable."""
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers import brute_force, random_problem
+
+from gpusolve import graph
+from gpusolve.anytime import Bounds, Stop, plan_schedule
+from gpusolve.generate import generate
+from gpusolve.solve import Options, exact_within, solve
+from parsers.write import write_wcsp
+
+
+def hard_grid():
+    """10x10 grid, domain 10, half the tuples forbidden: far beyond exact BE, toulbar2 has no proof in 60 s."""
+    return generate("grid", 100, 10, 0.3, 0.5, seed=1)
+
+
+def assert_trace_monotone(trace):
+    lows = [lo for _, lo, _, _ in trace if lo is not None]
+    highs = [hi for _, _, hi, _ in trace if hi is not None]
+    times = [t for t, _, _, _ in trace]
+    assert lows == sorted(lows) and highs == sorted(highs, reverse=True) and times == sorted(times)
+    if lows and highs:
+        assert lows[-1] <= highs[-1]
+
+
+def test_bounds_accept_only_improvements():
+    rng = np.random.default_rng(3)
+    while True:  # a problem whose worst assignment is worse than its best
+        problem = random_problem(rng, n_max=5, d_max=3, f_max=8, p_hard=0.0)
+        best, arg = brute_force(problem)
+        worst = max((problem.evaluate(a), a) for a in np.ndindex(*problem.domains))[1]
+        if problem.evaluate(worst) > best:
+            break
+    b = Bounds.start(problem, time.perf_counter())
+    assert b.lower <= best
+    assert b.offer(worst, "x") and b.upper == problem.evaluate(worst)
+    assert b.offer(arg, "y") and b.upper == best
+    assert not b.offer(worst, "z") and b.upper == best  # never a worse incumbent
+    b.raise_lower(best + 5, "too high")  # a lower bound above the incumbent is clipped to it
+    assert b.lower == best and b.closed
+
+
+class AfterChecks(Stop):
+    """Says stop from its k-th question on: every phase boundary and check becomes a stop point."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k, self.calls = k, 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.calls > self.k
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_every_stop_point_holds_valid_bounds(seed):
+    """Stopped after k checks, any schedule returns lower <= optimum <= upper and a monotone trace."""
+    rng = np.random.default_rng(500 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, integer=seed % 3 != 0)
+    best, _ = brute_force(problem)
+    stop = AfterChecks(seed % 7)
+    r = solve(problem, Options(device="cpu", z=max([f.arity for f in problem.functions] + [1])), stop=stop)
+    assert_trace_monotone(r.trace)
+    if r.status == "infeasible":
+        assert best >= problem.top
+        return
+    lo = problem.sense * r.lower_bound - problem.offset
+    assert lo <= best + 1e-9
+    if r.upper_bound is not None:
+        assert problem.sense * r.upper_bound - problem.offset >= best - 1e-9
+        assert problem.evaluate(r.assignment) < problem.top
+
+
+def test_time_limit_is_honoured_and_bounds_are_reported():
+    problem = hard_grid()
+    t = time.perf_counter()
+    r = solve(problem, Options(device="cpu", time_limit=2.0))
+    assert time.perf_counter() - t < 3.0
+    assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
+    assert r.lower_bound < r.upper_bound and problem.evaluate(r.assignment) == r.upper_bound
+    assert_trace_monotone(r.trace)
+    assert r.schedule[-1].startswith("5. search") and r.search is not None
+
+
+def test_interrupt_stops_within_a_second():
+    problem = hard_grid()
+    stop = Stop()
+    threading.Timer(1.5, lambda: setattr(stop, "interrupted", True)).start()
+    t = time.perf_counter()
+    r = solve(problem, Options(device="cpu"), stop=stop)
+    assert time.perf_counter() - t < 2.5
+    assert r.status == "bounded" and r.upper_bound is not None and "interrupted" in r.device_note
+
+
+def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
+    small = generate("random", 12, 4, 0.3, 0.3, seed=1)
+    order = graph.elimination_order(small)
+    exact = exact_within(small, order, 1 << 30, 1, "auto")
+    names = [p.name for p in plan_schedule(small, order, exact, 1 << 30, None, "numpy").phases]
+    assert names == ["be"]
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    assert exact_within(problem, order, 1 << 30, 1, "auto") is None
+    schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
+    names = [p.name for p in schedule.phases]
+    assert names[-4:] == ["fglp", "mbe", "local-search", "search"]
+    first, heuristic = [p.plan for p in schedule.phases if p.name == "mbe"]
+    assert first.z < heuristic.z and heuristic is schedule.heuristic
+    assert "search" in schedule.describe()
+
+
+def test_ctrl_c_reports_the_best_bounds(tmp_path):
+    path = tmp_path / "grid.wcsp"
+    write_wcsp(hard_grid(), path)
+    proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(path), "--json", "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    t = time.perf_counter()
+    out, err = proc.communicate(timeout=30)
+    assert time.perf_counter() - t < 1.5, err
+    assert proc.returncode == 0, err
+    r = json.loads(out)
+    assert r["status"] == "bounded" and r["lower_bound"] < r["upper_bound"]
+    assert r["trace"] and "interrupted" in r["device_note"]
