@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from . import shift
 from .engines import Engine, sparse
 from .model import Problem
 from .plan import MiniBucket, Plan
@@ -20,8 +21,12 @@ class TimeLimit(RuntimeError):
 
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
              progress: Callable[[int], None] | None = None,
-             op: Callable[[MiniBucket], str] = lambda mb: "min"):
-    """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages)."""
+             op: Callable[[MiniBucket], str] = lambda mb: "min", match: bool = False):
+    """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
+
+    `match`: moment-match the dense mini-buckets of every bucket eliminated by min
+    (MBE-MM, shift.match_bucket) before eliminating them, for a tighter lower bound.
+    """
     def check():
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeLimit("time limit reached during elimination")
@@ -33,10 +38,14 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         bound.add(("f", i), t, problem.functions[i].scope)
     messages: dict[int, object] = {}
     stored = 0  # rows of the sparse messages kept, counted against plan.row_limit
+    shifts: dict[int, object] = {}
     for mb in plan.minibuckets:
         check()
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+        if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
+            shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages)
+        inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = sparse.eliminate(engine, mb, inputs, dom, problem.top, problem.integer, check,
                                               op(mb), bound, limit)
