@@ -76,7 +76,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one tiny grid, a few seconds")
     ap.add_argument("--zs", type=int, default=7, help="z values per instance, from the largest arity up")
-    ap.add_argument("--max-joint", type=float, default=2e8, help="skip plans with more joint entries")
+    ap.add_argument("--max-joint", type=float, default=1.5e9, help="skip plans with more joint entries")
     ap.add_argument("--iterations", type=int, default=100, help="FGLP sweeps at most")
     args = ap.parse_args()
     rows = []

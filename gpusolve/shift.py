@@ -26,6 +26,11 @@ from .engines.sparse import SparseTable, to_module
 from .model import CostFunction, Problem
 
 
+# Sweeps without a rise before FGLP stops: integer bounds often stall a few sweeps, then rise
+# (grid n=100 d=10 seed 1: 3325 stopping at the first stall, 3452 with this patience).
+PATIENCE = 20
+
+
 class _Class:
     """One colour class of variables: no function holds two of them, so all update at once.
 
@@ -41,22 +46,23 @@ class _Class:
         self.parts, self.slots, self.entries, self.count = parts, slots, entries, count
 
 
-def fglp(problem: Problem, iterations: int = 100, deadline: float | None = None, xp=np) -> Problem:
+def fglp(problem: Problem, iterations: int = 100, deadline: float | None = None, xp=np,
+         patience: int = PATIENCE) -> Problem:
     """An equivalent problem whose constant function is a lower bound raised by min-sum FGLP.
 
     Each sweep updates the variables colour class by colour class (a class
     shares no function, so its updates are independent and run on all
     stacked tables at once, which is Gauss-Seidel order). Stops after
-    `iterations` sweeps, when a sweep does not raise the bound (its state is
-    dropped), or at `deadline` (a time.perf_counter() value). The output holds
+    `iterations` sweeps, after `patience` sweeps in a row that do not raise
+    the bound (integer shifts plateau, then rise again), or at `deadline` (a
+    time.perf_counter() value), and returns the best state seen. The output holds
     the non-unary functions with their scopes, one unary per variable where
     not all zero, and one 0-d constant function.
     """
     integer, top = problem.integer, problem.top
-    zero = problem.dtype(0)
     dom = problem.domains
     n, dmax = len(dom), max(dom, default=1)
-    const = zero
+    const = problem.dtype(0)
     unary = np.full((n, dmax), top, dtype=problem.dtype)
     for v, d in enumerate(dom):
         unary[v, :d] = 0
@@ -75,17 +81,18 @@ def fglp(problem: Problem, iterations: int = 100, deadline: float | None = None,
     unary = xp.asarray(unary)
     classes = _colour_classes(xp, problem, scopes, dmax)
     best = _bound(xp, const, tables, unary, problem)
+    kept, stale = ([t.copy() for t in tables], unary.copy()), 0
     for _ in range(iterations):
-        if deadline is not None and time.perf_counter() > deadline:
+        if stale >= patience or (deadline is not None and time.perf_counter() > deadline):
             break
-        saved = [t.copy() for t in tables], unary.copy()
         for c in classes:
             _update_class(xp, c, tables, unary, problem)
         bound = _bound(xp, const, tables, unary, problem)
-        if not _rises(best, bound, integer):
-            tables, unary = saved
-            break
-        best = bound
+        if _rises(best, bound, integer):
+            best, kept, stale = bound, ([t.copy() for t in tables], unary.copy()), 0
+        else:
+            stale += 1
+    tables, unary = kept
     return _extract(xp, problem, groups, scopes, tables, unary, const)
 
 
