@@ -174,3 +174,18 @@ def test_fglp_and_matching_on_the_gpu_agree_with_the_cpu():
             plan = build_plan(p, order, z)
             cpu_bound = run_plan(p, plan, NumpyEngine(), match=True)[0]
             assert close(run_plan(p, plan, gpu, match=True)[0], cpu_bound), (seed, z)
+
+
+def test_matching_leaves_sparse_mini_buckets_alone():
+    """All-sparse plans match nothing (the bound is plain MBE's); mixed plans stay valid."""
+    for seed in range(15):
+        p = dense_problem(np.random.default_rng(seed), integer=True)
+        order = graph.elimination_order(p, "minfill")
+        opt = mbe(p, None)[0]
+        for tables in ("sparse", "auto"):
+            plan = build_plan(p, order, 3, tables=tables)
+            matched = run_plan(p, plan, NumpyEngine(), match=True)[0]
+            plain = run_plan(p, plan, NumpyEngine())[0]
+            assert matched <= opt
+            if tables == "sparse":
+                assert matched == plain
