@@ -189,3 +189,34 @@ def test_matching_leaves_sparse_mini_buckets_alone():
             assert matched <= opt
             if tables == "sparse":
                 assert matched == plain
+
+
+def test_weighted_mini_buckets_bound_z_from_above():
+    """WMB (probabilistic.weighted_bound): never above -log10 Z (brute force on small problems, exact
+    BE on larger ones), exact for exact plans; on these 100 problems it beats one sum and K-1 maxima
+    at 112 of 164 (problem, z) pairs and loses at 52 (equal weights, not optimised)."""
+    from gpusolve.probabilistic import partition_bounds, weighted_bound
+    eng = NumpyEngine()
+    for seed in range(60):
+        p = generated(3 * seed)  # float
+        with np.errstate(divide="ignore"):  # Z = 0: -log10 Z = inf
+            z_true = -np.log10(sum(10.0 ** -float(p.evaluate(a))
+                                   for a in itertools.product(*(range(d) for d in p.domains))))
+        z = max(max((f.arity for f in p.functions), default=1), 1)
+        plan = build_plan(p, graph.elimination_order(p, "minfill"), z)
+        assert weighted_bound(p, plan, eng) <= z_true + 1e-9 * max(1.0, abs(z_true)), seed
+    better = worse = 0
+    for seed in range(100):
+        p = dense_problem(np.random.default_rng(seed), integer=False)
+        order = graph.elimination_order(p, "minfill")
+        exact = build_plan(p, order, None)
+        log_z = weighted_bound(p, exact, eng)
+        assert close(log_z, partition_bounds(p, exact, lambda op: run_plan(p, exact, eng, op=op)[0])[0])
+        for z in range(3, exact.induced_width + 1):
+            plan = build_plan(p, order, z)
+            low = partition_bounds(p, plan, lambda op: run_plan(p, plan, eng, op=op)[0])[0]
+            w = weighted_bound(p, plan, eng)
+            assert at_most(w, log_z), (seed, z)
+            better += w > low + 1e-9
+            worse += w < low - 1e-9
+    assert better >= 2 * worse, (better, worse)
