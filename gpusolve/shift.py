@@ -147,11 +147,9 @@ def _update_class(xp, c: _Class, tables, unary, problem: Problem):
     """Give every function on a class variable, and its unary, an equal share of their min-marginal sum."""
     integer, top = problem.integer, problem.top
     flat = unary.reshape(-1)
-    lams = []
-    for g, axis, rows, _ in c.parts:
-        t = tables[g][rows]
-        other = tuple(a for a in range(1, t.ndim) if a != axis + 1)
-        lams.append(t.min(axis=other))
+    rows_of = [tables[g][rows] for g, _, rows, _ in c.parts]
+    lams = [t.min(axis=tuple(a for a in range(1, t.ndim) if a != axis + 1))
+            for t, (_, axis, _, _) in zip(rows_of, c.parts)]
     mass = xp.concatenate([lam.reshape(-1) for lam in lams])
     total = flat.copy()
     for pos, tgt in c.slots:
@@ -168,8 +166,7 @@ def _update_class(xp, c: _Class, tables, unary, problem: Problem):
     flat[c.entries] = xp.where(dead, top, total - share * (c.count - 1))
     shares = xp.zeros(flat.shape, dtype=flat.dtype)
     shares[c.entries] = share
-    for (g, axis, rows, tgt), lam in zip(c.parts, lams):
-        t = tables[g][rows]
+    for (g, axis, rows, tgt), t, lam in zip(c.parts, rows_of, lams):
         shape = [lam.shape[0]] + [1] * (t.ndim - 1)
         shape[axis + 1] = lam.shape[1]
         if not integer:
