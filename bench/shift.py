@@ -4,7 +4,9 @@ For each shared instance (../shared/instances, skipped when absent) and a few
 generated networks, at several z: plain MBE(z), the FGLP constant, MBE(z) on
 the FGLP problem, MBE-MM, and MBE-MM on the FGLP problem; bound (internal
 cost: minimised, offset excluded; for .uai MPE, -log10 p) and seconds each.
-Plans whose joint tables exceed --max-joint entries are skipped. Writes
+Plans whose joint tables exceed --max-joint entries are skipped. Then PR on
+the shared .uai files: lower bounds on -log10 Z by one sum and K-1 maxima
+per bucket against weighted mini-buckets (WMB). Writes
 bench/results/shift-<device>-<date>.json (not with --quick).
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
 from gpusolve.plan import build_plan  # noqa: E402
 from gpusolve.preprocess import preprocess  # noqa: E402
+from gpusolve.probabilistic import partition_bounds, weighted_bound  # noqa: E402
 from gpusolve.shift import fglp  # noqa: E402
 
 SHARED = Path(os.environ.get("GPUSOLVE_INSTANCES") or ROOT.parent / "shared" / "instances")
@@ -109,12 +112,38 @@ def main():
     losses = {v: sum(1 for r in rows if r["z"] is not None and _gt(r["plain"], r[v])) for v in VARIANTS[1:]}
     pairs = sum(1 for r in rows if r["z"] is not None)
     print(f"(instance, z) pairs: {pairs}; above plain MBE: {wins}; below: {losses}")
+    pr = partition_rows(args)
     if args.quick:
         return  # a smoke run: nothing written
     write_result("shift", cpu_name(),
                  engine="numpy, one thread", fglp_iterations=args.iterations, max_joint=args.max_joint,
                  units="internal cost (minimised, offset excluded; .uai MPE: -log10 p)",
-                 summary={"pairs": pairs, "above_plain": wins, "below_plain": losses}, rows=rows)
+                 summary={"pairs": pairs, "above_plain": wins, "below_plain": losses}, rows=rows,
+                 partition=pr)
+
+
+def partition_rows(args):
+    """PR on the shared .uai files: lower bounds on -log10 Z, one sum and K-1 maxima against WMB."""
+    rows = []
+    names = [] if args.quick or not SHARED.is_dir() else sorted(f.name for f in SHARED.glob("*.uai"))
+    if names:
+        print(f"\n{'PR instance':34} {'z':>3} {'-log10 Z':>12} {'one sum':>18} {'WMB':>18}")
+    for name in names:
+        p = parsers.read(SHARED / name)
+        order = graph.elimination_order(p, "minfill")
+        engine = NumpyEngine()
+        exact = build_plan(p, order, None)
+        log_z = weighted_bound(p, exact, engine)
+        arity = max(f.arity for f in p.functions)
+        for z in range(max(arity, 2), exact.induced_width + 1):
+            plan = build_plan(p, order, z)
+            (low, _), t_low = timed(lambda: partition_bounds(
+                p, plan, lambda op: run_plan(p, plan, engine, op=op)[0]))
+            wmb, t_wmb = timed(lambda: weighted_bound(p, plan, engine))
+            rows.append({"instance": name, "z": z, "minus_log10_z": log_z, "one_sum": low, "one_sum_s": t_low,
+                         "wmb": wmb, "wmb_s": t_wmb})
+            print(f"{name:34} {z:>3} {log_z:12.4f} {low:10.4f} {t_low:6.2f}s {wmb:10.4f} {t_wmb:6.2f}s")
+    return rows
 
 
 def _gt(a, b) -> bool:
