@@ -10,6 +10,7 @@ import dataclasses
 import time
 from typing import Callable
 
+from . import shift
 from .engines import Engine, sparse
 from .model import Problem
 from .plan import MiniBucket, Plan, build_plan, largest_fitting_z
@@ -26,10 +27,13 @@ class TimeLimit(RuntimeError):
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
              progress: Callable[[int], None] | None = None,
              op: Callable[[MiniBucket], str] = lambda mb: "min",
-             stop: Callable[[], bool] | None = None):
+             stop: Callable[[], bool] | None = None, match: bool = False):
     """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
 
-    Raises TimeLimit between chunks once `deadline` passes or `stop()` says so."""
+    Raises TimeLimit between chunks once `deadline` passes or `stop()` says so. `match`:
+    moment-match the dense mini-buckets of every bucket eliminated by min (MBE-MM,
+    shift.match_bucket) before eliminating them, for a tighter lower bound.
+    """
     def check():
         if deadline is not None and time.perf_counter() > deadline or stop is not None and stop():
             raise TimeLimit("time limit reached during elimination")
@@ -41,10 +45,14 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         bound.add(("f", i), t, problem.functions[i].scope)
     messages: dict[int, object] = {}
     stored = 0  # rows of the sparse messages kept, counted against plan.row_limit
+    shifts: dict[int, object] = {}
     for mb in plan.minibuckets:
         check()
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+        if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
+            shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages)
+        inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = sparse.eliminate(engine, mb, inputs, dom, problem.top, problem.integer, check,
                                               op(mb), bound, limit)

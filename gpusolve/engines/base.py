@@ -96,19 +96,47 @@ def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped]
     """Dense bucket step: join-sum the inputs and minimise over `var`, chunk by chunk.
 
     Axis 0 is the eliminated variable, so the minimum is a sequence of
-    element-wise minima over contiguous rows. Inputs are summed smallest
-    first: partial sums stay in the union of the scopes seen so far, and only
-    the last addition touches the whole joint block. Chunks run over the
-    leading separator axes so the working set stays under `chunk` entries
-    (a GPU, with launch costs per chunk, wants larger chunks than a CPU cache).
+    element-wise minima over contiguous rows. Chunks run over the leading
+    separator axes so the working set stays under `chunk` entries (a GPU, with
+    launch costs per chunk, wants larger chunks than a CPU cache).
+    """
+    out_shape = tuple(domains[u] for u in sep)
+    out = xp.empty(out_shape, dtype=xp.int64 if integer else xp.float64)
+    for idx, lead, acc in _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
+        m = reduce_axes(xp, acc, (0,), op)
+        if integer:
+            m = xp.minimum(m, top)
+        out[idx] = m.reshape(m.shape[lead:]) if lead else m
+    return out
+
+
+def min_marginal_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
+                       domains: Sequence[int], top, integer: bool, check=None,
+                       chunk: int = CHUNK_ENTRIES):
+    """Min-marginal of the join over `var`: minimise the (saturating) sum over every `sep` variable.
+
+    The quantity mini-bucket moment matching equalises across a bucket; the
+    same chunked join as eliminate_dense, so working memory stays bounded.
+    """
+    best = None
+    for _, _, acc in _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
+        m = acc.reshape(acc.shape[0], -1).min(axis=1)
+        best = m if best is None else xp.minimum(best, m)
+    return xp.minimum(best, top) if integer else best
+
+
+def _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
+    """Blocks (index over the leading separator axes, number of those axes, joint costs) of the join.
+
+    Axis 0 of a block is `var`. Inputs are summed smallest first: partial sums
+    stay in the union of the scopes seen so far, and only the last addition
+    touches the whole joint block.
     """
     axes = {var: 0}
     axes.update({u: i + 1 for i, u in enumerate(sep)})
     ndim = len(sep) + 1
     views = sorted((aligned(xp, t, s, axes, ndim) for t, s in inputs), key=lambda a: a.size)
     out_shape = tuple(domains[u] for u in sep)
-    dtype = xp.int64 if integer else xp.float64
-    out = xp.empty(out_shape, dtype=dtype)
     lead = _leading_axes(out_shape, domains[var], chunk)
     clamp_each = needs_clamp_each_step(len(views), top, integer)
     for idx in itertools.product(*(range(s) for s in out_shape[:lead])):
@@ -121,11 +149,7 @@ def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped]
             acc = acc + t
             if clamp_each:
                 xp.minimum(acc, top, out=acc)
-        m = reduce_axes(xp, acc, (0,), op)
-        if integer:
-            m = xp.minimum(m, top)
-        out[idx] = m.reshape(m.shape[lead:]) if lead else m
-    return out
+        yield idx, lead, acc
 
 
 def _leading_axes(shape: tuple[int, ...], d: int, chunk: int) -> int:
