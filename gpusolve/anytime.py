@@ -8,6 +8,10 @@ incumbent), cost shifting (FGLP) and MBE(z) with moment matching on the
 shifted problem (a tighter lower bound and the search heuristic), local
 search from rollouts guided by those messages (incumbents), then AND/OR
 branch and bound (search.py), whose completion proves the incumbent optimal.
+Plain MBE at the heuristic's z runs before cost shifting: neither wins on
+every instance, so the tighter of the two guides the last phases; shifting
+is skipped where FGLP cannot raise the bound (problems ruled by hard
+constraints, whose shifted costs are absorbed by top).
 
 `Bounds` holds the best lower bound and incumbent; each phase reports to
 it, and it never accepts a worse value. A stop request (deadline, Ctrl-C,
@@ -32,7 +36,7 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # The cheap first bound may take this long; the search heuristic this share of the time limit
 # (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
 FIRST_BOUND_S = 0.05
-HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.1, 0.5
+HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 0.75
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.1, 2.0
 FGLP_ITERATIONS = 100
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
@@ -63,6 +67,7 @@ class Bounds:
     upper: object
     assignment: list[int] | None = None
     proven: bool = False  # lower == upper by proof (or infeasibility)
+    trivial: object = 0  # the bound before any phase: each function's minimum
     trace: list[tuple[float, object, object, str]] = field(default_factory=list)
     on_change: Callable[["Bounds", str], None] | None = None
 
@@ -72,7 +77,7 @@ class Bounds:
         lower = problem.dtype(0)
         for f in problem.functions:
             lower = _add(problem, lower, f.table.min() if f.table.size else problem.top)
-        b = cls(problem, t0, lower, problem.top, on_change=on_change)
+        b = cls(problem, t0, lower, problem.top, trivial=lower, on_change=on_change)
         b._record("trivial")
         return b
 
@@ -184,7 +189,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
     width = build_plan(problem, order, None, n_components).induced_width
 
-    def mbe_within(seconds: float, top_z: int) -> Plan:
+    def mbe_within(seconds: float, top_z: int) -> Plan | None:
+        """The largest z up to top_z that fits the budget and `seconds` (the smallest z regardless of time)."""
         best = None
         for zz in range(max_arity, top_z + 1):
             plan = build_plan(problem, order, zz, n_components)
@@ -198,7 +204,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     if z is not None:
         heuristic = choose_plan(problem, order, z, budget, n_components)
     else:
-        heuristic = mbe_within(max(HEURISTIC_SHARE * limit if math.isfinite(limit) else 0, HEURISTIC_MIN_S),
+        # Plain and matched MBE at this z cost about three plain runs.
+        heuristic = mbe_within(max(HEURISTIC_SHARE * limit if math.isfinite(limit) else 0, HEURISTIC_MIN_S) / 3,
                                width + 1)
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components)
@@ -206,11 +213,13 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
         phases.append(Phase("mbe", first, predict_s(first, engine)))
+    phases.append(Phase("mbe", heuristic, predict_s(heuristic, engine)))
     phases.append(Phase("fglp"))
-    phases.append(Phase("mbe", heuristic, predict_s(heuristic, engine), shifted=True))
+    # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
+    phases.append(Phase("mbe", heuristic, 2 * predict_s(heuristic, engine), shifted=True))
     ls = min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)
     phases.append(Phase("local-search", seconds=ls))
-    phases.append(Phase("search", seconds=math.inf, shifted=True))
+    phases.append(Phase("search", seconds=math.inf))
     return Schedule(tuple(phases), engine)
 
 
@@ -236,36 +245,45 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
     from . import eliminate, search
 
     out = Outcome()
-    shifted = problem  # the FGLP-shifted equivalent, once computed
-    guide = None  # (problem, plan, tables, messages) of the last MBE: heuristic and rollout guide
+    shifted = None  # the FGLP-shifted equivalent, when shifting raised the bound
+    guide = None  # (problem, plan, tables, messages, lower) of the tightest MBE: heuristic and rollout guide
     for phase in schedule.phases:
         if bounds.closed or stop():
             break
         if phase.predicted_s > stop.remaining():
             out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
             continue
+        if phase.shifted and shifted is None:
+            out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
+            continue
         t = time.perf_counter()
         on = shifted if phase.shifted else problem
         try:
             if phase.name in ("be", "mbe"):
-                progress = progress_factory(sum(mb.joint_entries for mb in phase.plan.minibuckets)) \
+                # The shifted problem has its own function list: the same z, planned again for it.
+                plan = build_plan(on, order, phase.plan.z, n_components) if phase.shifted else phase.plan
+                progress = progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) \
                     if progress_factory else None
-                lower, tables, messages = eliminate.run_plan(on, phase.plan, engine, None, progress, stop=stop)
-                out.plan, out.messages = phase.plan, messages
-                label = "BE" if phase.plan.z is None else f"MBE(z={phase.plan.z})"
+                lower, tables, messages = eliminate.run_plan(on, plan, engine, None, progress, stop=stop,
+                                                             match=phase.shifted)
+                out.plan, out.messages = plan, messages
+                label = "BE" if plan.z is None else f"MBE(z={plan.z})" + (" FGLP+MM" if phase.shifted else "")
                 if on.is_forbidden(lower):
                     bounds.raise_lower(problem.top, label)
                     bounds.prove(label)
                     continue
                 bounds.raise_lower(lower, label)
-                bounds.offer(eliminate.assign(on, phase.plan, engine, tables, messages), label)
-                if phase.plan.exact:
+                bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
+                if plan.exact:
                     bounds.prove(label)
-                guide = (on, phase.plan, tables, messages)
+                if guide is None or lower >= guide[4]:  # neither plain nor shifted MBE wins everywhere
+                    guide = (on, plan, tables, messages, lower)
             elif phase.name == "fglp":
                 from .shift import fglp
-                shifted = fglp(problem, FGLP_ITERATIONS, stop.deadline)
-                bounds.raise_lower(_constant(shifted), "FGLP")
+                candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
+                if _constant(candidate) > bounds.trivial:
+                    shifted = candidate
+                    bounds.raise_lower(_constant(candidate), "FGLP")
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds)
             elif phase.name == "search":
@@ -301,7 +319,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
     rng = rng_for(problem)
     starts = []
     if guide is not None:
-        on, plan, tables, messages = guide
+        on, plan, tables, messages, _ = guide
         starts.append(local_search.rollouts(on, plan, engine, tables, messages, ROLLOUTS, rng))
     if bounds.assignment is not None:
         starts.append(np.asarray([bounds.assignment]))
@@ -318,7 +336,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
-    on, plan, _, messages = guide
+    on, plan, _, messages, _ = guide
     s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop)
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \

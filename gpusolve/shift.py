@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-import networkx as nx
 import numpy as np
 
 from . import graph
@@ -109,6 +108,7 @@ def _rises(old, new, integer: bool) -> bool:
 
 def _colour_classes(xp, problem: Problem, scopes, dmax: int) -> list[_Class]:
     """Greedy colouring of the primal graph, with each class's stacked rows and unary entries."""
+    import networkx as nx  # only here: a solve that never shifts costs does not pay for its import
     colour = nx.greedy_color(graph.primal_graph(problem), strategy="largest_first")
     col = np.array([colour.get(v, 0) for v in range(len(problem.variables))])
     dom = np.array(problem.domains)
