@@ -38,8 +38,8 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
         limit = None if plan.row_limit is None else plan.row_limit - stored
-        messages[mb.index] = sparse.eliminate(engine, mb, inputs, dom, problem.top, problem.integer, check,
-                                              op(mb), bound, limit)
+        messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,
+                                                     op(mb), bound, limit)
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)

@@ -250,7 +250,7 @@ def solve(problem: Problem, options: Options, file: str = "",
             assignment = reduced.expand(assignment)
     lb, ub = _file_bounds(problem, lower, upper, status)
     largest = max((m.rows for m in messages.values() if isinstance(m, sparse.SparseTable)), default=0)
-    if getattr(engine, "compile_s", 0):
+    if engine.compile_s:
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
                   assignment=assignment, z=plan.z, induced_width=plan.induced_width,

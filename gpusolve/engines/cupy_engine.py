@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Engine, eliminate_dense, needs_clamp_each_step
+from .base import Engine, HostTable, eliminate_dense, needs_clamp_each_step
 
 # A mini-bucket runs a compiled kernel when one for its signature is already
 # compiled in this process, or when it has FUSE_MIN joint entries: below that
@@ -325,24 +325,6 @@ def _device_info(device_id: int) -> tuple[str, int]:
     return (name.decode() if isinstance(name, bytes) else str(name)), props["multiProcessorCount"]
 
 
-class HostTable:
-    """A table kept in host memory because it did not fit the device budget.
-
-    Messages streamed out land here (pinned); so do original tables past
-    put_many's half of the budget.
-
-    Buckets that read it stream in the slices they need; indexing returns a
-    device array, which is what the assignment phase uses.
-    """
-
-    def __init__(self, host: np.ndarray, xp):
-        self.host = host
-        self._xp = xp
-
-    def __getitem__(self, idx):
-        return self._xp.asarray(self.host[idx])
-
-
 class _Operand:
     """A bucket input: its array (cupy on the device, numpy on the host), scope and element strides."""
 
@@ -378,7 +360,6 @@ class CupyEngine(Engine):
         self.init_s = time.perf_counter() - t0
         self.compile_s = 0.0
         self.stats = {"fused": 0, "dense": 0, "streamed": 0, "compiled": 0}
-        self.stream_log: list[dict] = []
         self._pinned_ranges: list[tuple[int, int]] = []  # staging and streamed messages
 
     @property
@@ -663,7 +644,7 @@ class CupyEngine(Engine):
         kernels = [(b, c) for _, b, c, _ in at]
         copy_s, kernel_s = _union(copies), _union(kernels)
         self.stream_log.append({
-            "bucket": mb.index, "chunks": len(marks), "rows_per_chunk": rows,
+            "what": f"dense bucket {mb.index}", "bucket": mb.index, "chunks": len(marks), "rows_per_chunk": rows,
             "h2d_bytes": h2d, "d2h_bytes": d2h, "copy_s": copy_s, "kernel_s": kernel_s,
             "overlap_s": copy_s + kernel_s - _union(copies + kernels),
             "span_s": max(d for *_, d in at), "pinned_alloc_s": t_alloc,
