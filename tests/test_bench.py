@@ -47,11 +47,5 @@ def test_bench_imports_and_parses_options(script, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("script", GPU)
-def test_gpu_bench_quick_mode_writes_its_record(script, tmp_path):
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:  # no driver
-        pytest.skip(f"no usable CUDA device: {e}")
+def test_gpu_bench_quick_mode_writes_its_record(cupy, script, tmp_path):
     check_quick(script, tmp_path)
