@@ -155,8 +155,6 @@ def progress_bar(enabled: bool, label: str):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
-    from parsers.write import write_uai_result
-
     from .solve import Options, write_solution
     options = Options(**solve_kw)
     try:
@@ -173,6 +171,7 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     if solution and result.assignment is not None:
         write_solution(solution, result.assignment)
     if uai_output:
+        from parsers.write import write_uai_result
         if result.task not in ("MPE", "PR", "MAR"):
             err().print(f"{file}: --uai-output applies to .uai files", markup=False)
             sys.exit(EXIT_INPUT)
