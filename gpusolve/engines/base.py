@@ -41,6 +41,10 @@ def host_or_table(table):
 
 
 class Engine(ABC):
+    """Where tables live and how a mini-bucket is computed. Callers use what is declared here and
+    nothing else: run_plan calls `eliminate_bucket` for every mini-bucket, which picks the dense
+    step (`eliminate`, per engine) or the sparse one, placed by `budget` and `device_bytes`."""
+
     name: str = "?"
     xp = None  # the array module tables live in
     budget: int | None = None  # device bytes the engine may hold; None: tables live in host memory
@@ -84,7 +88,7 @@ class Engine(ABC):
     @abstractmethod
     def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                   integer: bool, check: Callable[[], None] | None = None, op: str = "min"):
-        """Message of `mb` over mb.scope: eliminate mb.var from the (saturating) sum of `inputs`.
+        """Dense step: message of `mb` over mb.scope, mb.var eliminated from the (saturating) sum of `inputs`.
 
         `op` is the semiring's elimination (see OPS); costs always combine by +.
         """
