@@ -129,3 +129,16 @@ def test_import_and_help_load_no_heavy_module():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_solving_a_wcsp_loads_only_what_it_runs(small):
+    """A CPU solve of a .wcsp orders on adjacency sets (no networkx), and loads neither the GPU
+    engine nor the other formats' readers."""
+    unused = ("networkx", "gpusolve.engines.cupy_engine", "parsers.xcsp", "parsers.uai")
+    code = ("import sys; from gpusolve.cli import main\n"
+            f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
+            f"print([m for m in {unused!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.splitlines()[0])["status"] == "optimal"
+    assert p.stdout.strip().splitlines()[-1] == "[]"
