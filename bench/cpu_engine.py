@@ -8,18 +8,14 @@ and writes JSON to bench/results/.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
+from common import cpu_name, write_result  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.plan import MiniBucket  # noqa: E402
 
@@ -38,7 +34,10 @@ def main():
     ap.add_argument("--w", type=int, default=7, help="separator variables")
     ap.add_argument("--d", type=int, default=10, help="domain size")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a tiny bucket, once (checks the script runs)")
     args = ap.parse_args()
+    if args.quick:
+        args.w, args.repeat = 4, 1
     mb, inputs, domains = standard_bucket(args.w, args.d)
     engine = NumpyEngine()
     top = 1 << 40
@@ -55,19 +54,11 @@ def main():
         assert out[row] == direct
     best = min(times)
     rate = mb.joint_entries / best
-    record = {
-        "bench": "cpu_engine", "device": platform.processor() or platform.machine(),
-        "host": platform.node(), "cpus_used": 1, "date": datetime.date.today().isoformat(),
-        "w": args.w, "d": args.d, "joint_entries": mb.joint_entries, "times_s": times,
-        "best_s": best, "entries_per_s": rate, "numpy": np.__version__,
-    }
     print(f"bucket w={args.w} d={args.d}: {mb.joint_entries:.3g} joint entries, best {best:.3f} s "
           f"-> {rate:.3g} entries/s (one core)")
-    out_dir = Path(__file__).resolve().parent / "results"
-    out_dir.mkdir(exist_ok=True)
-    path = out_dir / f"cpu_engine-{record['date']}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result("cpu_engine", cpu_name(), host=platform.node(), cpus_used=1, w=args.w, d=args.d,
+                 joint_entries=mb.joint_entries, times_s=times, best_s=best, entries_per_s=rate,
+                 numpy=np.__version__)
 
 
 if __name__ == "__main__":

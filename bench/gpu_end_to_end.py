@@ -26,19 +26,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_kernel import gpu_name, write_result  # noqa: E402
+from common import gpu_name, write_result
 
-from gpusolve import graph  # noqa: E402
-from gpusolve.engines import AUTO_MIN_JOINT  # noqa: E402
-from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
-from gpusolve.generate import generate  # noqa: E402
-from gpusolve.eliminate import assign, run_plan  # noqa: E402
-from gpusolve.solve import Options, choose_plan, solve  # noqa: E402
+from gpusolve import graph
+from gpusolve.engines import AUTO_MIN_JOINT
+from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.generate import generate
+from gpusolve.eliminate import assign, run_plan
+from gpusolve.solve import Options, choose_plan, solve
 
 MAX_PEAK = 60 << 30  # exact plans needing more (messages stay on the device) are reported, not run
 FUSED_WARM_MIN = 10_000_000  # plans from this size get a warm run with every bucket fused
@@ -118,6 +115,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--cpu-cap", type=float, default=10.0, help="skip the CPU run when predicted longer (s)")
     ap.add_argument("--max-seconds", type=float, default=420.0, help="stop starting instances after this")
+    ap.add_argument("--quick", action="store_true", help="two tiny instances (checks the script runs)")
     args = ap.parse_args()
     import os
     import tempfile
@@ -133,7 +131,8 @@ def main():
     start = time.perf_counter()
     cpu_rate = 5e7  # joint entries/s, refined from every CPU run
     rows = []
-    for topology, n, d, p1 in settings():
+    cases = [("random", 10, 5, 0.3), ("grid", 16, 5, 0.0)] if args.quick else settings()
+    for topology, n, d, p1 in cases:
         for seed in range(args.seeds):
             if time.perf_counter() - start > args.max_seconds:
                 break

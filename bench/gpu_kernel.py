@@ -12,46 +12,11 @@ poisoned first and spot-checked against direct evaluation.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import sys
-from pathlib import Path
 
 import numpy as np
+from common import time_events, write_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpusolve.engines.cupy_engine import CupyEngine, _Operand  # noqa: E402
-
-
-def write_result(bench: str, device: str, **fields) -> Path:
-    """bench/results/<bench>-<device>-<date>.json, the record naming its device and date first."""
-    date = datetime.date.today().isoformat()
-    tag = "".join(c if c.isalnum() else "-" for c in device).strip("-")
-    path = Path(__file__).resolve().parent / "results" / f"{bench}-{tag}-{date}.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps({"bench": bench, "device": device, "date": date, **fields}, indent=2) + "\n")
-    print(f"wrote {path}")
-    return path
-
-
-def gpu_name() -> str:
-    import cupy as cp
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-    return name.decode() if isinstance(name, bytes) else name
-
-
-def time_events(cp, fn, repeat):
-    """Median milliseconds of fn() over `repeat` runs, CUDA events, after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end))
-    return float(np.median(times)), times
+from gpusolve.engines.cupy_engine import CupyEngine, _Operand
 
 
 def copy_bandwidth(cp, nbytes=4 << 30, repeat=10):
@@ -92,8 +57,10 @@ def main():
     ap.add_argument("--d", type=int, default=10, help="domain size")
     ap.add_argument("--tables", type=int, default=6, help="binary input tables")
     ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--quick", action="store_true", help="only the default variant")
+    ap.add_argument("--quick", action="store_true", help="only the default variant, on a tiny bucket")
     args = ap.parse_args()
+    if args.quick:
+        args.w, args.repeat = 6, 2
     import cupy as cp
     engine = CupyEngine()
     w, d = args.w, args.d
@@ -103,7 +70,7 @@ def main():
     joint = d ** (w + 1)
     out = cp.empty(d ** w, dtype=np.int64)
     outf = out.view(np.float64)
-    copies = copy_bandwidth(cp)
+    copies = copy_bandwidth(cp, 64 << 20, 2) if args.quick else copy_bandwidth(cp)
     rows = []
     placements = {"fastest": sep[-args.tables:], "slowest": sep[:args.tables]}
     variants = [("fastest", "i32", True), ("fastest", "i64", True), ("fastest", "f64", True),
@@ -146,7 +113,7 @@ def main():
                      "output_write_Bps": out.nbytes / (ms / 1e3)})
         print(f"{placement:8} {mode} stage={stage!s:5} {ms:8.3f} ms  {rate:.3e} joint entries/s  "
               f"(output written at {out.nbytes / (ms / 1e3) / 1e9:.0f} GB/s; compile {compile_s:.3f} s)")
-    dense = dense_rate(cp, rng)
+    dense = dense_rate(cp, rng, w=min(w, 7))
     print(f"dense CuPy step (eliminate_dense, no compiled kernel) on w={dense['w']}: "
           f"{dense['joint_entries_per_s']:.3e} joint entries/s")
     print(f"device-to-device copy {copies['device_to_device_Bps'] / 1e9:.0f} GB/s (read+write); pinned "

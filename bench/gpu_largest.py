@@ -1,7 +1,7 @@
 """The largest single bucket the fused kernel finishes in core on this device (issue 3, benchmark 4).
 
 A standard bucket grown until its int64 message nearly fills device memory:
-9 separator variables of domain 10 plus one of domain `--extra`, an
+`--w` (9) separator variables of domain 10 plus one of domain `--extra`, an
 eliminated variable of domain `--dvar`, six binary tables pairing it with the
 six fastest-varying separator axes. Times one run with CUDA events (after the
 compile) and spot-checks rows against direct evaluation.
@@ -9,28 +9,29 @@ compile) and spot-checks rows against direct evaluation.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
+from common import time_events, write_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpu_kernel import time_events, write_result  # noqa: E402
-
-from gpusolve.engines.cupy_engine import CupyEngine, _Operand  # noqa: E402
+from gpusolve.engines.cupy_engine import CupyEngine, _Operand
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--extra", type=int, default=8, help="domain of the tenth separator variable")
+    ap.add_argument("--w", type=int, default=9, help="separator variables of domain 10")
+    ap.add_argument("--extra", type=int, default=8, help="domain of the last separator variable")
     ap.add_argument("--dvar", type=int, default=100, help="domain of the eliminated variable")
+    ap.add_argument("--quick", action="store_true", help="a tiny bucket (checks the script runs)")
     args = ap.parse_args()
+    if args.quick:
+        args.w, args.extra, args.dvar = 6, 2, 10
     import cupy as cp
     engine = CupyEngine()
     rng = np.random.default_rng(0)
-    var, sep = 0, tuple(range(10, 0, -1))
-    domains = [args.dvar] + [10] * 9 + [args.extra]  # variable 10 (slowest axis) has the extra domain
-    rows = 10 ** 9 * args.extra
+    w = args.w
+    var, sep = 0, tuple(range(w + 1, 0, -1))
+    domains = [args.dvar] + [10] * w + [args.extra]  # variable w + 1 (slowest axis) has the extra domain
+    rows = 10 ** w * args.extra
     paired = sep[-6:]
     tables = [rng.integers(0, 101, size=(args.dvar, 10)).astype(np.int64) for _ in paired]
     top = 601
@@ -41,8 +42,8 @@ def main():
     picks = rng.integers(0, rows, size=2000)
     got = out[cp.asarray(picks)].get()
     for idx, value in zip(picks, got):
-        digits = [(int(idx) // 10 ** (9 - a)) % 10 for a in range(10)]  # the last 9 axes have domain 10
-        digits[0] = int(idx) // 10 ** 9
+        digits = [(int(idx) // 10 ** (w - a)) % 10 for a in range(w + 1)]  # the last w axes have domain 10
+        digits[0] = int(idx) // 10 ** w
         at = dict(zip(sep, digits))
         expect = min(min(sum(int(t[x, at[s]]) for t, s in zip(tables, paired)) for x in range(args.dvar)), top)
         assert value == expect, (idx, value, expect)

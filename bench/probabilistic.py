@@ -8,28 +8,24 @@ filled when CuPy and a device are present; the GPU is timed on a second run
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import parsers  # noqa: E402
-from gpusolve.engines import gpu_unavailable_reason  # noqa: E402
-from gpusolve.generate import markov_grid  # noqa: E402
-from gpusolve.graph import elimination_order  # noqa: E402
-from gpusolve.plan import build_plan  # noqa: E402
-from gpusolve.solve import Options, solve  # noqa: E402
+from common import SHARED, cpu_name, gpu_name, write_result
 
-SHARED = Path(os.environ.get("GPUSOLVE_INSTANCES") or ROOT.parent / "shared" / "instances")
+import parsers
+from gpusolve.engines import gpu_unavailable_reason
+from gpusolve.generate import markov_grid
+from gpusolve.graph import elimination_order
+from gpusolve.plan import build_plan
+from gpusolve.solve import Options, solve
+
 PASSES = ("eliminate", "distribute")
 
 
-def instances(grids, folder: Path):
-    for name in ("network.uai", "water.uai"):
+def instances(grids, folder: Path | None):
+    for name in ("network.uai", "water.uai") if folder is not None else ():
         if (folder / name).exists():
             yield name, parsers.read(folder / name)
     for side, d in grids:
@@ -43,14 +39,6 @@ def run(problem, device, task):
     return {"log10_z": r.lower_bound, "total_s": sum(passes.values()), **passes, "engine": r.engine}
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grids", default="10x3,14x3,16x3", help="SIDExDOMAIN,... Markov grids")
@@ -58,13 +46,13 @@ def main():
                     help="skip the CPU run above this clique size (entries)")
     ap.add_argument("--instances", type=Path, default=SHARED,
                     help="folder with network.uai and water.uai (default: $GPUSOLVE_INSTANCES or ../shared/instances)")
+    ap.add_argument("--quick", action="store_true", help="one tiny grid, no shared instances (checks the script runs)")
     args = ap.parse_args()
+    if args.quick:
+        args.grids, args.instances = "4x2", None
     grids = [tuple(int(x) for x in g.split("x")) for g in args.grids.split(",") if g]
     gpu = gpu_unavailable_reason() is None
-    device = "cpu"
-    if gpu:
-        import cupy
-        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    device = gpu_name() if gpu else "cpu"
     rows = []
     for name, problem in instances(grids, args.instances):
         plan = build_plan(problem, elimination_order(problem, "minfill"))
@@ -90,12 +78,7 @@ def main():
             print(f"{name:24} {task:3} clique {clique:>12,}  cpu {cpu_s:>8} s  gpu {gpu_s:>8} s  "
                   f"speedup {row.get('speedup', float('nan')):7.1f}x  log10Z "
                   f"{(row.get('gpu') or row.get('cpu'))['log10_z']:.7f}  {per_pass}", flush=True)
-    record = {"bench": "probabilistic", "device": device, "host": platform.node(), "cpu": cpu_model(),
-              "cpu_count": os.cpu_count(), "date": datetime.date.today().isoformat(), "rows": rows}
-    out = ROOT / "bench" / "results" / f"probabilistic-{device.replace(' ', '_')}-{record['date']}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result("probabilistic", device, host=platform.node(), cpu=cpu_name(), cpu_count=os.cpu_count(), rows=rows)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ bench/results/sparse-<device>-<date>.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -30,37 +29,23 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import ROOT, SHARED, best_time, cpu_name, gpu_name, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from gpu_kernel import result_path  # noqa: E402
-
-import parsers  # noqa: E402
-from gpusolve.engines import sparse  # noqa: E402
-from gpusolve.engines.base import eliminate_dense  # noqa: E402
-from gpusolve.solve import Options, solve  # noqa: E402
+import parsers
+from gpusolve.engines import sparse
+from gpusolve.engines.base import eliminate_dense
+from gpusolve.solve import Options, solve
 
 INSTANCES = (("404.wcsp", 114), ("CELAR6-SUB0.wcsp", 159))
 TOP = 1 << 40
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def array_module(device: str):
+    """(array module, device synchronisation, device name)."""
     if device == "cpu":
         return np, lambda: None, cpu_name()
     import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-    return cupy, cupy.cuda.Device().synchronize, name.decode() if isinstance(name, bytes) else str(name)
+    return cupy, cupy.cuda.Device().synchronize, gpu_name()
 
 
 def random_table(xp, rng, scope, d, f):
@@ -69,17 +54,6 @@ def random_table(xp, rng, scope, d, f):
     keys = np.flatnonzero(rng.random(dense) < f).astype(np.int64)
     costs = rng.integers(0, 100, size=keys.shape[0]).astype(np.int64)
     return sparse.SparseTable(tuple(scope), (d,) * len(scope), xp.asarray(keys), xp.asarray(costs))
-
-
-def best_time(fn, sync, repeat):
-    times = []
-    for _ in range(repeat):
-        sync()
-        t = time.perf_counter()
-        out = fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return min(times), out
 
 
 def throughput(xp, sync, d, ks, fractions, max_rows, repeat):
@@ -226,7 +200,7 @@ def main():
                     help="instances run on each; the first names the results file")
     ap.add_argument("--throughput-devices", choices=("cpu", "gpu"), nargs="*", default=None,
                     help="throughput and streaming tables on these (default: --devices)")
-    ap.add_argument("--instances", type=Path, default=ROOT.parent / "shared" / "instances")
+    ap.add_argument("--instances", type=Path, default=SHARED)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5])
     ap.add_argument("--fractions", type=float, nargs="+", default=[0.01, 0.05, 0.2, 0.5])
@@ -238,10 +212,13 @@ def main():
                          "device bytes")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-toulbar2", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="one small throughput case and a small streamed bucket, no instances (checks the script runs)")
     args = ap.parse_args()
-    record = {"bench": "sparse", "host": platform.node(), "host_cpu": cpu_name(),
-              "date": datetime.date.today().isoformat(), "numpy": np.__version__,
-              "instances": instances(args.instances, args.devices, not args.no_toulbar2)}
+    if args.quick:
+        args.k, args.fractions, args.repeat, args.stream = [2], [0.05], 1, [10, 3, 1, 0.2, 16 << 10]
+    record = {"host": platform.node(), "host_cpu": cpu_name(), "numpy": np.__version__,
+              "instances": [] if args.quick else instances(args.instances, args.devices, not args.no_toulbar2)}
     d, shared, private, f, budget = args.stream
     for device in args.devices if args.throughput_devices is None else args.throughput_devices:
         xp, sync, name = array_module(device)
@@ -249,10 +226,7 @@ def main():
         record[device] = {"device": name,
                           "throughput": throughput(xp, sync, args.d, args.k, args.fractions, max_rows, args.repeat),
                           "streaming": streaming(xp, sync, int(d), int(shared), int(private), f, int(budget))}
-    path = result_path("sparse", array_module("gpu" if "gpu" in args.devices else "cpu")[2])  # name the GPU
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
+    write_result("sparse", array_module("gpu" if "gpu" in args.devices else "cpu")[2], **record)  # name the GPU
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Errors the user can fix print one line and exit 2 (bad input or usage), 3
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -13,29 +14,38 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-import parsers
-from parsers.errors import ParseError
-from parsers.write import write_uai_result
 
 from . import graph
 from .engines import DEVICES, DeviceError
-from .generate import TOPOLOGIES, GenerateError, generate
+from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
-from .model import ModelError
-from .plan import TABLES, build_plan, fmt_bytes
-from .anytime import Stop
-from .solve import (BudgetError, Options, Result, TimeLimit, available_memory, make_schedule, solve,
-                    write_solution)
+from .plan import TABLES, fmt_bytes
 
+if TYPE_CHECKING:
+    from .solve import Options, Result
+
+# NumPy, rich, the readers and the solver load inside the commands that use them:
+# `--help` and `--version` answer without them, and a small solve pays only what it runs.
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+
+
+@functools.cache
+def console(stderr: bool):
+    """rich's console for stdout or stderr, made on first use."""
+    from rich.console import Console
+    return Console(stderr=stderr, highlight=False)
+
+
+def err():
+    return console(True)
+
+
+def out():
+    return console(False)
+
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -97,6 +107,11 @@ class Failure(Exception):
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
                stop=None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
+    import parsers
+    from parsers.errors import ParseError
+
+    from .model import ModelError
+    from .solve import BudgetError, TimeLimit, solve
     try:
         t0 = time.perf_counter()
         problem = parsers.read(path, evidence)
@@ -124,11 +139,12 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
 def progress_bar(enabled: bool, label: str):
     """A rich display on stderr when it is a terminal: a bar per elimination and a line with the
     bounds held (the gap shrinking live). Yields (factory(total) -> advance(n), on_bounds) or Nones."""
-    if not (enabled and err.is_terminal):
+    if not (enabled and err().is_terminal):
         yield None, None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                   TimeElapsedColumn(), console=err, transient=True)
+                   TimeElapsedColumn(), console=err(), transient=True)
     with bar:
         held = bar.add_task("bounds: none yet", total=None)
         tasks = []
@@ -148,6 +164,7 @@ def progress_bar(enabled: bool, label: str):
 @contextmanager
 def interruptible():
     """Ctrl-C and SIGTERM ask the solver to stop and report what it holds; a second Ctrl-C aborts."""
+    from .anytime import Stop
     stop = Stop()
 
     def ask(signum, frame):
@@ -172,6 +189,7 @@ def interruptible():
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
+    from .solve import Options, write_solution
     options = Options(**solve_kw)
     try:
         with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
@@ -179,16 +197,17 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     except Failure as f:
         if as_json:
             print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
-        err.print(str(f), markup=False, soft_wrap=True)
+        err().print(str(f), markup=False, soft_wrap=True)
         sys.exit(f.code)
     if as_json and result.device_note and options.device == "auto" and result.engine == "numpy":
         # human output shows the engine choice in its table
-        err.print(f"note: {result.device_note}", markup=False, soft_wrap=True)
+        err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     if solution and result.assignment is not None:
         write_solution(solution, result.assignment)
     if uai_output:
+        from parsers.write import write_uai_result
         if result.task not in ("MPE", "PR", "MAR"):
-            err.print(f"{file}: --uai-output applies to .uai files", markup=False)
+            err().print(f"{file}: --uai-output applies to .uai files", markup=False)
             sys.exit(EXIT_INPUT)
         value = result.lower_bound if result.task == "PR" else None
         write_uai_result(uai_output, result.task, value, result.assignment, result.marginals)
@@ -199,6 +218,7 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
 
 
 def print_result(r: Result) -> None:
+    from rich.table import Table
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -230,15 +250,12 @@ def print_result(r: Result) -> None:
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:
         t.add_row("", f"({len(r.marginals) - 20} more variables: use --json or --uai-output)")
-    out.print(t)
+    out().print(t)
 
 
 def method(r: Result) -> str:
     """What was run, as the literature names it."""
-    if r.z is None:
-        text = "exact BE"
-    else:
-        text = f"MBE(z={r.z})" + (" (exact)" if r.exact else "")
+    text = "exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else "")
     if r.search:
         text += " + FGLP + local search + AND/OR search"
     return text + (" + distribute pass" if r.task == "MAR" else "")
@@ -260,6 +277,13 @@ def _fmt(x) -> str:
 @click.option("--mem-limit", type=SizeParam(), default=None, help="As for solve.")
 def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
+    import parsers
+    from parsers.errors import ParseError
+    from rich.table import Table
+
+    from .model import ModelError
+    from .plan import BudgetError, build_plan
+    from .solve import Options, available_memory, make_schedule
     try:
         problem = parsers.read(file, evidence)
         g = graph.primal_graph(problem)
@@ -268,29 +292,29 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
         if order not in orders:
             orders[order] = graph.read_order(order, len(problem.variables))
     except (ParseError, OrderError) as e:
-        err.print(str(e), markup=False, soft_wrap=True)
+        err().print(str(e), markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
     except (ModelError, ValueError) as e:
-        err.print(f"{file}: {e}", markup=False, soft_wrap=True)
+        err().print(f"{file}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
     arities: dict[int, int] = {}
     for f in problem.functions:
         arities[f.arity] = arities.get(f.arity, 0) + 1
     dom = problem.domains
-    out.print(f"[bold]{file}[/bold]  task {problem.task}, {len(dom)} variables "
+    out().print(f"[bold]{file}[/bold]  task {problem.task}, {len(dom)} variables "
               f"(domains {min(dom, default=0)}..{max(dom, default=0)}), {len(problem.functions)} cost functions, "
               f"{n_comp} component(s), evidence {len(problem.evidence)}")
-    out.print("arities: " + ", ".join(f"{a}: {c}" for a, c in sorted(arities.items())))
+    out().print("arities: " + ", ".join(f"{a}: {c}" for a, c in sorted(arities.items())))
     for name, o in orders.items():
-        out.print(f"induced width ({name}): {graph.induced_width(g, o)}")
+        out().print(f"induced width ({name}): {graph.induced_width(g, o)}")
     plan = build_plan(problem, orders[order], None, n_comp)
-    out.print(f"memory available: {fmt_bytes(available_memory())}")
+    out().print(f"memory available: {fmt_bytes(available_memory())}")
     if problem.task == "MPE":
         cliques = sorted((mb.joint_entries, len(mb.scope) + 1) for mb in plan.minibuckets)
-        out.print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
+        out().print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
                   f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
                   f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
-    out.print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
+    out().print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):
@@ -300,17 +324,17 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
         big = p.largest()
         t.add_row(str(zz), str(len(p.minibuckets)), f"{big.out_entries:,}" if big else "0",
                   fmt_bytes(p.peak_bytes))
-    out.print(t)
+    out().print(t)
     if problem.task in ("MPE", "WCSP"):
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
             schedule = make_schedule(problem, orders[order], options, budget, n_comp, "numpy")
         except (BudgetError, ValueError) as e:
-            out.print(f"schedule: none ({e})", markup=False)
+            out().print(f"schedule: none ({e})", markup=False)
         else:
-            out.print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
-            out.print(schedule.describe(), markup=False)
+            out().print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
+            out().print(schedule.describe(), markup=False)
 
 
 @main.command("generate")
@@ -325,14 +349,16 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
     from parsers.write import write_wcsp
+
+    from .generate import generate
     try:
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:
-        err.print(f"generate: {e}", markup=False)
+        err().print(f"generate: {e}", markup=False)
         sys.exit(EXIT_INPUT)
     path = output or f"{problem.name}.wcsp"
     write_wcsp(problem, path)
-    err.print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
+    err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
 
 
 @main.command("batch")
@@ -341,15 +367,19 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
 def batch_cmd(folder, evidence, out_path, **solve_kw):
     """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
+    import parsers
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .solve import Options
     options = Options(**solve_kw)
     files = sorted(str(p) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
     done = _already_done(out_path)
     todo = [f for f in files if f not in done]
     records = [done[f] for f in files if f in done]
-    err.print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
+    err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+                   TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
     with bar, open(out_path, "a") as sink:
         if sink.tell() and not _ends_with_newline(out_path):
             sink.write("\n")  # a line cut short by a killed run stays alone on its line
@@ -389,6 +419,7 @@ def _already_done(path: str) -> dict[str, dict]:
 
 
 def print_summary(records: list[dict]) -> None:
+    from rich.table import Table
     t = Table(title="batch summary")
     for c in ("file", "status", "lower", "upper", "z", "time s"):
         t.add_column(c, justify="right" if c != "file" else "left")
@@ -397,8 +428,8 @@ def print_summary(records: list[dict]) -> None:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         t.add_row(os.path.basename(r["file"]), r["status"], _fmt(r.get("lower_bound")),
                   _fmt(r.get("upper_bound")), str(r.get("z")), f"{r.get('time_s', 0):.2f}")
-    out.print(t)
-    out.print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    out().print(t)
+    out().print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
 
 
 if __name__ == "__main__":

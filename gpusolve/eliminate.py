@@ -54,8 +54,8 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
             shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages)
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
-        messages[mb.index] = sparse.eliminate(engine, mb, inputs, dom, problem.top, problem.integer, check,
-                                              op(mb), bound, limit)
+        messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,
+                                                     op(mb), bound, limit)
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)

@@ -1,15 +1,17 @@
 """Random binary networks as in GpuBE section 8.1: random, scale-free and grid topologies.
 
 Costs are uniform integers in [0, 100]; each entry is forbidden with
-probability p2 (the tightness); the graph is always connected.
+probability p2 (the tightness); the graph is always connected. NumPy and the
+model load when a problem is built, so the command line can offer
+TOPOLOGIES without importing them.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+if TYPE_CHECKING:
+    from .model import Problem
 
 TOPOLOGIES = ("random", "scalefree", "grid")
 MAX_COST = 100
@@ -35,7 +37,7 @@ def scalefree_edges(n: int, rng) -> list[tuple[int, int]]:
     edges = [(0, 1)]
     degree = [1, 1]
     for v in range(2, n):
-        p = np.array(degree, float) / sum(degree)
+        p = [k / sum(degree) for k in degree]
         targets = rng.choice(v, size=min(2, v), replace=False, p=p)
         for t in sorted(int(t) for t in targets):
             edges.append((t, v))
@@ -61,6 +63,9 @@ def grid_edges(n: int) -> list[tuple[int, int]]:
 
 def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.5,
              seed: int = 0) -> Problem:
+    import numpy as np
+
+    from .model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
     if n < 2 or d < 1 or not 0 <= p1 <= 1 or not 0 <= p2 <= 1:
         raise GenerateError("need n >= 2, d >= 1, 0 <= p1 <= 1 and 0 <= p2 <= 1")
     rng = np.random.default_rng(seed)
@@ -84,6 +89,9 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
 
 def markov_grid(side: int, d: int = 2, seed: int = 0, p_zero: float = 0.0) -> Problem:
     """A side x side Markov grid (MPE/PR/MAR benchmarks): unary and pairwise potentials in [0.5, 1.5)."""
+    import numpy as np
+
+    from .model import CostFunction, Problem, Variable
     rng = np.random.default_rng(seed)
     n = side * side
     functions = [CostFunction((v,), rng.random(d) + 0.5) for v in range(n)]

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .model import Problem
+if TYPE_CHECKING:
+    from .model import Problem
 
 # Joint-table entries an engine evaluates at once; bounds the working memory.
 CHUNK_ENTRIES = 1 << 20

@@ -16,8 +16,7 @@ import math
 import numpy as np
 
 from .engines import Engine
-from .engines.base import aligned, reduce_axes
-from .engines.cupy_engine import HostTable
+from .engines.base import aligned, host_or_table, reduce_axes
 from .model import Problem
 from .plan import CHUNK_ENTRIES, MiniBucket, Plan
 
@@ -92,9 +91,7 @@ def _block(xp, inputs, fixed: dict[int, int], free: list[int], n_keep: int, doma
 
 def _slice(xp, table, index):
     """`table[index]` as an array of `xp`: tables in host memory upload just the slice."""
-    if isinstance(table, HostTable):
-        table = table.host
-    part = table[index]
+    part = host_or_table(table)[index]
     return part if isinstance(part, xp.ndarray) else xp.asarray(part)
 
 

@@ -109,7 +109,7 @@ def _rises(old, new, integer: bool) -> bool:
 def _colour_classes(xp, problem: Problem, scopes, dmax: int) -> list[_Class]:
     """Greedy colouring of the primal graph, with each class's stacked rows and unary entries."""
     import networkx as nx  # only here: a solve that never shifts costs does not pay for its import
-    colour = nx.greedy_color(graph.primal_graph(problem), strategy="largest_first")
+    colour = nx.greedy_color(nx.Graph(graph.primal_graph(problem)), strategy="largest_first")
     col = np.array([colour.get(v, 0) for v in range(len(problem.variables))])
     dom = np.array(problem.domains)
     classes = []

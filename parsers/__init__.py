@@ -2,19 +2,22 @@
 
 .wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1), each
 optionally compressed as .gz, .xz or .bz2. Every problem with the input
-surfaces as a ParseError naming the file and, when known, the line.
+surfaces as a ParseError naming the file and, when known, the line. A
+reader's module is imported when a file of its format is read.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpusolve.model import Problem
-
-from . import uai, wcsp, xcsp
 from .errors import ParseError
 from .source import COMPRESSIONS, split_compression
 
-READERS = {".wcsp": wcsp.read, ".uai": uai.read, ".xml": xcsp.read}
+if TYPE_CHECKING:
+    from gpusolve.model import Problem
+
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp"}  # format -> module of its reader
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
 __all__ = ["ParseError", "SUPPORTED_SUFFIXES", "read"]
@@ -31,8 +34,12 @@ def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
     if fmt != ".uai":
         if evidence is not None:
             raise ParseError(evidence, None, f"evidence applies to .uai files only, not {path.name}")
-        return READERS[fmt](path)
+        return _reader(fmt)(path)
     if evidence is None:
         beside = path.with_name(base + ".evid")
         evidence = beside if beside.is_file() else None
-    return uai.read(path, evidence)
+    return _reader(".uai")(path, evidence)
+
+
+def _reader(fmt: str):
+    return importlib.import_module(f".{READERS[fmt]}", __name__).read

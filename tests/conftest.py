@@ -15,3 +15,14 @@ def shared_instances() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared instances not found at {path}")
     return path
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as e:  # no driver
+        pytest.skip(f"no usable CUDA device: {e}")
+    return cp

@@ -5,7 +5,9 @@ import itertools
 
 import numpy as np
 
+from gpusolve import graph
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.plan import build_plan
 
 
 def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,
@@ -42,3 +44,30 @@ def brute_force(problem: Problem):
         if c < best:
             best, arg = c, a
     return best, arg
+
+
+def tight_problem(seed):
+    rng = np.random.default_rng(seed)
+    return random_problem(rng, n_max=6, d_max=4, f_max=9, arity_max=4, p_hard=float(rng.uniform(0.3, 0.95)),
+                          integer=seed % 5 != 4, n_components=1 + seed % 2)
+
+
+def internal(problem, value):
+    """File-sense bound -> internal cost (offset removed); None stays None."""
+    return None if value is None else problem.sense * value - problem.offset
+
+
+def same_messages(ref, got, to_host=lambda a: a):
+    assert got[0] == ref[0]
+    for i, m in ref[2].items():
+        g = got[2][i]
+        np.testing.assert_array_equal(to_host(g.keys), m.keys)
+        np.testing.assert_array_equal(to_host(g.costs), m.costs)
+
+
+def bounded_case(seed):
+    """A random problem, its order and the smallest MBE plan (whose z caps the incumbent's run)."""
+    rng = np.random.default_rng(1000 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, arity_max=3, p_hard=float(rng.uniform(0.0, 0.6)))
+    order = graph.elimination_order(problem)
+    return problem, order, build_plan(problem, order, max([f.arity for f in problem.functions] + [1]))

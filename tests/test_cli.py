@@ -126,3 +126,28 @@ def test_bundled_instance_solves():
     r = run("solve", BUNDLED, "--json", "--device", "cpu")
     data = json.loads(r.stdout)
     assert data["status"] == "optimal" and data["lower_bound"] == 701
+
+
+def test_import_and_help_load_no_heavy_module():
+    """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
+    networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
+    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.solve")
+    code = ("import sys; from gpusolve.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_solving_a_wcsp_loads_only_what_it_runs(small):
+    """A CPU solve of a .wcsp orders on adjacency sets (no networkx), and loads neither the GPU
+    engine nor the other formats' readers."""
+    unused = ("networkx", "gpusolve.engines.cupy_engine", "parsers.xcsp", "parsers.uai")
+    code = ("import sys; from gpusolve.cli import main\n"
+            f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
+            f"print([m for m in {unused!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.splitlines()[0])["status"] == "optimal"
+    assert p.stdout.strip().splitlines()[-1] == "[]"

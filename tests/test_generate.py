@@ -22,7 +22,7 @@ def test_generator_recipes():
     s = generate("scalefree", 12, 5, seed=7)
     assert len(s.functions) == 2 * (12 - 2) + 1
     for p in (r, s, generate("grid", 16, 3, seed=7)):
-        assert nx.is_connected(graph.primal_graph(p))
+        assert nx.is_connected(nx.Graph(graph.primal_graph(p)))
         hard = np.mean([np.mean(f.table >= p.top) for f in p.functions])
         assert 0.3 < hard < 0.7
         assert all(f.table[f.table < p.top].max() <= 100 for f in p.functions)

@@ -23,17 +23,6 @@ from gpusolve.solve import Options, solve
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def cupy():
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:  # no driver
-        pytest.skip(f"no usable CUDA device: {e}")
-    return cp
-
-
 def engine(**kw):
     from gpusolve.engines.cupy_engine import CupyEngine
     return CupyEngine(**kw)

@@ -5,7 +5,7 @@ from test_probabilistic import random_network, write_uai
 
 import parsers
 from gpusolve import probabilistic
-from gpusolve.engines import NumpyEngine
+from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.engines.base import reduce_axes
 from gpusolve.generate import markov_grid
 from gpusolve.graph import elimination_order

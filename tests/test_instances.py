@@ -56,3 +56,14 @@ def test_partition_function_and_marginals(shared_instances, name, log10_z):
     for v in range(len(problem.variables)):
         m = oe.contract(f"{terms}->{syms[v]}", *operands[0::2], optimize="greedy")
         np.testing.assert_allclose(mar.marginals[v], m / m.sum(), atol=1e-9)
+
+
+@pytest.mark.parametrize("name, optimum, by", [("404.wcsp", 114, "BE"), ("CELAR6-SUB0.wcsp", 159, "search")])
+def test_instances_reach_their_proven_optima(shared_instances, name, optimum, by):
+    """404 by exact BE; CELAR6-SUB0, whose exact plan needs 1.6 TiB, by AND/OR search."""
+    problem = parsers.read(shared_instances / name)
+    r = solve(problem, Options(device="cpu", mem_limit=8 << 30))
+    assert r.status == "optimal"
+    assert r.z is None if by == "BE" else r.search["complete"]
+    assert r.lower_bound == r.upper_bound == optimum
+    assert problem.to_file_value(problem.evaluate(r.assignment)) == optimum

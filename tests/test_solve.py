@@ -1,16 +1,15 @@
-"""Bucket elimination against brute force; mini-bucket bounds bracket the optimum."""
+"""Solving against brute force: BE exact, mini-bucket bounds bracket the optimum, bounded sparse BE exact."""
 import numpy as np
 import pytest
-from helpers import brute_force, random_problem
+from helpers import bounded_case, brute_force, internal, random_problem
 
+from gpusolve import plan as plan_module
+from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.generate import generate
+from gpusolve.eliminate import bounded_sparse
 from gpusolve.solve import BudgetError, Options, solve
 
 SEEDS = range(320)
-
-
-def internal(problem, value):
-    """File-sense bound -> internal cost (offset removed); None stays None."""
-    return None if value is None else problem.sense * value - problem.offset
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -71,3 +70,28 @@ def test_memory_budget_picks_largest_fitting_z_or_refuses():
         solve(problem, Options(device="cpu", z=r.z + 1, mem_limit=budget))
     with pytest.raises(BudgetError, match="no mini-bucket bound fits"):
         solve(problem, Options(device="cpu", mem_limit=1000))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_bounded_sparse_be_below_an_incumbent_is_exact(seed):
+    problem, order, fallback = bounded_case(seed)
+    best, _ = brute_force(problem)
+    found = bounded_sparse(problem, order, fallback, 1 << 30, NumpyEngine(), None)
+    lower, assignment, plan, _ = found
+    if best >= problem.top:
+        assert lower >= problem.top
+        return
+    assert lower == best and problem.evaluate(assignment) == best
+
+
+def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit(monkeypatch):
+    monkeypatch.setattr(plan_module, "CHUNK_ROWS", 1 << 12)  # a chunk workspace within the small budget
+    problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
+    exact = solve(problem, Options(device="cpu", tables="dense"))
+    for search in (False, True):  # bounded sparse BE without search; AND/OR search with it
+        r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search))
+        assert r.status == "optimal"
+        assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
+        assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
+    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense"))
+    assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets

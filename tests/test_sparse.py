@@ -1,21 +1,15 @@
-"""Sparse tables, bounded sparse BE and hard-constraint preprocessing against dense BE and brute force."""
-import itertools
-
+"""Sparse tables against the dense step, dense BE and brute force, on the CPU and the GPU."""
 import numpy as np
 import pytest
-from helpers import brute_force, random_problem
-from test_gpu import cupy  # noqa: F401  (the fixture: CuPy and a CUDA device, else skip)
+from helpers import bounded_case, brute_force, internal, same_messages, tight_problem
 
-import parsers
 from gpusolve import graph
 from gpusolve.engines import sparse
 from gpusolve.engines.base import eliminate_dense
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model import CostFunction, Problem, Variable
 from gpusolve import plan as plan_module
 from gpusolve.plan import build_plan
-from gpusolve.preprocess import lower_top, preprocess
-from gpusolve.generate import generate
 from gpusolve.eliminate import assign, run_plan
 from gpusolve.eliminate import bounded_sparse
 from gpusolve.solve import Options, solve
@@ -70,51 +64,6 @@ def test_streamed_bucket_steps_equal_the_dense_step(room):
     assert max(r["chunks"] for r in log if r["what"].startswith("sort")) > 1
 
 
-class SmallDevice(NumpyEngine):
-    """The CPU engine given a device budget of a few rows, so that sparse buckets stream."""
-
-    device_bytes = 0
-
-    def __init__(self, budget):
-        self.budget = budget
-
-
-def same_messages(ref, got, to_host=lambda a: a):
-    assert got[0] == ref[0]
-    for i, m in ref[2].items():
-        g = got[2][i]
-        np.testing.assert_array_equal(to_host(g.keys), m.keys)
-        np.testing.assert_array_equal(to_host(g.costs), m.costs)
-
-
-@pytest.mark.parametrize("budget, work_row_bytes", [(1, 80), (2000, 80), (200, 0)])
-def test_plans_streamed_through_a_tiny_budget_equal_in_memory_runs(monkeypatch, budget, work_row_bytes):
-    """Every message equal (bounds pruning included), and the assignment phase reads host tables.
-    With no workspace predicted, some buckets start in memory and fall back to streaming."""
-    monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
-    in_memory = sparse.eliminate_sparse
-    fell_back = []
-
-    def spy(*args, **kwargs):
-        try:
-            return in_memory(*args, **kwargs)
-        except sparse.DeviceFull:
-            fell_back.append(args[1])
-            raise
-    monkeypatch.setattr(sparse, "eliminate_sparse", spy)
-    streamed = 0
-    for seed in range(40):
-        problem = tight_problem(seed)
-        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
-        engine = SmallDevice(budget)
-        ref, got = run_plan(problem, plan, NumpyEngine()), run_plan(problem, plan, engine)
-        same_messages(ref, got)
-        if not problem.is_forbidden(got[0]):
-            assert assign(problem, plan, engine, got[1], got[2]) == assign(problem, plan, NumpyEngine(), ref[1], ref[2])
-        streamed += len(sparse.stream_log(engine))
-    assert streamed > 0 and (work_row_bytes or fell_back)
-
-
 def test_dense_sparse_round_trip_lookup_and_slices():
     rng = np.random.default_rng(1)
     table = rng.integers(0, 9, size=(3, 4, 2)).astype(np.int64)
@@ -139,16 +88,6 @@ def test_keys_wider_than_63_bits_are_refused_and_planned_dense():
     assert not plan.minibuckets[0].sparse and plan.minibuckets[-1].sparse
 
 
-def tight_problem(seed):
-    rng = np.random.default_rng(seed)
-    return random_problem(rng, n_max=6, d_max=4, f_max=9, arity_max=4, p_hard=float(rng.uniform(0.3, 0.95)),
-                          integer=seed % 5 != 4, n_components=1 + seed % 2)
-
-
-def internal(problem, value):
-    return None if value is None else problem.sense * value - problem.offset
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sparse_be_equals_dense_be_and_brute_force(seed):
     problem = tight_problem(seed)
@@ -162,139 +101,6 @@ def test_sparse_be_equals_dense_be_and_brute_force(seed):
         assert internal(problem, r.upper_bound) == pytest.approx(best, abs=1e-9)
         # original value indices: the assignment evaluates to the bound on the file's problem
         assert problem.evaluate(r.assignment) == pytest.approx(best, abs=1e-9)
-
-
-def test_forced_chunking_and_a_tiny_row_limit(monkeypatch):
-    monkeypatch.setattr(plan_module, "CHUNK_ROWS", 2)
-    for seed in range(30):
-        problem = tight_problem(seed)
-        best, _ = brute_force(problem)
-        r = solve(problem, Options(device="cpu", tables="sparse"))
-        assert (r.status == "infeasible") == (best >= problem.top)
-        if r.status == "optimal":
-            assert problem.evaluate(r.assignment) == pytest.approx(best, abs=1e-9)
-    problem = generate("random", 8, 4, 0.5, 0.3, seed=1)
-    plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
-    plan.row_limit = 5
-    with pytest.raises(sparse.SparseOverflow):
-        run_plan(problem, plan, NumpyEngine())
-
-
-def bounded_case(seed):
-    """A random problem, its order and the smallest MBE plan (whose z caps the incumbent's run)."""
-    rng = np.random.default_rng(1000 + seed)
-    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, arity_max=3, p_hard=float(rng.uniform(0.0, 0.6)))
-    order = graph.elimination_order(problem)
-    return problem, order, build_plan(problem, order, max([f.arity for f in problem.functions] + [1]))
-
-
-@pytest.mark.parametrize("seed", range(60))
-def test_bounded_sparse_be_below_an_incumbent_is_exact(seed):
-    problem, order, fallback = bounded_case(seed)
-    best, _ = brute_force(problem)
-    found = bounded_sparse(problem, order, fallback, 1 << 30, NumpyEngine(), None)
-    lower, assignment, plan, _ = found
-    if best >= problem.top:
-        assert lower >= problem.top
-        return
-    assert lower == best and problem.evaluate(assignment) == best
-
-
-def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit(monkeypatch):
-    monkeypatch.setattr(plan_module, "CHUNK_ROWS", 1 << 12)  # a chunk workspace within the small budget
-    problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
-    exact = solve(problem, Options(device="cpu", tables="dense"))
-    for search in (False, True):  # bounded sparse BE without search; AND/OR search with it
-        r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search))
-        assert r.status == "optimal"
-        assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
-        assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
-    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense"))
-    assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets
-
-
-def hand_made(unary, binary, domains=(2, 2, 2), top=10):
-    """A problem from {var: costs} and {(u, v): table} with forbidden = top."""
-    variables = [Variable(f"x{i}", d) for i, d in enumerate(domains)]
-    functions = [CostFunction((v,), np.array(c, dtype=np.int64)) for v, c in unary.items()]
-    functions += [CostFunction(s, np.array(t, dtype=np.int64)) for s, t in binary.items()]
-    return finalize_integer(Problem("hand", variables, functions), top)
-
-
-def test_arc_consistency_wipes_out_a_domain():
-    f = FORBIDDEN
-    # x0 != 0, x0 == x1, x1 != 1: x0 = 1 forces x1 = 1, which is forbidden
-    problem = hand_made({0: [f, 0], 1: [0, f]}, {(0, 1): [[0, f], [f, 0]]})
-    assert preprocess(problem).infeasible
-    r = solve(problem, Options(device="cpu"))
-    assert r.status == "infeasible" and "preprocessing" in r.message
-    # a wipe-out two arcs away: x2 == x1 as well
-    problem = hand_made({0: [f, 0], 2: [0, f]}, {(0, 1): [[0, f], [f, 0]], (1, 2): [[0, f], [f, 0]]})
-    assert preprocess(problem).infeasible
-    # unary costs that add up to top empty a domain on their own
-    two = hand_made({0: [6, 7]}, {}, top=11)
-    assert not preprocess(two).infeasible
-    two.functions.append(CostFunction((0,), np.array([6, 6], dtype=np.int64)))
-    assert preprocess(two).infeasible
-
-
-def test_preprocessing_keeps_the_optimum_and_maps_values_back():
-    removed = 0
-    for seed in range(150):
-        problem = tight_problem(seed)
-        reduced = preprocess(problem)
-        best, _ = brute_force(problem)
-        if reduced.infeasible:
-            assert best >= problem.top
-            continue
-        removed += reduced.removed
-        small = reduced.problem
-        assert brute_force(small)[0] == pytest.approx(best)
-        for a in itertools.islice(itertools.product(*(range(d) for d in small.domains)), 50):
-            assert problem.evaluate(reduced.expand(a)) == pytest.approx(small.evaluate(a))
-    assert removed >= 10  # the family exercises the value maps
-
-
-def test_random_infeasible_problems_are_reported_infeasible():
-    caught = infeasible = 0
-    for seed in range(200):
-        problem = tight_problem(seed)
-        if brute_force(problem)[0] < problem.top:
-            continue
-        infeasible += 1
-        caught += preprocess(problem).infeasible
-        assert solve(problem, Options(device="cpu")).status == "infeasible"
-    assert infeasible >= 20 and caught >= infeasible // 2
-
-
-def test_lower_top_forbids_exactly_the_costs_at_or_above_it():
-    problem = tight_problem(7)
-    while brute_force(problem)[0] >= problem.top:
-        problem = tight_problem(int(problem.top) + 11)
-    best, _ = brute_force(problem)
-    assert brute_force(lower_top(problem, best + 1))[0] == best
-    assert brute_force(lower_top(problem, best))[0] >= best
-
-
-def test_plan_reports_sparse_buckets_and_smaller_memory_for_tight_tables():
-    rng = np.random.default_rng(4)
-    problem = random_problem(rng, n_max=8, d_max=6, f_max=20, arity_max=3, p_hard=0.97)
-    order = graph.elimination_order(problem)
-    dense, tight = build_plan(problem, order), build_plan(problem, order, None, 1, "auto")
-    assert tight.sparse and "sparse" in tight.describe()
-    assert tight.message_bytes < dense.message_bytes
-    assert all(mb.rows <= mb.out_entries and mb.joint_rows <= mb.joint_entries for mb in tight.minibuckets)
-
-
-@pytest.mark.parametrize("name, optimum, by", [("404.wcsp", 114, "BE"), ("CELAR6-SUB0.wcsp", 159, "search")])
-def test_instances_reach_their_proven_optima(shared_instances, name, optimum, by):
-    """404 by exact BE; CELAR6-SUB0, whose exact plan needs 1.6 TiB, by AND/OR search."""
-    problem = parsers.read(shared_instances / name)
-    r = solve(problem, Options(device="cpu", mem_limit=8 << 30))
-    assert r.status == "optimal"
-    assert r.z is None if by == "BE" else r.search["complete"]
-    assert r.lower_bound == r.upper_bound == optimum
-    assert problem.to_file_value(problem.evaluate(r.assignment)) == optimum
 
 
 @pytest.mark.gpu
@@ -342,6 +148,6 @@ def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_
         same_messages(ref, got, lambda a: sparse.to_module(np, a))
         if not problem.is_forbidden(got[0]):
             assert assign(problem, plan, engine, got[1], got[2]) == assign(problem, plan, NumpyEngine(), ref[1], ref[2])
-        log += sparse.stream_log(engine)
+        log += engine.stream_log
     assert max(r["chunks"] for r in log if r["what"].startswith("join")) > 1
     assert max(r["chunks"] for r in log if r["what"].startswith("sort")) > 1

@@ -1,8 +1,8 @@
-"""Engine selection. CuPy is imported only when a GPU run is asked for, or a plan is large enough."""
+"""Engine selection. CuPy is imported only when a GPU run is asked for, or a plan is large enough;
+NumPy only when an engine is made, so the command line reads DEVICES without it."""
 from __future__ import annotations
 
 from .base import Engine
-from .numpy_engine import NumpyEngine
 
 DEVICES = ("auto", "cpu", "gpu")
 
@@ -39,6 +39,7 @@ def select_engine(device: str, plan_joint_entries: int | None = None,
     the CPU. `gpu_mem_limit` (bytes) caps the device memory the GPU engine
     uses before it streams messages through host memory.
     """
+    from .numpy_engine import NumpyEngine
     if device == "cpu":
         return NumpyEngine(), "cpu requested"
     if device == "auto":

@@ -2,23 +2,63 @@
 
 An engine owns where tables live (host or device) and how one mini-bucket is
 computed; planning, ordering and the value-assignment phase are shared.
+Every attribute a caller reads is declared on `Engine`, with the value of an
+engine that keeps everything in host memory.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
+from .. import plan as sizes  # row sizes read at call time (tests change them)
 from ..plan import CHUNK_ENTRIES, MiniBucket
 
 Scoped = tuple[object, tuple[int, ...]]  # (table on the engine, its scope)
 
 
+class HostTable:
+    """A dense table an engine keeps in host memory because it did not fit its device budget.
+
+    Buckets that read it take the slices they need from `host`; indexing
+    returns an array of the engine's module `xp`, which is what the
+    value-assignment phase uses.
+    """
+
+    def __init__(self, host, xp):
+        self.host = host
+        self._xp = xp
+
+    def __getitem__(self, idx):
+        return self._xp.asarray(self.host[idx])
+
+
+def host_or_table(table):
+    """The host array of a HostTable, any other table itself."""
+    return table.host if isinstance(table, HostTable) else table
+
+
 class Engine(ABC):
+    """Where tables live and how a mini-bucket is computed. Callers use what is declared here and
+    nothing else: run_plan calls `eliminate_bucket` for every mini-bucket, which picks the dense
+    step (`eliminate`, per engine) or the sparse one, placed by `budget` and `device_bytes`."""
+
     name: str = "?"
     xp = None  # the array module tables live in
-    compile_s: float = 0.0  # kernel compilation time so far (the GPU engine's)
+    budget: int | None = None  # device bytes the engine may hold; None: tables live in host memory
+    compile_s: float = 0.0  # seconds spent compiling kernels so far
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory held now by tables, messages and temporaries (counted against `budget`)."""
+        return 0
+
+    @functools.cached_property
+    def stream_log(self) -> list[dict]:
+        """Records of the steps streamed through host memory: chunks, rows, bytes each way, seconds."""
+        return []
 
     @abstractmethod
     def put(self, table):
@@ -48,10 +88,59 @@ class Engine(ABC):
     @abstractmethod
     def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                   integer: bool, check: Callable[[], None] | None = None, op: str = "min"):
-        """Message of `mb` over mb.scope: eliminate mb.var from the (saturating) sum of `inputs`.
+        """Dense step: message of `mb` over mb.scope, mb.var eliminated from the (saturating) sum of `inputs`.
 
         `op` is the semiring's elimination (see OPS); costs always combine by +.
         """
+
+    def eliminate_bucket(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
+                         integer: bool, check: Callable[[], None] | None = None, op: str = "min",
+                         bound=None, row_limit: int | None = None):
+        """One mini-bucket, sparse or dense as the plan says; keeps `bound`'s active tables in step.
+
+        A dense mini-bucket gets its sparse inputs expanded to dense tables
+        and runs `eliminate`. Sparse tables drop rows at top, which only
+        (min, +) elimination allows; `bound` (a sparse.RestBound) prunes their
+        rows, `row_limit` caps the rows stored.
+        """
+        from . import sparse  # NumPy: loaded with the first bucket, not with the engine's import
+        if bound is not None:
+            bound.consume([("f", i) for i in mb.functions] + [("m", j) for j in mb.messages])
+        if mb.sparse:
+            if op != "min":
+                raise ValueError(f"sparse tables support min elimination only, not {op!r}")
+            out = self._eliminate_placed(mb, inputs, domains, top, row_limit, check, bound)
+        else:
+            dtype = self.xp.int64 if integer else self.xp.float64
+            dense = [(sparse.to_dense(sparse.module_of(self.xp, t.keys), t, top, dtype)
+                      if isinstance(t, sparse.SparseTable) else t, s) for t, s in inputs]
+            out = self.eliminate(mb, dense, domains, top, integer, check, op)
+        if bound is not None:
+            bound.add(("m", mb.index), out, mb.scope)
+        return out
+
+    def _eliminate_placed(self, mb, inputs, domains, top, row_limit, check, bound):
+        """A sparse bucket in device memory while it fits `budget`, else streamed through host
+        memory: predicted from the inputs' rows, or found out when the stored rows or the
+        device's allocator overflow."""
+        from . import sparse
+
+        def run(**placement):
+            return sparse.eliminate_sparse(self.xp, mb.var, mb.scope, inputs, domains, top, row_limit, check,
+                                           bound, **placement)
+        if self.budget is None:
+            return run()
+        room = self.budget - self.device_bytes
+        rows_in = sum(t.rows if isinstance(t, sparse.SparseTable) else host_or_table(t).size for t, _ in inputs)
+        work = 4 * rows_in * sizes.ROW_BYTES + min(mb.joint_rows, sizes.CHUNK_ROWS) * sizes.WORK_ROW_BYTES
+        if work <= room:
+            try:
+                return run(device_rows=(room - work) // (4 * sizes.ROW_BYTES))
+            except sparse.SparseOverflow:
+                raise
+            except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
+                pass
+        return run(streamer=sparse.Streamer(self.xp, room, self.stream_log))
 
 
 # Eliminations over costs c = -log10 p: "min" (WCSP cost, MPE: max probability),

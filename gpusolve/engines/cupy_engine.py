@@ -1,7 +1,7 @@
 """The GPU engine: CuPy tables, one fused raw CUDA kernel per mini-bucket, chunked streaming.
 
 Tables live on the device between buckets. A mini-bucket whose joint table is
-large gets a kernel generated for its exact shape (compiled once per process,
+large gets a kernel generated for its exact shape (kernels.py; compiled once per process,
 and by CuPy's disk cache across processes); small ones run the shared dense
 step `eliminate_dense` on CuPy arrays, where compiling would cost more than it
 saves. A message that does not fit the device budget is computed in chunks of
@@ -16,294 +16,25 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import itertools
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Engine, eliminate_dense, needs_clamp_each_step
+from .base import Engine, HostTable, eliminate_dense
+from .kernels import ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, FusedKernel, assign_source, fused_source, kernel_mode
 
 # A mini-bucket runs a compiled kernel when one for its signature is already
 # compiled in this process, or when it has FUSE_MIN joint entries: below that
 # the dense CuPy step finishes before a new kernel would have compiled (H100:
 # compiling takes 0.1-0.26 s, the dense step runs about 5e9 joint entries/s).
 FUSE_MIN = 1 << 30
-TILE_MAX = 16  # output rows one thread keeps in registers
-BLOCK = 256
 # Working set of the dense CuPy step: larger than the CPU's CHUNK_ENTRIES, since
 # each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
 DENSE_CHUNK = 1 << 24
 N_STREAMS = 2
 _KERNELS: dict[tuple, object] = {}  # FusedKernel.key -> compiled cupy.RawKernel, for the process
-
-
-@dataclass
-class FusedKernel:
-    name: str
-    source: str
-    n_blocks: int
-    key: tuple  # the generator's arguments: whether a kernel is compiled is known without generating it
-
-
-def _split_last_axis(dims, strides):
-    """Split a last axis longer than TILE_MAX into (d/T, T) so a thread can own T rows of it."""
-    if not dims or dims[-1] <= TILE_MAX:
-        return dims, strides
-    t = next((t for t in range(TILE_MAX, 1, -1) if dims[-1] % t == 0), 1)
-    if t == 1:
-        return dims, strides
-    dims = dims[:-1] + (dims[-1] // t, t)
-    strides = [s[:-1] + (s[-1] * t, s[-1]) for s in strides]
-    return dims, strides
-
-
-@functools.lru_cache(maxsize=4096)
-def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
-                 strides: tuple[tuple[int, ...], ...], vstrides: tuple[int, ...], stage: bool = True,
-                 op: str = "min") -> FusedKernel:
-    """CUDA source of the join-sum/minimise kernel for one bucket signature.
-
-    `dims` are the output axes (last fastest), `strides[j]` input j's element
-    stride along each of them (0 where absent), `vstrides[j]` its stride along
-    the eliminated variable of domain `d`; inputs are listed in summation order.
-    Cached: a signature seen before costs a dictionary look-up, not code generation.
-    Every size is a compile-time constant, so digits decode through constant
-    divisors and per-row offsets fold into immediates. A thread owns a tile of
-    T consecutive rows (the trailing axes): inputs that do not vary inside the
-    tile are summed once per value of the eliminated variable and reused for
-    the T rows. Integer sums saturate at `top` and are order-free, so every
-    such input is hoisted; float sums keep eliminate_dense's order (bit-equal
-    results), so only a leading run of them is. `stage` writes the block's rows
-    through shared memory so global stores are coalesced.
-    mode: "i64" (int64 arithmetic), "i32" (int32 arithmetic on int64 tables,
-    when the plan proves no sum reaches 2^31) or "f64"; op: "min", "max" or
-    "lse" (f64 only: -log10 of the sum of 10^-s, kept stable as a running
-    minimum m and a sum e of 10^(m - s) rescaled when m drops).
-    """
-    key = (mode, clamp_each, d, dims, strides, vstrides, stage, op)
-    dims, strides = _split_last_axis(tuple(dims), [tuple(s) for s in strides])
-    m = len(dims)
-    q, tile = 0, 1
-    while q < m and tile * dims[m - 1 - q] <= TILE_MAX:
-        tile *= dims[m - 1 - q]
-        q += 1
-    outer = m - q
-    n = len(strides)
-    varies = [any(s[a] for a in range(outer, m)) for s in strides]
-    order = list(range(n))
-    if mode != "f64":
-        order.sort(key=lambda j: varies[j])
-    hoisted = 0
-    while hoisted < n and not varies[order[hoisted]]:
-        hoisted += 1
-    n_tiles = math.prod(dims[:outer])
-    rows = n_tiles * tile
-    sizes = [1 + sum((dims[a] - 1) * s[a] for a in range(m)) + (d - 1) * vs
-             for s, vs in zip(strides, vstrides)]
-    big = max([rows] + sizes) >= (1 << 31)
-    acc = {"i64": "long long", "i32": "int", "f64": "double"}[mode]
-    val = "double" if mode == "f64" else "long long"
-    idx = "long long" if big else "int"
-    tix = "unsigned long long" if big else "unsigned int"
-    if op == "lse" and mode != "f64":
-        raise ValueError("lse elimination needs float costs")
-    if op in ("min", "lse"):
-        init = {"i64": "0x7fffffffffffffffLL", "i32": "0x7fffffff",
-                "f64": "__longlong_as_double(0x7ff0000000000000LL)"}[mode]
-    else:
-        init = {"i64": "(-0x7fffffffffffffffLL - 1)", "i32": "(-0x7fffffff - 1)",
-                "f64": "__longlong_as_double(0xfff0000000000000LL)"}[mode]
-    better = ">" if op == "max" else "<"
-    pitch = tile + 1 if tile % 2 == 0 else tile  # odd pitch: no shared-memory bank conflicts
-
-    def tile_offset(j, i):
-        digits, off = i, 0
-        for a in range(m - 1, outer - 1, -1):
-            off += (digits % dims[a]) * strides[j][a]
-            digits //= dims[a]
-        return off
-
-    def load(j, i=None):
-        terms = [f"o{j}"] if any(strides[j][a] for a in range(outer)) else []
-        if vstrides[j]:
-            terms.append(f"v * {vstrides[j]}")
-        c = tile_offset(j, i) if i is not None else 0
-        if c:
-            terms.append(str(c))
-        return f"({acc})in{j}[{' + '.join(terms) or '0'}]"
-
-    clamp = "s = s < top ? s : top;" if clamp_each else ""
-    lines = []
-    for a in range(outer - 1, 0, -1):
-        lines.append(f"const {idx} d{a} = ({idx})(r % {dims[a]}u); r /= {dims[a]}u;")
-    if outer:
-        lines.append(f"const {idx} d0 = ({idx})r;")
-    for j in range(n):
-        terms = [f"d{a} * {strides[j][a]}" for a in range(outer) if strides[j][a]]
-        if terms:
-            lines.append(f"const {idx} o{j} = {' + '.join(terms)};")
-    lines += [f"{acc} b{i} = {init};" for i in range(tile)]
-    if op == "lse":
-        lines += [f"double e{i} = 0.0;" for i in range(tile)]
-    # full unrolling only for small loop bodies: NVRTC 13.0 crashed on a 32 x 5-row x 4-input one
-    body = d * (hoisted + tile * max(1, n - hoisted))
-    lines.append(f"#pragma unroll {'' if body <= 320 else 4}")
-    lines.append(f"for ({idx} v = 0; v < {d}; ++v) {{")
-    if hoisted:
-        lines.append(f"  {acc} h = {load(order[0])};")
-        for j in order[1:hoisted]:
-            lines.append(f"  {{ {acc} s = h + {load(j)}; {clamp} h = s; }}")
-    for i in range(tile):
-        rest = order[hoisted:]
-        first = "h" if hoisted else load(rest[0], i)
-        adds = "".join(f" s = s + {load(j, i)}; {clamp}" for j in (rest if hoisted else rest[1:]))
-        if op == "lse":  # e{i} = sum of 10^(b{i} - s); nothing to add while every s is +inf
-            keep = (f"if (s < b{i}) {{ e{i} = e{i} * exp10(s - b{i}) + 1.0; b{i} = s; }} "
-                    f"else if (b{i} < {init}) e{i} += exp10(b{i} - s);")
-        else:
-            keep = f"b{i} = s {better} b{i} ? s : b{i};"
-        lines.append(f"  {{ {acc} s = {first};{adds} {keep} }}")
-    lines.append("}")
-    if mode != "f64":
-        lines += [f"b{i} = b{i} < top ? b{i} : top;" for i in range(tile)]
-    if op == "lse":
-        lines += [f"b{i} = b{i} < {init} ? b{i} - log10(e{i}) : b{i};" for i in range(tile)]
-    if stage:
-        lines += [f"stage[threadIdx.x * {pitch} + {i}] = ({val})b{i};" for i in range(tile)]
-    else:
-        lines += [f"out[t * {tile}LL + {i}] = ({val})b{i};" for i in range(tile)]
-    body = "\n      ".join(lines)
-    args = ", ".join([f"{val}* __restrict__ out"]
-                     + [f"const {val}* __restrict__ in{j}" for j in range(n)]
-                     + ["const long long top_"])
-    n_blocks = -(-n_tiles // BLOCK)
-    staged_copy = f"""
-    __syncthreads();
-    const long long row0 = b * {BLOCK * tile}LL;
-    const int count = (int)min({BLOCK * tile}LL, {rows}LL - row0);
-    for (int k = threadIdx.x; k < count; k += {BLOCK}) {{
-      const int tl = k / {tile};
-      out[row0 + k] = stage[tl * {pitch} + (k - tl * {tile})];
-    }}
-    __syncthreads();""" if stage else ""
-    source = f"""extern "C" __global__ void __launch_bounds__({BLOCK}) NAME({args}) {{
-  {f"__shared__ {val} stage[{BLOCK * pitch}];" if stage else ""}
-  const {acc} top = ({acc})top_;
-  for (long long b = blockIdx.x; b < {n_blocks}LL; b += gridDim.x) {{
-    const long long t = b * {BLOCK} + threadIdx.x;
-    if (t < {n_tiles}LL) {{
-      {tix} r = ({tix})t;
-      {body}
-    }}{staged_copy}
-  }}
-}}
-"""
-    name = "be_" + hashlib.sha1(source.encode()).hexdigest()[:20]
-    return FusedKernel(name, source.replace("NAME", name), n_blocks, key)
-
-
-ASSIGN_BLOCK_MAX = 256  # threads of the value-assignment block (values of one variable per thread)
-ASSIGN_SHARED_MAX = 40 << 10  # descriptors and values up to this size are read from shared memory
-
-
-@functools.lru_cache(maxsize=2)
-def assign_source(mode: str) -> FusedKernel:
-    """CUDA source of the value-assignment kernel: one block walks the whole plan.
-
-    Step s (reverse elimination order) picks the value of variable
-    steps[4s] (domain steps[4s+1]) from parts [steps[4s+2], steps[4s+3]):
-    part p is a table at address parts[4p], read at x * parts[4p+1] plus
-    value[u] * stride for each (u, stride) pair in terms[parts[4p+2]:
-    parts[4p+3]]. Threads take values x of the domain, sum the parts in
-    eliminate.assign's order (int64 saturating at top after every addition,
-    float64 left to right from 0), and the block keeps the smallest sum with
-    the lowest x, NaN first, as np.argmin does. Thread 0 stores the choice in
-    `values`, which the next steps read after the barrier. steps, parts and
-    terms lie back to back in `desc`, then the values; when `cached`, all of
-    it is first copied to shared memory, so a step waits on one global load
-    per table instead of a chain of five.
-    mode: "i64" or "f64".
-    """
-    if mode == "i64":
-        typ, worst = "long long", "0x7fffffffffffffffLL"
-        add = "c = (long long)((unsigned long long)c + (unsigned long long)t); c = c < top ? c : top;"
-        better = "return a < b || (a == b && i < j);"
-    else:
-        typ, worst = "double", "__longlong_as_double(0x7ff0000000000000LL)"
-        add = "c = c + t;"
-        better = ("const bool na = isnan(a), nb = isnan(b);\n"
-                  "  return (na && !nb) || a < b || ((a == b || (na && nb)) && i < j);")
-    source = f"""__device__ __forceinline__ bool better({typ} a, int i, {typ} b, int j) {{
-  {better}
-}}
-extern "C" __global__ void __launch_bounds__({ASSIGN_BLOCK_MAX}) NAME(
-    const long long* __restrict__ desc, long long* __restrict__ values_out, const int n_steps,
-    const int parts_at, const int terms_at, const int n_desc, const int n_vars, const int cached,
-    const long long top_) {{
-  extern __shared__ long long cache[];
-  __shared__ {typ} warp_best[{ASSIGN_BLOCK_MAX // 32}];
-  __shared__ int warp_arg[{ASSIGN_BLOCK_MAX // 32}];
-  const long long* steps = desc;
-  volatile long long* values = values_out;
-  if (cached) {{
-    for (int i = threadIdx.x; i < n_desc; i += blockDim.x) cache[i] = desc[i];
-    for (int i = threadIdx.x; i < n_vars; i += blockDim.x) cache[n_desc + i] = values_out[i];
-    __syncthreads();
-    steps = cache;
-    values = cache + n_desc;
-  }}
-  const long long* parts = steps + parts_at;
-  const long long* terms = steps + terms_at;
-  const {typ} top = ({typ})top_;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  for (int s = 0; s < n_steps; ++s) {{
-    const long long var = steps[4 * s], d = steps[4 * s + 1];
-    const long long p0 = steps[4 * s + 2], p1 = steps[4 * s + 3];
-    {typ} best = {worst};
-    int arg = 0x7fffffff;
-    for (long long x = threadIdx.x; x < d; x += blockDim.x) {{
-      {typ} c = 0;
-      for (long long p = p0; p < p1; ++p) {{
-        long long off = x * parts[4 * p + 1];
-        for (long long k = parts[4 * p + 2]; k < parts[4 * p + 3]; ++k)
-          off += values[terms[2 * k]] * terms[2 * k + 1];
-        const {typ} t = ((const {typ}*)parts[4 * p])[off];
-        {add}
-      }}
-      if (better(c, (int)x, best, arg)) {{ best = c; arg = (int)x; }}
-    }}
-    for (int o = 16; o > 0; o >>= 1) {{
-      const {typ} ob = __shfl_down_sync(0xffffffffu, best, o);
-      const int oa = __shfl_down_sync(0xffffffffu, arg, o);
-      if (better(ob, oa, best, arg)) {{ best = ob; arg = oa; }}
-    }}
-    if (lane == 0) {{ warp_best[warp] = best; warp_arg[warp] = arg; }}
-    __syncthreads();
-    if (threadIdx.x == 0) {{
-      for (int w = 1; w < n_warps; ++w)
-        if (better(warp_best[w], warp_arg[w], best, arg)) {{ best = warp_best[w]; arg = warp_arg[w]; }}
-      values[var] = arg;
-    }}
-    __syncthreads();
-  }}
-  if (cached)
-    for (int i = threadIdx.x; i < n_vars; i += blockDim.x) values_out[i] = values[i];
-}}
-"""
-    name = "assign_" + hashlib.sha1(source.encode()).hexdigest()[:20]
-    return FusedKernel(name, source.replace("NAME", name), 1, ("assign", mode))
-
-
-def kernel_mode(n_inputs: int, top, integer: bool) -> tuple[str, bool]:
-    """(arithmetic mode, clamp after every addition) for a sum of n inputs each <= top."""
-    if not integer:
-        return "f64", False
-    if n_inputs * int(top) < (1 << 31):
-        return "i32", False
-    return "i64", needs_clamp_each_step(n_inputs, top, integer)
 
 
 def _union(intervals) -> float:
@@ -323,24 +54,6 @@ def _device_info(device_id: int) -> tuple[str, int]:
     props = cupy.cuda.runtime.getDeviceProperties(device_id)
     name = props["name"]
     return (name.decode() if isinstance(name, bytes) else str(name)), props["multiProcessorCount"]
-
-
-class HostTable:
-    """A table kept in host memory because it did not fit the device budget.
-
-    Messages streamed out land here (pinned); so do original tables past
-    put_many's half of the budget.
-
-    Buckets that read it stream in the slices they need; indexing returns a
-    device array, which is what the assignment phase uses.
-    """
-
-    def __init__(self, host: np.ndarray, xp):
-        self.host = host
-        self._xp = xp
-
-    def __getitem__(self, idx):
-        return self._xp.asarray(self.host[idx])
 
 
 class _Operand:
@@ -378,7 +91,6 @@ class CupyEngine(Engine):
         self.init_s = time.perf_counter() - t0
         self.compile_s = 0.0
         self.stats = {"fused": 0, "dense": 0, "streamed": 0, "compiled": 0}
-        self.stream_log: list[dict] = []
         self._pinned_ranges: list[tuple[int, int]] = []  # staging and streamed messages
 
     @property
@@ -663,7 +375,7 @@ class CupyEngine(Engine):
         kernels = [(b, c) for _, b, c, _ in at]
         copy_s, kernel_s = _union(copies), _union(kernels)
         self.stream_log.append({
-            "bucket": mb.index, "chunks": len(marks), "rows_per_chunk": rows,
+            "what": f"dense bucket {mb.index}", "bucket": mb.index, "chunks": len(marks), "rows_per_chunk": rows,
             "h2d_bytes": h2d, "d2h_bytes": d2h, "copy_s": copy_s, "kernel_s": kernel_s,
             "overlap_s": copy_s + kernel_s - _union(copies + kernels),
             "span_s": max(d for *_, d in at), "pinned_alloc_s": t_alloc,

@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from .base import host_or_table
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
 DENSE_TERM = 1 << 20
@@ -179,8 +179,7 @@ def as_sparse(m, table, scope: tuple[int, ...], top) -> SparseTable:
     """An input (SparseTable, dense array, or an engine's host-kept dense table) as a SparseTable in m."""
     if isinstance(table, SparseTable):
         return moved(m, table)
-    dense = getattr(table, "host", table)  # the engine kept this dense table in host memory
-    return from_dense(m, to_module(m, dense), scope, top)
+    return from_dense(m, to_module(m, host_or_table(table)), scope, top)
 
 
 def _groups(xp, sorted_codes):
@@ -351,12 +350,6 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
 
 # Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
 SORT_ROW_BYTES = 64
-_LOGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def stream_log(engine) -> list[dict]:
-    """Records of the streamed sparse steps run on `engine`: chunks, rows, bytes each way, seconds."""
-    return _LOGS.setdefault(engine, [])
 
 
 class Streamer:
@@ -600,7 +593,7 @@ class RestBound:
         if key in self._proj:
             return self._proj[key][1]
         xp, dims, original = self.xp, tuple(self.dom[u] for u in sub), table
-        table = getattr(table, "host", table)  # a dense table the engine keeps in host memory
+        table = host_or_table(table)
         m = module_of(xp, table.keys if isinstance(table, SparseTable) else table)
         if isinstance(table, SparseTable):
             if sub == table.scope:
@@ -660,50 +653,3 @@ class RestBound:
                 xp.minimum(lb, top, out=lb)
             return lb < top
         return keep
-
-
-def eliminate(engine, mb, inputs, domains, top, integer: bool, check=None, op: str = "min",
-              bound: RestBound | None = None, row_limit: int | None = None):
-    """One mini-bucket, sparse or dense as the plan says; keeps `bound`'s active tables in step.
-
-    A dense mini-bucket gets its sparse inputs expanded to dense tables.
-    Sparse tables drop rows at top, which only (min, +) elimination allows.
-    """
-    if bound is not None:
-        bound.consume([("f", i) for i in mb.functions] + [("m", j) for j in mb.messages])
-    if mb.sparse:
-        if op != "min":
-            raise ValueError(f"sparse tables support min elimination only, not {op!r}")
-        out = _eliminate_placed(engine, mb, inputs, domains, top, row_limit, check, bound)
-    else:
-        dtype = engine.xp.int64 if integer else engine.xp.float64
-        dense = [(to_dense(module_of(engine.xp, t.keys), t, top, dtype) if isinstance(t, SparseTable) else t, s)
-                 for t, s in inputs]
-        out = engine.eliminate(mb, dense, domains, top, integer, check, op)
-    if bound is not None:
-        bound.add(("m", mb.index), out, mb.scope)
-    return out
-
-
-def _eliminate_placed(engine, mb, inputs, domains, top, row_limit, check, bound) -> SparseTable:
-    """A sparse bucket in device memory while it fits the engine's `budget` (engines that have
-    one), else streamed through host memory: predicted from the inputs' rows, or found out
-    when the stored rows or the device's allocator overflow."""
-    xp = engine.xp
-
-    def run(**placement):
-        return eliminate_sparse(xp, mb.var, mb.scope, inputs, domains, top, row_limit, check, bound, **placement)
-    budget = getattr(engine, "budget", None)
-    if budget is None:
-        return run()
-    room = budget - getattr(engine, "device_bytes", 0)
-    rows_in = sum(t.rows if isinstance(t, SparseTable) else getattr(t, "host", t).size for t, _ in inputs)
-    work = 4 * rows_in * sizes.ROW_BYTES + min(mb.joint_rows, sizes.CHUNK_ROWS) * sizes.WORK_ROW_BYTES
-    if work <= room:
-        try:
-            return run(device_rows=(room - work) // (4 * sizes.ROW_BYTES))
-        except SparseOverflow:
-            raise
-        except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
-            pass
-    return run(streamer=Streamer(xp, room, stream_log(engine)))

@@ -1,0 +1,78 @@
+"""What every benchmark shares: the checkout on sys.path, where results go, device names, timers.
+
+Results are JSON records naming their benchmark, device and date first, written to
+bench/results/ (or $GPUSOLVE_BENCH_RESULTS: the CPU test of the benchmarks' quick
+modes writes to a temporary folder).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's gpusolve and parsers, installed or not
+SHARED = Path(os.environ.get("GPUSOLVE_INSTANCES") or ROOT.parent / "shared" / "instances")
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("GPUSOLVE_BENCH_RESULTS") or ROOT / "bench" / "results")
+
+
+def write_result(bench: str, device: str, **fields) -> Path:
+    """<results>/<bench>-<device>-<date>.json, the record naming its device and date first."""
+    date = datetime.date.today().isoformat()
+    tag = "".join(c if c.isalnum() else "-" for c in device).strip("-")
+    path = results_dir() / f"{bench}-{tag}-{date}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"bench": bench, "device": device, "date": date, **fields}, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def gpu_name() -> str:
+    """Name of CUDA device 0 (imports CuPy)."""
+    import cupy as cp
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def best_time(fn, sync, repeat):
+    """(fastest seconds of `repeat` runs of fn(), the last result); `sync` waits for the device."""
+    times = []
+    for _ in range(repeat):
+        sync()
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def time_events(cp, fn, repeat):
+    """Median milliseconds of fn() over `repeat` runs, CUDA events, after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    return float(np.median(times)), times

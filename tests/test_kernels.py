@@ -1,0 +1,112 @@
+"""Kernel source generation on the CPU: arithmetic mode, index width, clamping, tiling, caching.
+
+Whether the generated kernels compute the right messages is tested on a GPU
+(test_gpu.py); here, what the generator decides for a bucket signature.
+"""
+import re
+
+import numpy as np
+import pytest
+
+from gpusolve.engines.kernels import BLOCK, TILE_MAX, assign_source, fused_source, kernel_mode
+
+
+def c_order_strides(dims):
+    out, s = [], 1
+    for d in reversed(dims):
+        out.append(s)
+        s *= d
+    return tuple(reversed(out))
+
+
+def bucket(dims, d, mode="i64", clamp=False, stage=True, op="min"):
+    """fused_source for one input holding every output axis and the eliminated variable (last)."""
+    full = c_order_strides(tuple(dims) + (d,))
+    return fused_source(mode, clamp, d, tuple(dims), (full[:-1],), (full[-1],), stage, op)
+
+
+def accumulators(source: str) -> int:
+    return len(set(re.findall(r"\bb(\d+) =", source)))
+
+
+def test_kernel_mode_picks_the_narrowest_safe_arithmetic():
+    assert kernel_mode(3, np.inf, False) == ("f64", False)
+    assert kernel_mode(3, 1000, True) == ("i32", False)
+    assert kernel_mode(2, (1 << 30), True) == ("i64", False)  # 2^31 reaches int32's range
+    assert kernel_mode(3, (1 << 62) - 1, True) == ("i64", True)  # the sum could overflow int64
+
+
+def test_index_width_widens_only_past_int32():
+    small = bucket((10, 10, 10), 10).source
+    assert "unsigned int r" in small and "long long d0" not in small
+    wide = bucket((1 << 16, 1 << 16), 2).source  # 2^32 output rows
+    assert "unsigned long long r" in wide and "const long long d0" in wide
+
+
+def test_an_input_beyond_int32_offsets_widens_the_index():
+    d = 1 << 22
+    dims = (1 << 10,)  # few rows, but the input spans 2^32 entries
+    src = fused_source("i64", False, d, dims, ((d,),), (1,), True, "min").source
+    assert "unsigned long long r" in src
+
+
+def test_clamp_after_every_addition_only_when_asked():
+    two = (c_order_strides((5, 5))[:1],) * 2
+    clamp = fused_source("i64", True, 5, (5,), two, (1, 1), True, "min").source
+    plain = fused_source("i64", False, 5, (5,), two, (1, 1), True, "min").source
+    assert "s = s < top ? s : top;" in clamp and "s = s < top ? s : top;" not in plain
+    assert "b0 = b0 < top ? b0 : top;" in plain  # the final clamp of integer modes
+
+
+def test_float_messages_are_not_clamped():
+    assert "< top ? b0 : top" not in bucket((4, 4), 3, mode="f64").source
+
+
+def test_a_thread_owns_the_trailing_axes_up_to_tile_max_rows():
+    assert accumulators(bucket((10, 10, 10), 10).source) == 10  # 10 * 10 > TILE_MAX
+    assert accumulators(bucket((4, 4, 3), 2).source) == 12  # 4 * 4 * 3 > TILE_MAX, 4 * 3 fits
+    assert accumulators(bucket((3, 17), 2).source) == 1  # 17: no divisor to split by
+
+
+def test_a_long_last_axis_is_split_into_tiles():
+    k = bucket((4, 64), 3)
+    assert accumulators(k.source) == TILE_MAX  # 64 = 4 x 16
+    assert k.n_blocks == -(-(4 * 4) // BLOCK)
+
+
+def test_grid_covers_every_tile():
+    k = bucket((100, 100, 7), 2)  # tile 7, 10^4 tiles
+    assert k.n_blocks == -(-10_000 // BLOCK)
+
+
+def test_staging_through_shared_memory_is_optional():
+    assert "__shared__" in bucket((8, 8), 2, stage=True).source
+    assert "__shared__" not in bucket((8, 8), 2, stage=False).source
+
+
+def test_ops_choose_initial_value_and_comparison():
+    assert "s < b0 ? s : b0" in bucket((4,), 3, op="min").source
+    assert "s > b0 ? s : b0" in bucket((4,), 3, op="max").source
+    lse = bucket((4,), 3, mode="f64", op="lse").source
+    assert "exp10" in lse and "log10(e0)" in lse
+    with pytest.raises(ValueError):
+        bucket((4,), 3, mode="i64", op="lse")
+
+
+def test_source_is_named_by_its_hash_and_cached():
+    a, b = bucket((6, 5), 4), bucket((6, 5), 4)
+    assert a is b  # lru_cache: a signature seen before costs a look-up
+    assert re.fullmatch(r"be_[0-9a-f]{20}", a.name) and f"void __launch_bounds__({BLOCK}) {a.name}(" in a.source
+    assert a.key == ("i64", False, 4, (6, 5), ((20, 4),), (1,), True, "min")
+    assert bucket((6, 5), 4, mode="i32").name != a.name
+    assert a.source.count("{") == a.source.count("}")
+
+
+def test_assign_source_per_cost_type():
+    i64, f64 = assign_source("i64"), assign_source("f64")
+    assert "c = c < top ? c : top;" in i64.source and "isnan" not in i64.source
+    assert "isnan" in f64.source and "c = c + t;" in f64.source
+    assert i64.name.startswith("assign_") and i64.name != f64.name and i64.n_blocks == 1
+    assert i64.key == ("assign", "i64")
+    for k in (i64, f64):
+        assert k.source.count("{") == k.source.count("}")
