@@ -1,0 +1,231 @@
+"""Upper bounds: many randomized rollouts guided by mini-bucket messages, then parallel local search.
+
+`rollouts` is the value-assignment phase of eliminate.assign for n rows at
+once, each variable sampled from its bucket's conditional costs at a row's
+temperature (Gumbel-max: argmin of cost - T * Gumbel noise samples the
+softmax of -cost / T); row 0 stays greedy, so with exact BE messages it is
+an optimal assignment.
+
+`local_search` improves n chains at once by colour-batched moves: variables
+of one colour of the primal graph share no function, so all of them move
+simultaneously given the others (chromatic Gibbs sampling). A move samples
+each variable's value at its chain's temperature (a ladder from greedy to
+hot), never back to the value it just left while tabu; stale chains restart
+from the incumbent with a few values perturbed. Hard costs (>= top) count
+as a penalty larger than any feasible assignment's cost, so chains drift to
+feasibility; the incumbent is always checked with Problem.evaluate.
+
+Every step is whole-array `xp` code over all chains (NumPy or CuPy).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+
+from . import graph
+from .engines import sparse
+from .model import Problem
+
+HOT = 1.0  # hottest chain's temperature, in units of the problem's typical cost difference
+COLD = 0.02  # coolest non-greedy chain's temperature, same units
+
+
+def _rng(xp, rng):
+    """A generator of module xp seeded from the NumPy generator `rng`."""
+    return rng if xp is np else xp.random.default_rng(int(rng.integers(1 << 62)))
+
+
+def _gumbel(xp, g, shape):
+    u = g.random(shape)
+    return -xp.log(-xp.log(xp.clip(u, 1e-300, 1.0 - 1e-16)))
+
+
+def cost_scale(problem: Problem) -> float:
+    """Typical difference between two feasible costs of one function (mean absolute deviation, median
+    over functions): the unit of the temperatures."""
+    spreads = []
+    for f in problem.functions:
+        finite = f.table[f.table < problem.top].astype(np.float64)
+        if finite.size > 1:
+            spreads.append(float(np.abs(finite - finite.mean()).mean()))
+    spreads = [s for s in spreads if s > 0]
+    return float(np.median(spreads)) if spreads else 1.0
+
+
+def rollouts(problem: Problem, plan, engine, tables, messages, n: int, rng, hot: float = HOT):
+    """n assignments (xp int64 array (n, variables)) sampled in reverse elimination order.
+
+    Row i samples each value at temperature hot * cost_scale * i / (n - 1) from
+    the costs of its variable's bucket (functions and mini-bucket messages)
+    given the values already chosen: row 0 is eliminate.assign's greedy row.
+    """
+    xp = engine.xp
+    g = _rng(xp, rng)
+    dom = problem.domains
+    temp = xp.linspace(0.0, hot * cost_scale(problem), n)[:, None]
+    values = xp.zeros((n, len(dom)), dtype=xp.int64)
+    for var, val in problem.evidence.items():
+        values[:, var] = val
+    for var in reversed(plan.order):
+        if var in problem.evidence:
+            continue
+        costs = xp.zeros((n, dom[var]), dtype=xp.float64)
+        for m in plan.buckets.get(var, ()):
+            mb = plan.minibuckets[m]
+            parts = [(tables[i], problem.functions[i].scope) for i in mb.functions]
+            parts += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+            for table, scope in parts:
+                costs += sparse.slice_rows(xp, table, scope, var, values, problem.top)
+        costs = xp.minimum(costs, float(problem.top))
+        values[:, var] = xp.argmin(costs - temp * _gumbel(xp, g, costs.shape), axis=1)
+    return values
+
+
+@dataclass
+class Gathers:
+    """Index arrays that turn an (n, variables) value array into costs with a few gathers.
+
+    `pool` holds every table flattened, hard entries replaced by `penalty`,
+    and a trailing 0 that padded slots point at. A function's entry for an
+    assignment is pool[offset + sum(values[scope] * strides)].
+    """
+    pool: object
+    penalty: float
+    scope: object  # (functions, arity) variable indices, padded with 0 (stride 0)
+    strides: object
+    offset: object
+    classes: list  # per colour: (variables, scope, strides, offset, var_stride, values, domain mask)
+
+
+def gathers(problem: Problem, xp=np) -> Gathers:
+    """Precompute the pool and, per colour class, the functions touching each of its variables."""
+    fs = [f for f in problem.functions if f.scope]
+    finite = [f.table[f.table < problem.top] for f in fs]
+    # above every finite entry and every feasible cost difference: one hard entry outweighs all soft choices
+    penalty = 1.0 + sum(2 * float(t.max()) - float(t.min()) for t in finite if t.size)
+    offsets = np.cumsum([0] + [f.table.size for f in fs])
+    pad = int(offsets[-1])
+    pool = np.concatenate([np.where(f.table < problem.top, f.table, penalty).astype(np.float64).ravel()
+                           for f in fs] + [np.zeros(1)])
+    arity = max((f.arity for f in fs), default=1)
+    fscope = np.zeros((len(fs), arity), np.int64)
+    fstride = np.zeros((len(fs), arity), np.int64)
+    touching: dict[int, list[tuple[int, int]]] = {}
+    for i, f in enumerate(fs):
+        fscope[i, :f.arity] = f.scope
+        fstride[i, :f.arity] = sparse.strides(f.table.shape)
+        for k, v in enumerate(f.scope):
+            touching.setdefault(v, []).append((i, k))
+    dom = problem.domains
+    movable = [v for v in range(len(dom)) if dom[v] > 1 and v not in problem.evidence and v in touching]
+    colour = nx.greedy_color(graph.primal_graph(problem).subgraph(movable), "largest_first")
+    classes = []
+    for c in sorted(set(colour.values())):
+        vs = [v for v in movable if colour[v] == c]
+        width, d = max(len(touching[v]) for v in vs), max(dom[v] for v in vs)
+        scope = np.zeros((len(vs), width, arity), np.int64)
+        stride = np.zeros((len(vs), width, arity), np.int64)
+        offset = np.full((len(vs), width), pad, np.int64)
+        vstride = np.zeros((len(vs), width), np.int64)
+        mask = np.zeros((len(vs), d))
+        values = np.minimum(np.arange(d), np.array([dom[v] - 1 for v in vs])[:, None])  # pads repeat the last
+        for j, v in enumerate(vs):
+            mask[j, dom[v]:] = np.inf
+            for s, (i, k) in enumerate(touching[v]):
+                scope[j, s], stride[j, s], offset[j, s] = fscope[i], fstride[i], offsets[i]
+                vstride[j, s], stride[j, s, k] = fstride[i, k], 0
+        classes.append(tuple(xp.asarray(a) for a in (np.array(vs), scope, stride, offset, vstride, values, mask)))
+    return Gathers(xp.asarray(pool), penalty, xp.asarray(fscope), xp.asarray(fstride),
+                   xp.asarray(offsets[:-1]), classes)
+
+
+def scores(xp, gt: Gathers, values, top):
+    """Cost of every row (n,), inf where infeasible (a hard entry, or a sum reaching top):
+    exact for integer sums below 2^53."""
+    idx = gt.offset + (values[:, gt.scope] * gt.strides).sum(-1)
+    costs = gt.pool[idx]
+    total = costs.sum(1)
+    return xp.where((costs == gt.penalty).any(1) | (total >= top), xp.inf, total)
+
+
+def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n: int = 256,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_improve: Callable[[object, list[int]], None] | None = None,
+                 max_sweeps: int | None = None, tenure: int = 3, hot: float = HOT, cold: float = COLD,
+                 patience: int = 50, perturb: float = 0.05):
+    """Best assignment found (list, or None when no chain got feasible) and its cost (top if None).
+
+    `starts` (k, variables) seed the n chains (repeated; random values when
+    k = 0 or None); evidence keeps its observed values. Stops at `deadline`
+    (a time.perf_counter() value), after `max_sweeps` sweeps over all
+    colours, or when should_stop() says so. on_improve(cost, assignment) is
+    called for each better feasible assignment, the best start's included.
+    """
+    dom = problem.domains
+    g = _rng(xp, rng)
+    gt = gathers(problem, xp)
+    nv = len(dom)
+    if starts is None or len(starts) == 0:
+        x = xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64)
+    else:
+        starts = xp.asarray(starts, dtype=xp.int64).reshape(-1, nv)
+        x = starts[xp.arange(n) % starts.shape[0]].copy()
+    for var, val in problem.evidence.items():
+        x[:, var] = val
+    scale = cost_scale(problem)
+    temp = xp.concatenate([xp.zeros(1), scale * xp.geomspace(cold, hot, max(n - 1, 1))])[:n, None, None]
+    prev = xp.full((n, nv), -1, xp.int64)  # the value a variable left last, tabu until `until`
+    until = xp.zeros((n, nv), xp.int64)
+    best_cost, best, best_score = problem.top, None, np.inf
+    chain_best = xp.full(n, xp.inf)
+    since = xp.zeros(n, xp.int64)
+
+    def take(s):
+        nonlocal best_cost, best, best_score
+        i = int(xp.argmin(s))
+        if float(s[i]) >= best_score:
+            return
+        a = [int(v) for v in sparse.to_module(np, x[i])]
+        c = problem.evaluate(a)
+        if c < best_cost:
+            best_cost, best, best_score = c, a, float(s[i])
+            if on_improve:
+                on_improve(c, a)
+
+    take(scores(xp, gt, x, problem.top))
+    sweep = 0
+    while (max_sweeps is None or sweep < max_sweeps) and not (deadline is not None and time.perf_counter() > deadline) \
+            and not (should_stop and should_stop()):
+        sweep += 1
+        for vs, scope, stride, offset, vstride, values, mask in gt.classes:
+            base = offset + (x[:, scope] * stride).sum(-1)
+            d = mask.shape[1]
+            costs = gt.pool[base[..., None] + vstride[..., None] * values[:, None, :]].sum(2) + mask
+            tabu = (xp.arange(d) == prev[:, vs, None]) & (until[:, vs, None] >= sweep)
+            costs = xp.where(tabu, xp.inf, costs)
+            new = xp.argmin(costs - temp * _gumbel(xp, g, costs.shape), axis=2)
+            old = x[:, vs]
+            moved = new != old
+            prev[:, vs] = xp.where(moved, old, prev[:, vs])
+            until[:, vs] = xp.where(moved, sweep + tenure, until[:, vs])
+            x[:, vs] = new
+        s = scores(xp, gt, x, problem.top)
+        take(s)
+        better = s < chain_best
+        chain_best = xp.minimum(chain_best, s)
+        since = xp.where(better, 0, since + 1)
+        stale = since > patience
+        if best is not None and bool(stale.any()):
+            fresh = xp.where(g.random((n, nv)) < perturb,
+                             xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64),
+                             xp.asarray(best, dtype=xp.int64))
+            for var, val in problem.evidence.items():
+                fresh[:, var] = val
+            x = xp.where(stale[:, None], fresh, x)
+            since = xp.where(stale, 0, since)
+            chain_best = xp.where(stale, xp.inf, chain_best)
+    return best, best_cost
