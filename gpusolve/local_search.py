@@ -32,6 +32,7 @@ from .model import Problem
 
 HOT = 1.0  # hottest chain's temperature, in units of the problem's typical cost difference
 COLD = 0.02  # coolest non-greedy chain's temperature, same units
+WEIGHT = 3.0  # a hard entry costs this many times the largest feasible entry while searching
 
 
 def _rng(xp, rng):
@@ -89,28 +90,31 @@ def rollouts(problem: Problem, plan, engine, tables, messages, n: int, rng, hot:
 class Gathers:
     """Index arrays that turn an (n, variables) value array into costs with a few gathers.
 
-    `pool` holds every table flattened, hard entries replaced by `penalty`,
-    and a trailing 0 that padded slots point at. A function's entry for an
+    `pool` holds every table flattened, hard entries replaced by a finite
+    penalty (weight times the largest feasible entry), and a trailing 0 that padded slots point at. A function's entry for an
     assignment is pool[offset + sum(values[scope] * strides)].
     """
     pool: object
-    penalty: float
+    hard: object  # pool entries that are forbidden (cost >= top)
     scope: object  # (functions, arity) variable indices, padded with 0 (stride 0)
     strides: object
     offset: object
     classes: list  # per colour: (variables, scope, strides, offset, var_stride, values, domain mask)
+    host: tuple  # the scope, strides and offset arrays in host memory, for building block moves
+    touching: dict  # variable -> [(function, position in its scope)]
+    neighbours: dict  # movable variable -> its movable neighbours in the primal graph
 
 
-def gathers(problem: Problem, xp=np) -> Gathers:
+def gathers(problem: Problem, xp=np, weight: float = WEIGHT) -> Gathers:
     """Precompute the pool and, per colour class, the functions touching each of its variables."""
     fs = [f for f in problem.functions if f.scope]
     finite = [f.table[f.table < problem.top] for f in fs]
-    # above every finite entry and every feasible cost difference: one hard entry outweighs all soft choices
-    penalty = 1.0 + sum(2 * float(t.max()) - float(t.min()) for t in finite if t.size)
+    penalty = weight * max((float(t.max()) - min(float(t.min()), 0.0) for t in finite if t.size), default=1.0)
     offsets = np.cumsum([0] + [f.table.size for f in fs])
     pad = int(offsets[-1])
     pool = np.concatenate([np.where(f.table < problem.top, f.table, penalty).astype(np.float64).ravel()
                            for f in fs] + [np.zeros(1)])
+    hard = np.concatenate([(f.table >= problem.top).ravel() for f in fs] + [np.zeros(1, bool)])
     arity = max((f.arity for f in fs), default=1)
     fscope = np.zeros((len(fs), arity), np.int64)
     fstride = np.zeros((len(fs), arity), np.int64)
@@ -122,7 +126,8 @@ def gathers(problem: Problem, xp=np) -> Gathers:
             touching.setdefault(v, []).append((i, k))
     dom = problem.domains
     movable = [v for v in range(len(dom)) if dom[v] > 1 and v not in problem.evidence and v in touching]
-    colour = nx.greedy_color(graph.primal_graph(problem).subgraph(movable), "largest_first")
+    primal = graph.primal_graph(problem).subgraph(movable)
+    colour = nx.greedy_color(primal, "largest_first")
     classes = []
     for c in sorted(set(colour.values())):
         vs = [v for v in movable if colour[v] == c]
@@ -139,93 +144,171 @@ def gathers(problem: Problem, xp=np) -> Gathers:
                 scope[j, s], stride[j, s], offset[j, s] = fscope[i], fstride[i], offsets[i]
                 vstride[j, s], stride[j, s, k] = fstride[i, k], 0
         classes.append(tuple(xp.asarray(a) for a in (np.array(vs), scope, stride, offset, vstride, values, mask)))
-    return Gathers(xp.asarray(pool), penalty, xp.asarray(fscope), xp.asarray(fstride),
-                   xp.asarray(offsets[:-1]), classes)
+    return Gathers(xp.asarray(pool), xp.asarray(hard), xp.asarray(fscope), xp.asarray(fstride),
+                   xp.asarray(offsets[:-1]), classes, (fscope, fstride, offsets[:-1]), touching,
+                   {v: set(primal.adj[v]) for v in movable})
+
+
+def induced_path(gt: Gathers, rng, length: int) -> list[int]:
+    """A random path of at most `length` movable variables, no two of them sharing a function
+    unless consecutive: conditioned on the rest, its variables form a chain."""
+    movable = list(gt.neighbours)
+    path = [movable[int(rng.integers(len(movable)))]]
+    on = set(path)
+    while len(path) < length:
+        last = path[-1]
+        options = [u for u in gt.neighbours[last] if u not in on and not (gt.neighbours[u] & on) - {last}]
+        if not options:
+            break
+        path.append(options[int(rng.integers(len(options)))])
+        on.add(path[-1])
+    return path
+
+
+def path_move(xp, gt: Gathers, x, path: list[int], dom) -> None:
+    """Every chain takes the exact best values of the induced `path` given its other values:
+    min-sum dynamic programming along the chain (Viterbi), one (n, d, d) table per step."""
+    fscope, fstride, offsets = gt.host
+    n = x.shape[0]
+    msg, back = xp.zeros((n, 1)), []
+    for i, v in enumerate(path):
+        before = path[i - 1] if i else -1
+        after = path[i + 1] if i + 1 < len(path) else -1
+        fs = [f for f, _ in gt.touching[v] if not ((fscope[f] == after) & (fstride[f] > 0)).any()]
+        scope, stride = fscope[fs], fstride[fs].copy()  # the next step takes functions shared with `after`
+        own = np.where(scope == v, stride, 0).sum(1)
+        pair = np.where(scope == before, stride, 0).sum(1)
+        stride[(scope == v) | (scope == before)] = 0
+        base = xp.asarray(offsets[fs]) + (x[:, xp.asarray(scope)] * xp.asarray(stride)).sum(-1)
+        db = dom[before] if i else 1
+        idx = (base[:, :, None, None] + xp.asarray(pair)[:, None, None] * xp.arange(db)[:, None]
+               + xp.asarray(own)[:, None, None] * xp.arange(dom[v]))
+        total = msg[:, :, None] + gt.pool[idx].sum(1)
+        back.append(xp.argmin(total, axis=1))
+        msg = total.min(axis=1)
+    value = xp.argmin(msg, axis=1)
+    rows = xp.arange(n)
+    for v, b in zip(reversed(path), reversed(back)):
+        x[:, v] = value
+        value = b[rows, value]
 
 
 def scores(xp, gt: Gathers, values, top):
-    """Cost of every row (n,), inf where infeasible (a hard entry, or a sum reaching top):
-    exact for integer sums below 2^53."""
+    """(penalised cost, cost) of every row (n,): the cost is inf where infeasible (a hard entry,
+    or a sum reaching top), exact for integer sums below 2^53."""
     idx = gt.offset + (values[:, gt.scope] * gt.strides).sum(-1)
-    costs = gt.pool[idx]
-    total = costs.sum(1)
-    return xp.where((costs == gt.penalty).any(1) | (total >= top), xp.inf, total)
+    total = gt.pool[idx].sum(1)
+    return total, xp.where(gt.hard[idx].any(1) | (total >= top), xp.inf, total)
+
+
+def sweep(xp, gt: Gathers, x, temp, prev, until, step: int, tenure: int, g) -> None:
+    """Every colour class in turn: each variable of every chain samples a value given the others
+    at its chain's temperature, never the value it left within `tenure` sweeps (tabu)."""
+    for vs, scope, stride, offset, vstride, values, mask in gt.classes:
+        base = offset + (x[:, scope] * stride).sum(-1)
+        d = mask.shape[1]
+        costs = gt.pool[base[..., None] + vstride[..., None] * values[:, None, :]].sum(2) + mask
+        tabu = (xp.arange(d) == prev[:, vs, None]) & (until[:, vs, None] >= step)
+        new = xp.argmin(xp.where(tabu, xp.inf, costs) - temp[:, :, None] * _gumbel(xp, g, costs.shape), axis=2)
+        old = x[:, vs]
+        moved = new != old
+        prev[:, vs] = xp.where(moved, old, prev[:, vs])
+        until[:, vs] = xp.where(moved, step + tenure, until[:, vs])
+        x[:, vs] = new
+
+
+def exchange(xp, energy, temp, parity: int, g):
+    """Replica exchange: the row permutation that swaps neighbouring rungs (i, i+1), i of the given
+    parity, of every ladder (rows reshaped (ladders, rungs)) with the Metropolis probability."""
+    ladders, rungs = temp.shape
+    e = energy.reshape(ladders, rungs)
+    i = xp.arange(parity, rungs - 1, 2)
+    gain = (e[:, i] - e[:, i + 1]) * (1.0 / temp[:, i] - 1.0 / temp[:, i + 1])
+    swap = xp.log(g.random(gain.shape)) < gain
+    perm = xp.broadcast_to(xp.arange(rungs), (ladders, rungs)).copy()
+    perm[:, i] = xp.where(swap, i + 1, i)
+    perm[:, i + 1] = xp.where(swap, i, i + 1)
+    return (perm + rungs * xp.arange(ladders)[:, None]).reshape(-1)
 
 
 def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n: int = 256,
                  should_stop: Callable[[], bool] | None = None,
                  on_improve: Callable[[object, list[int]], None] | None = None,
-                 max_sweeps: int | None = None, tenure: int = 3, hot: float = HOT, cold: float = COLD,
-                 patience: int = 50, perturb: float = 0.05):
+                 max_sweeps: int | None = None, rungs: int = 16, tenure: int = 2, hot: float = HOT,
+                 cold: float = COLD, patience: int = 50, weight: float = WEIGHT, perturb: float = 0.05, home: float = 0.5, paths: int = 1,
+                 path_length: int = 16):
     """Best assignment found (list, or None when no chain got feasible) and its cost (top if None).
 
-    `starts` (k, variables) seed the n chains (repeated; random values when
-    k = 0 or None); evidence keeps its observed values. Stops at `deadline`
-    (a time.perf_counter() value), after `max_sweeps` sweeps over all
-    colours, or when should_stop() says so. on_improve(cost, assignment) is
-    called for each better feasible assignment, the best start's included.
+    n chains form n / rungs ladders of temperatures cold..hot (times
+    cost_scale) with replica exchange after every sweep. `starts` (k,
+    variables) seed the chains, cheapest first (repeated; random values when
+    k = 0 or None); evidence keeps its observed values. A chain that has not
+    improved its own best for `patience` sweeps restarts from the incumbent
+    with a share `perturb` of random values. Stops at `deadline` (a
+    time.perf_counter() value), after `max_sweeps` sweeps, or when
+    should_stop() says so. on_improve(cost, assignment) is called for each
+    better feasible assignment, the best start's included.
     """
     dom = problem.domains
-    g = _rng(xp, rng)
-    gt = gathers(problem, xp)
     nv = len(dom)
+    g = _rng(xp, rng)
+    gt = gathers(problem, xp, weight)
+    rungs = max(1, min(rungs, n))
+    n -= n % rungs
     if starts is None or len(starts) == 0:
         x = xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64)
     else:
         starts = xp.asarray(starts, dtype=xp.int64).reshape(-1, nv)
-        x = starts[xp.arange(n) % starts.shape[0]].copy()
+        starts = starts[xp.argsort(scores(xp, gt, starts, problem.top)[0])]
+        x = starts[xp.arange(n) % starts.shape[0]]
+        x = x.reshape(rungs, -1, nv).transpose(1, 0, 2).reshape(n, nv)  # the cheapest on the coldest rungs
     for var, val in problem.evidence.items():
         x[:, var] = val
-    scale = cost_scale(problem)
-    temp = xp.concatenate([xp.zeros(1), scale * xp.geomspace(cold, hot, max(n - 1, 1))])[:n, None, None]
+    origin = x.copy()
+    temp = xp.broadcast_to(cost_scale(problem) * xp.geomspace(cold, hot, rungs), (n // rungs, rungs))
     prev = xp.full((n, nv), -1, xp.int64)  # the value a variable left last, tabu until `until`
     until = xp.zeros((n, nv), xp.int64)
     best_cost, best, best_score = problem.top, None, np.inf
     chain_best = xp.full(n, xp.inf)
     since = xp.zeros(n, xp.int64)
 
-    def take(s):
+    def take(cost):
         nonlocal best_cost, best, best_score
-        i = int(xp.argmin(s))
-        if float(s[i]) >= best_score:
+        i = int(xp.argmin(cost))
+        if float(cost[i]) >= best_score:
             return
         a = [int(v) for v in sparse.to_module(np, x[i])]
         c = problem.evaluate(a)
         if c < best_cost:
-            best_cost, best, best_score = c, a, float(s[i])
+            best_cost, best, best_score = c, a, float(cost[i])
             if on_improve:
                 on_improve(c, a)
 
-    take(scores(xp, gt, x, problem.top))
-    sweep = 0
-    while (max_sweeps is None or sweep < max_sweeps) and not (deadline is not None and time.perf_counter() > deadline) \
+    take(scores(xp, gt, x, problem.top)[1])
+    step = 0
+    while (max_sweeps is None or step < max_sweeps) and not (deadline is not None and time.perf_counter() > deadline) \
             and not (should_stop and should_stop()):
-        sweep += 1
-        for vs, scope, stride, offset, vstride, values, mask in gt.classes:
-            base = offset + (x[:, scope] * stride).sum(-1)
-            d = mask.shape[1]
-            costs = gt.pool[base[..., None] + vstride[..., None] * values[:, None, :]].sum(2) + mask
-            tabu = (xp.arange(d) == prev[:, vs, None]) & (until[:, vs, None] >= sweep)
-            costs = xp.where(tabu, xp.inf, costs)
-            new = xp.argmin(costs - temp * _gumbel(xp, g, costs.shape), axis=2)
-            old = x[:, vs]
-            moved = new != old
-            prev[:, vs] = xp.where(moved, old, prev[:, vs])
-            until[:, vs] = xp.where(moved, sweep + tenure, until[:, vs])
-            x[:, vs] = new
-        s = scores(xp, gt, x, problem.top)
-        take(s)
-        better = s < chain_best
-        chain_best = xp.minimum(chain_best, s)
+        step += 1
+        sweep(xp, gt, x, temp.reshape(n, 1), prev, until, step, tenure, g)
+        for _ in range(paths if gt.neighbours else 0):
+            path_move(xp, gt, x, induced_path(gt, rng, path_length), dom)
+        energy, cost = scores(xp, gt, x, problem.top)
+        take(cost)
+        better = cost < chain_best
+        chain_best = xp.minimum(chain_best, cost)
         since = xp.where(better, 0, since + 1)
         stale = since > patience
         if best is not None and bool(stale.any()):
+            source = xp.where(g.random((n, 1)) < home, xp.asarray(best, dtype=xp.int64),
+                              origin[xp.floor(g.random(n) * n).astype(xp.int64)])
             fresh = xp.where(g.random((n, nv)) < perturb,
-                             xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64),
-                             xp.asarray(best, dtype=xp.int64))
+                             xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64), source)
             for var, val in problem.evidence.items():
                 fresh[:, var] = val
             x = xp.where(stale[:, None], fresh, x)
+            energy = scores(xp, gt, x, problem.top)[0]
             since = xp.where(stale, 0, since)
             chain_best = xp.where(stale, xp.inf, chain_best)
+        perm = exchange(xp, energy, temp, step % 2, g)
+        x, prev, until = x[perm], prev[perm], until[perm]
     return best, best_cost
