@@ -36,7 +36,7 @@ from gpusolve.local_search import local_search, rollouts  # noqa: E402
 from gpusolve.plan import build_plan  # noqa: E402
 from gpusolve.preprocess import preprocess  # noqa: E402
 
-SHARED = {"404.wcsp": (114, 8), "CELAR6-SUB0.wcsp": (159, 4), "pedigree1.wcsp": (76911689, 12),
+SHARED = {"404.wcsp": (114, 8), "CELAR6-SUB0.wcsp": (159, 4), "pedigree1.wcsp": (76911689, 14),
           "warehouse.wcsp": (328, 5)}  # known optimum, z of the guiding MBE run
 GRID_Z = 7  # MBE(z=7) on a 10x10 grid with domain 10 runs in about a second on one core
 

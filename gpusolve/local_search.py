@@ -6,14 +6,19 @@ temperature (Gumbel-max: argmin of cost - T * Gumbel noise samples the
 softmax of -cost / T); row 0 stays greedy, so with exact BE messages it is
 an optimal assignment.
 
-`local_search` improves n chains at once by colour-batched moves: variables
-of one colour of the primal graph share no function, so all of them move
-simultaneously given the others (chromatic Gibbs sampling). A move samples
-each variable's value at its chain's temperature (a ladder from greedy to
-hot), never back to the value it just left while tabu; stale chains restart
-from the incumbent with a few values perturbed. Hard costs (>= top) count
-as a penalty larger than any feasible assignment's cost, so chains drift to
-feasibility; the incumbent is always checked with Problem.evaluate.
+`local_search` improves n chains at once. A sweep moves colour class by
+colour class: variables of one colour of the primal graph share no
+function, so all of them move simultaneously given the others (chromatic
+Gibbs sampling), each sampling its value at its chain's temperature and
+never back to the value it just left while tabu. Chains form ladders of
+temperatures with replica exchange between neighbouring rungs. After each
+sweep every chain takes the exact best values of a random induced tree of
+the primal graph given the rest (min-sum dynamic programming: a large
+neighbourhood, found by a few (n, d, d) gathers per tree member). Stale
+chains restart near their ladder's best or a start, a few values
+perturbed. Hard costs (>= top) count as a finite penalty while searching,
+so hot chains can cross them; feasibility is checked exactly and every
+incumbent with Problem.evaluate.
 
 Every step is whole-array `xp` code over all chains (NumPy or CuPy).
 """
@@ -31,7 +36,7 @@ from .engines import sparse
 from .model import Problem
 
 HOT = 1.0  # hottest chain's temperature, in units of the problem's typical cost difference
-COLD = 0.02  # coolest non-greedy chain's temperature, same units
+COLD = 0.02  # coldest rung's temperature, same units
 WEIGHT = 3.0  # a hard entry costs this many times the largest feasible entry while searching
 
 
@@ -149,48 +154,56 @@ def gathers(problem: Problem, xp=np, weight: float = WEIGHT) -> Gathers:
                    {v: set(primal.adj[v]) for v in movable})
 
 
-def induced_path(gt: Gathers, rng, length: int) -> list[int]:
-    """A random path of at most `length` movable variables, no two of them sharing a function
-    unless consecutive: conditioned on the rest, its variables form a chain."""
+def induced_tree(gt: Gathers, rng, size: int) -> tuple[list[int], dict[int, int]]:
+    """A random tree of at most `size` movable variables grown from a random root, each joining
+    next to exactly one member, so no function joins two members unless they are parent and child:
+    conditioned on the rest, the members form a tree. Returns (members, leaves first; parent)."""
     movable = list(gt.neighbours)
-    path = [movable[int(rng.integers(len(movable)))]]
-    on = set(path)
-    while len(path) < length:
-        last = path[-1]
-        options = [u for u in gt.neighbours[last] if u not in on and not (gt.neighbours[u] & on) - {last}]
+    root = movable[int(rng.integers(len(movable)))]
+    order, parent, on = [root], {}, {root}
+    frontier = set(gt.neighbours[root])
+    while len(order) < size and frontier:
+        options = sorted(u for u in frontier if len(gt.neighbours[u] & on) == 1)
         if not options:
             break
-        path.append(options[int(rng.integers(len(options)))])
-        on.add(path[-1])
-    return path
+        u = options[int(rng.integers(len(options)))]
+        parent[u] = next(iter(gt.neighbours[u] & on))
+        order.append(u)
+        on.add(u)
+        frontier = (frontier | gt.neighbours[u]) - on
+    return order[::-1], parent
 
 
-def path_move(xp, gt: Gathers, x, path: list[int], dom) -> None:
-    """Every chain takes the exact best values of the induced `path` given its other values:
-    min-sum dynamic programming along the chain (Viterbi), one (n, d, d) table per step."""
+def tree_move(xp, gt: Gathers, x, members: list[int], parent: dict[int, int], dom) -> None:
+    """Every chain takes the exact best values of an induced tree given its other values: min-sum
+    dynamic programming from the leaves (one (n, d, d_parent) table per member), then back down."""
     fscope, fstride, offsets = gt.host
     n = x.shape[0]
-    msg, back = xp.zeros((n, 1)), []
-    for i, v in enumerate(path):
-        before = path[i - 1] if i else -1
-        after = path[i + 1] if i + 1 < len(path) else -1
-        fs = [f for f, _ in gt.touching[v] if not ((fscope[f] == after) & (fstride[f] > 0)).any()]
-        scope, stride = fscope[fs], fstride[fs].copy()  # the next step takes functions shared with `after`
+    children: dict[int, list[int]] = {}
+    for v in members:
+        if v in parent:
+            children.setdefault(parent[v], []).append(v)
+    incoming = {v: xp.zeros((n, dom[v])) for v in members}
+    back = {}
+    for v in members:  # leaves first
+        up = parent.get(v, -1)
+        below = children.get(v, [])
+        fs = [f for f, _ in gt.touching[v] if not any(((fscope[f] == c) & (fstride[f] > 0)).any() for c in below)]
+        scope, stride = fscope[fs], fstride[fs].copy()  # functions shared with a child went with the child
         own = np.where(scope == v, stride, 0).sum(1)
-        pair = np.where(scope == before, stride, 0).sum(1)
-        stride[(scope == v) | (scope == before)] = 0
+        pair = np.where(scope == up, stride, 0).sum(1)
+        stride[(scope == v) | (scope == up)] = 0
         base = xp.asarray(offsets[fs]) + (x[:, xp.asarray(scope)] * xp.asarray(stride)).sum(-1)
-        db = dom[before] if i else 1
-        idx = (base[:, :, None, None] + xp.asarray(pair)[:, None, None] * xp.arange(db)[:, None]
-               + xp.asarray(own)[:, None, None] * xp.arange(dom[v]))
-        total = msg[:, :, None] + gt.pool[idx].sum(1)
-        back.append(xp.argmin(total, axis=1))
-        msg = total.min(axis=1)
-    value = xp.argmin(msg, axis=1)
+        dp = dom[up] if up >= 0 else 1
+        idx = (base[:, :, None, None] + xp.asarray(own)[:, None, None] * xp.arange(dom[v])[:, None]
+               + xp.asarray(pair)[:, None, None] * xp.arange(dp))
+        total = incoming[v][:, :, None] + gt.pool[idx].sum(1)  # (n, d, d_parent)
+        back[v] = xp.argmin(total, axis=1)
+        if up >= 0:
+            incoming[up] += total.min(axis=1)
     rows = xp.arange(n)
-    for v, b in zip(reversed(path), reversed(back)):
-        x[:, v] = value
-        value = b[rows, value]
+    for v in reversed(members):  # roots first
+        x[:, v] = back[v][rows, x[:, parent[v]]] if v in parent else back[v][:, 0]
 
 
 def scores(xp, gt: Gathers, values, top):
@@ -235,16 +248,19 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
                  should_stop: Callable[[], bool] | None = None,
                  on_improve: Callable[[object, list[int]], None] | None = None,
                  max_sweeps: int | None = None, rungs: int = 16, tenure: int = 2, hot: float = HOT,
-                 cold: float = COLD, patience: int = 50, weight: float = WEIGHT, perturb: float = 0.05, home: float = 0.5, paths: int = 1,
-                 path_length: int = 16):
+                 cold: float = COLD, patience: int = 50, weight: float = WEIGHT, perturb: float = 0.05, home: float = 0.5, trees: int = 1,
+                 tree_size: int = 64):
     """Best assignment found (list, or None when no chain got feasible) and its cost (top if None).
 
     n chains form n / rungs ladders of temperatures cold..hot (times
-    cost_scale) with replica exchange after every sweep. `starts` (k,
+    cost_scale) with replica exchange after every sweep; `trees` induced
+    trees of at most `tree_size` variables are optimised exactly per sweep.
+    `starts` (k,
     variables) seed the chains, cheapest first (repeated; random values when
     k = 0 or None); evidence keeps its observed values. A chain that has not
-    improved its own best for `patience` sweeps restarts from the incumbent
-    with a share `perturb` of random values. Stops at `deadline` (a
+    improved its own best for `patience` sweeps restarts from its ladder's
+    best (probability `home`) or a random start, a share `perturb` of its
+    values random. Stops at `deadline` (a
     time.perf_counter() value), after `max_sweeps` sweeps, or when
     should_stop() says so. on_improve(cost, assignment) is called for each
     better feasible assignment, the best start's included.
@@ -271,6 +287,9 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
     best_cost, best, best_score = problem.top, None, np.inf
     chain_best = xp.full(n, xp.inf)
     since = xp.zeros(n, xp.int64)
+    ladders = n // rungs
+    ladder = xp.arange(n) // rungs
+    elite, elite_cost = x[::rungs].copy(), xp.full(ladders, xp.inf)  # each ladder's best: its restarts' home
 
     def take(cost):
         nonlocal best_cost, best, best_score
@@ -290,16 +309,20 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
             and not (should_stop and should_stop()):
         step += 1
         sweep(xp, gt, x, temp.reshape(n, 1), prev, until, step, tenure, g)
-        for _ in range(paths if gt.neighbours else 0):
-            path_move(xp, gt, x, induced_path(gt, rng, path_length), dom)
+        for _ in range(trees if gt.neighbours else 0):
+            tree_move(xp, gt, x, *induced_tree(gt, rng, tree_size), dom)
         energy, cost = scores(xp, gt, x, problem.top)
         take(cost)
+        i = xp.argmin(cost.reshape(ladders, rungs), axis=1) + rungs * xp.arange(ladders)
+        gain = cost[i] < elite_cost
+        elite = xp.where(gain[:, None], x[i], elite)
+        elite_cost = xp.where(gain, cost[i], elite_cost)
         better = cost < chain_best
         chain_best = xp.minimum(chain_best, cost)
         since = xp.where(better, 0, since + 1)
         stale = since > patience
-        if best is not None and bool(stale.any()):
-            source = xp.where(g.random((n, 1)) < home, xp.asarray(best, dtype=xp.int64),
+        if bool(stale.any()):
+            source = xp.where(g.random((n, 1)) < home, elite[ladder],
                               origin[xp.floor(g.random(n) * n).astype(xp.int64)])
             fresh = xp.where(g.random((n, nv)) < perturb,
                              xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64), source)
