@@ -89,7 +89,7 @@ def run(name: str, problem, path: Path | None, z: int, seconds: float, tb2_secon
                 write_wcsp(problem, path)
             rec.update(toulbar2(path, tb2_seconds))
         print(f"{name}: toulbar2 {tb2_seconds} s -> ub {rec['toulbar2_ub']}, dual bound "
-              f"{rec["toulbar2_dual_bound"]}", flush=True)
+              f"{rec['toulbar2_dual_bound']}", flush=True)
     return rec
 
 
@@ -117,8 +117,8 @@ def main():
         rec = run(name, problem, path, z, args.seconds, args.toulbar2_seconds, args.chains, args.seed)
         rec["known_optimum"] = optimum
         records.append(rec)
-    write_result("local_search-quick" if args.quick else "local_search", cpu_name(), quick=args.quick, cpus=os.cpu_count(), numpy=np.__version__,
-                 seconds=args.seconds, instances=records)
+    write_result("local_search-quick" if args.quick else "local_search", cpu_name(), quick=args.quick,
+                 cpus=os.cpu_count(), numpy=np.__version__, seconds=args.seconds, instances=records)
 
 
 if __name__ == "__main__":

@@ -96,8 +96,9 @@ class Gathers:
     """Index arrays that turn an (n, variables) value array into costs with a few gathers.
 
     `pool` holds every table flattened, hard entries replaced by a finite
-    penalty (weight times the largest feasible entry), and a trailing 0 that padded slots point at. A function's entry for an
-    assignment is pool[offset + sum(values[scope] * strides)].
+    penalty (weight times the largest feasible entry), and a trailing 0
+    that padded slots point at. A function's entry for an assignment is
+    pool[offset + sum(values[scope] * strides)].
     """
     pool: object
     hard: object  # pool entries that are forbidden (cost >= top)
@@ -248,22 +249,22 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
                  should_stop: Callable[[], bool] | None = None,
                  on_improve: Callable[[object, list[int]], None] | None = None,
                  max_sweeps: int | None = None, rungs: int = 16, tenure: int = 2, hot: float = HOT,
-                 cold: float = COLD, patience: int = 50, weight: float = WEIGHT, perturb: float = 0.05, home: float = 0.5, trees: int = 1,
-                 tree_size: int = 64):
+                 cold: float = COLD, weight: float = WEIGHT, trees: int = 1, tree_size: int = 64,
+                 patience: int = 50, home: float = 0.5, perturb: float = 0.05):
     """Best assignment found (list, or None when no chain got feasible) and its cost (top if None).
 
     n chains form n / rungs ladders of temperatures cold..hot (times
-    cost_scale) with replica exchange after every sweep; `trees` induced
-    trees of at most `tree_size` variables are optimised exactly per sweep.
-    `starts` (k,
-    variables) seed the chains, cheapest first (repeated; random values when
-    k = 0 or None); evidence keeps its observed values. A chain that has not
-    improved its own best for `patience` sweeps restarts from its ladder's
-    best (probability `home`) or a random start, a share `perturb` of its
-    values random. Stops at `deadline` (a
-    time.perf_counter() value), after `max_sweeps` sweeps, or when
-    should_stop() says so. on_improve(cost, assignment) is called for each
-    better feasible assignment, the best start's included.
+    cost_scale) with replica exchange after every sweep; hard entries weigh
+    `weight` times the largest feasible entry; `trees` induced trees of at
+    most `tree_size` variables are optimised exactly per sweep. `starts`
+    (k, variables) seed the chains, cheapest first (repeated; random values
+    when k = 0 or None); evidence keeps its observed values. A chain that
+    has not improved its own best for `patience` sweeps restarts from its
+    ladder's best (probability `home`) or a random start, a share `perturb`
+    of its values random. Stops at `deadline` (a time.perf_counter()
+    value), after `max_sweeps` sweeps, or when should_stop() says so.
+    on_improve(cost, assignment) is called for each better feasible
+    assignment, the best start's included.
     """
     dom = problem.domains
     nv = len(dom)
@@ -281,7 +282,7 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
     for var, val in problem.evidence.items():
         x[:, var] = val
     origin = x.copy()
-    temp = xp.broadcast_to(cost_scale(problem) * xp.geomspace(cold, hot, rungs), (n // rungs, rungs))
+    temp = xp.broadcast_to(xp.asarray(cost_scale(problem) * np.geomspace(cold, hot, rungs)), (n // rungs, rungs))
     prev = xp.full((n, nv), -1, xp.int64)  # the value a variable left last, tabu until `until`
     until = xp.zeros((n, nv), xp.int64)
     best_cost, best, best_score = problem.top, None, np.inf
@@ -304,9 +305,12 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
                 on_improve(c, a)
 
     take(scores(xp, gt, x, problem.top)[1])
+    def done():
+        return ((max_sweeps is not None and step >= max_sweeps)
+                or (deadline is not None and time.perf_counter() > deadline) or (should_stop and should_stop()))
+
     step = 0
-    while (max_sweeps is None or step < max_sweeps) and not (deadline is not None and time.perf_counter() > deadline) \
-            and not (should_stop and should_stop()):
+    while not done():
         step += 1
         sweep(xp, gt, x, temp.reshape(n, 1), prev, until, step, tenure, g)
         for _ in range(trees if gt.neighbours else 0):
