@@ -1,4 +1,5 @@
 """Rollouts and parallel local search against brute force and the shared instances' optima."""
+import itertools
 import time
 
 import numpy as np
@@ -7,8 +8,9 @@ import pytest
 import parsers
 from gpusolve import graph
 from gpusolve.eliminate import assign, run_plan
+from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.local_search import local_search, rollouts
+from gpusolve.local_search import gathers, induced_tree, local_search, rollouts, scores, tree_move
 from gpusolve.model import condition
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import preprocess
@@ -59,6 +61,31 @@ def test_local_search_keeps_evidence_and_stops_when_asked():
     best, cost = local_search(problem, None, None, rng, n=8, should_stop=lambda: calls.append(1) or len(calls) > 3)
     assert len(calls) == 4
     assert best[0] == problem.domains[0] - 1 and cost == problem.evaluate(best)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_move_is_the_exact_best_over_the_tree(seed):
+    rng = np.random.default_rng(300 + seed)
+    problem = generate("grid", 16, 3, 0.3, 0.3, seed) if seed % 2 else random_problem(rng, n_max=7, d_max=3)
+    gt = gathers(problem)
+    while not gt.neighbours:  # nothing to move
+        problem = random_problem(rng, n_max=7, d_max=3)
+        gt = gathers(problem)
+    members, parent = induced_tree(gt, rng, 6)
+    assert len(members) >= (5 if seed % 2 else 1)
+    assert all(gt.neighbours[u] & set(members) <= {parent.get(u)} | {c for c in members if parent.get(c) == u}
+               for u in members)
+    x = rng.integers(0, problem.domains, size=(4, len(problem.domains)))
+    moved = x.copy()
+    tree_move(np, gt, moved, members, parent, problem.domains)
+    for row, new in zip(x, moved):
+        assert all(new[v] == row[v] for v in range(len(row)) if v not in members)
+        best = np.inf
+        for values in itertools.product(*(range(problem.domains[v]) for v in members)):
+            y = row.copy()
+            y[members] = values
+            best = min(best, scores(np, gt, y[None], problem.top)[0][0])
+        assert scores(np, gt, new[None], problem.top)[0][0] == pytest.approx(best)
 
 
 @pytest.mark.parametrize("tables", ["dense", "sparse"])
