@@ -1,9 +1,9 @@
 """Upper bounds by MBE-guided rollouts + parallel local search, against toulbar2's best upper bound.
 
 Per instance: preprocess, MBE(z) (run_plan), rollouts from its messages,
-then local_search for --seconds, recording each better cost with its time
-(from the start of local search; the MBE and rollout time is reported
-apart). toulbar2 (pytoulbar2) then runs with a --toulbar2-seconds limit on
+then local_search for --seconds, once per --seeds, recording each better
+cost with its time (from the start of local search; the MBE and rollout
+times are reported apart). toulbar2 (pytoulbar2) then runs with a --toulbar2-seconds limit on
 the same machine and its best upper bound and dual bound are recorded.
 Instances: 404, CELAR6-SUB0, pedigree1, warehouse (shared instances, known
 optima) and generated 10x10 grids with domain 10, seeds 1-5. --quick runs
@@ -60,28 +60,31 @@ def toulbar2(path: Path, seconds: int) -> dict:
 
 
 def run(name: str, problem, path: Path | None, z: int, seconds: float, tb2_seconds: int | None,
-        n: int, seed: int) -> dict:
+        n: int, seeds: list[int]) -> dict:
     t0 = time.perf_counter()
     reduced = preprocess(problem)
     p = reduced.problem
     plan = build_plan(p, graph.elimination_order(p), z)
     engine = NumpyEngine()
     lower, tables, messages = run_plan(p, plan, engine)
-    starts = rollouts(p, plan, engine, tables, messages, 4 * n, np.random.default_rng(seed))
-    t1 = time.perf_counter()
-    trace = []
+    rec = {"instance": name, "z": z, "mbe_lower_bound": p.to_file_value(lower),
+           "mbe_s": time.perf_counter() - t0, "rollouts": 4 * n, "local_search_s": seconds, "chains": n, "runs": []}
+    for seed in seeds:
+        t1 = time.perf_counter()
+        starts = rollouts(p, plan, engine, tables, messages, 4 * n, np.random.default_rng(seed))
+        t2 = time.perf_counter()
+        trace = []
 
-    def improved(cost, assignment):
-        trace.append([round(time.perf_counter() - t1, 3), p.to_file_value(cost)])
+        def improved(cost, assignment):
+            trace.append([round(time.perf_counter() - t2, 3), p.to_file_value(cost)])
 
-    best, cost = local_search(p, starts, t1 + seconds, np.random.default_rng(seed), n=n, on_improve=improved)
-    assert best is None or problem.evaluate(reduced.expand(best)) == cost
-    rec = {"instance": name, "z": z, "mbe_lower_bound": p.to_file_value(lower), "mbe_and_rollouts_s": t1 - t0,
-           "rollout_best": trace[0][1] if trace else None, "local_search_s": seconds, "chains": n,
-           "upper_bound": p.to_file_value(cost), "trace": trace}
-    print(f"{name}: MBE(z={z}) lb {rec['mbe_lower_bound']} + {4 * n} rollouts in {t1 - t0:.2f} s "
-          f"(best {rec['rollout_best']}); local search {seconds:g} s -> {rec['upper_bound']} "
-          f"(last improvement at {trace[-1][0] if trace else '-'} s)", flush=True)
+        best, cost = local_search(p, starts, t2 + seconds, np.random.default_rng(seed), n=n, on_improve=improved)
+        assert best is None or problem.evaluate(reduced.expand(best)) == cost
+        rec["runs"].append({"seed": seed, "rollouts_s": t2 - t1, "rollout_best": trace[0][1] if trace else None,
+                            "upper_bound": p.to_file_value(cost), "trace": trace})
+        print(f"{name} seed {seed}: MBE(z={z}) lb {rec['mbe_lower_bound']} in {rec['mbe_s']:.2f} s, {4 * n} "
+              f"rollouts in {t2 - t1:.2f} s (best {rec['runs'][-1]['rollout_best']}); local search {seconds:g} s "
+              f"-> {p.to_file_value(cost)} (last improvement at {trace[-1][0] if trace else '-'} s)", flush=True)
     if tb2_seconds:
         with tempfile.TemporaryDirectory() as tmp:
             if path is None:
@@ -99,7 +102,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0, help="local search time per instance")
     ap.add_argument("--toulbar2-seconds", type=int, default=60, help="0: no toulbar2 run")
     ap.add_argument("--chains", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one local search run each")
     ap.add_argument("--quick", action="store_true", help="one 5x5 grid, a second each")
     args = ap.parse_args()
     jobs = []
@@ -114,7 +117,7 @@ def main():
             jobs.append((f"grid-n100-d10-s{s}", generate("grid", 100, 10, 0.3, 0.5, s), None, GRID_Z, None))
     records = []
     for name, problem, path, z, optimum in jobs:
-        rec = run(name, problem, path, z, args.seconds, args.toulbar2_seconds, args.chains, args.seed)
+        rec = run(name, problem, path, z, args.seconds, args.toulbar2_seconds, args.chains, args.seeds)
         rec["known_optimum"] = optimum
         records.append(rec)
     write_result("local_search-quick" if args.quick else "local_search", cpu_name(), quick=args.quick,
