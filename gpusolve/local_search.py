@@ -276,7 +276,7 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
         x = xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64)
     else:
         starts = xp.asarray(starts, dtype=xp.int64).reshape(-1, nv)
-        starts = starts[xp.argsort(scores(xp, gt, starts, problem.top)[0])]
+        starts = starts[xp.lexsort(xp.stack(scores(xp, gt, starts, problem.top)))]  # feasible first, by cost
         x = starts[xp.arange(n) % starts.shape[0]]
         x = x.reshape(rungs, -1, nv).transpose(1, 0, 2).reshape(n, nv)  # the cheapest on the coldest rungs
     for var, val in problem.evidence.items():
@@ -304,11 +304,11 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
             if on_improve:
                 on_improve(c, a)
 
-    take(scores(xp, gt, x, problem.top)[1])
     def done():
         return ((max_sweeps is not None and step >= max_sweeps)
                 or (deadline is not None and time.perf_counter() > deadline) or (should_stop and should_stop()))
 
+    take(scores(xp, gt, x, problem.top)[1])
     step = 0
     while not done():
         step += 1

@@ -26,7 +26,7 @@ def test_local_search_is_sound_and_never_worse_than_its_seeds(seed):
     rng = np.random.default_rng(seed)
     problem = random_problem(rng, n_max=7, d_max=4, p_hard=0.3)
     opt, _ = brute_force(problem)
-    seeds = rng.integers(0, problem.domains, size=(3, len(problem.domains)))
+    seeds = rng.integers(0, problem.domains, size=(40, len(problem.domains)))  # more than the chains
     seed_best = min(problem.evaluate(s) for s in seeds)
     improved = []
     best, cost = local_search(problem, seeds, None, rng, n=16, max_sweeps=30,
