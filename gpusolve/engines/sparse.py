@@ -150,6 +150,19 @@ def slice_over(xp, table, scope: tuple[int, ...], var: int, value: Sequence[int]
     return lookup(xp, table, keys, top)
 
 
+def slice_rows(xp, table, scope: tuple[int, ...], var: int, values, top):
+    """slice_over for many assignments at once: `values` (n, variables) -> costs (n, domain of var),
+    one flat gather (dense) or one batched key look-up (sparse)."""
+    dims = table.dims if isinstance(table, SparseTable) else table.shape
+    st = strides(dims)
+    i = scope.index(var)
+    base = sum((values[:, u] * s for u, s in zip(scope, st) if u != var), xp.zeros(values.shape[0], xp.int64))
+    keys = base[:, None] + xp.arange(dims[i], dtype=xp.int64) * st[i]
+    if isinstance(table, SparseTable):
+        return lookup(xp, table, keys, top)
+    return to_module(xp, table).reshape(-1)[keys]
+
+
 def scalar(engine, table, top):
     """The cost held by a zero-variable message (dense 0-d array or SparseTable), on the host."""
     if isinstance(table, SparseTable):
