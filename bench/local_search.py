@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from gpu_kernel import write_result  # noqa: E402
+from common import cpu_name, write_result  # noqa: E402
 
 import parsers  # noqa: E402
 from parsers.write import write_wcsp  # noqa: E402
@@ -36,16 +36,9 @@ from gpusolve.local_search import local_search, rollouts  # noqa: E402
 from gpusolve.plan import build_plan  # noqa: E402
 from gpusolve.preprocess import preprocess  # noqa: E402
 
-SHARED = {"404.wcsp": (114, 8), "CELAR6-SUB0.wcsp": (159, 4), "pedigree1.wcsp": (76911689, 14),
+KNOWN = {"404.wcsp": (114, 8), "CELAR6-SUB0.wcsp": (159, 4), "pedigree1.wcsp": (76911689, 14),
           "warehouse.wcsp": (328, 5)}  # known optimum, z of the guiding MBE run
 GRID_Z = 7  # MBE(z=7) on a 10x10 grid with domain 10 runs in about a second on one core
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "cpu"
 
 
 def toulbar2(path: Path, seconds: int) -> dict:
@@ -110,7 +103,7 @@ def main():
         args.seconds, args.toulbar2_seconds = 1.0, min(args.toulbar2_seconds, 1)
         jobs.append(("grid-n25-d10-s1", generate("grid", 25, 10, 0.3, 0.5, 1), None, 4, None))
     else:
-        for name, (optimum, z) in SHARED.items():
+        for name, (optimum, z) in KNOWN.items():
             if (args.instances / name).is_file():
                 jobs.append((name, parsers.read(args.instances / name), args.instances / name, z, optimum))
         for s in range(1, 6):
@@ -120,7 +113,7 @@ def main():
         rec = run(name, problem, path, z, args.seconds, args.toulbar2_seconds, args.chains, args.seeds)
         rec["known_optimum"] = optimum
         records.append(rec)
-    write_result("local_search-quick" if args.quick else "local_search", cpu_name(), quick=args.quick,
+    write_result("local_search", cpu_name(), quick=args.quick,
                  cpus=os.cpu_count(), numpy=np.__version__, seconds=args.seconds, instances=records)
 
 

@@ -37,7 +37,7 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
 FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 0.75
-LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.1, 2.0
+LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.25, 10.0
 FGLP_ITERATIONS = 100
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
 TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search"}
@@ -314,21 +314,34 @@ def _constant(problem: Problem):
 
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float) -> None:
+    """Chains on the engine's array module, seeded by rollouts from the guiding messages and the
+    incumbent; the slice ends early once improvements stop coming (STALL)."""
     from . import local_search
-    end = time.perf_counter() + seconds
+    xp = engine.xp
+    start = time.perf_counter()
+    last = [start]
     rng = rng_for(problem)
     starts = []
     if guide is not None:
         on, plan, tables, messages, _ = guide
         starts.append(local_search.rollouts(on, plan, engine, tables, messages, ROLLOUTS, rng))
     if bounds.assignment is not None:
-        starts.append(np.asarray([bounds.assignment]))
-    if not starts:
-        return
-    local_search.local_search(problem, np.concatenate(starts), min(end, stop.deadline or end), rng,
-                              should_stop=stop, on_improve=lambda cost, a: bounds.offer(a, "local search"))
+        starts.append(xp.asarray([bounds.assignment], dtype=xp.int64))
+
+    def improved(cost, assignment):
+        if bounds.offer(assignment, "local search"):
+            last[0] = time.perf_counter()
+
+    def stalled() -> bool:
+        now = time.perf_counter()
+        return stop() or now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
+
+    local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
+                              should_stop=stalled, on_improve=improved)
 
 
+# Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
+STALL_S, STALL_SHARE = 0.5, 0.5
 ROLLOUTS = 1024
 
 

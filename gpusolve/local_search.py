@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import networkx as nx
 import numpy as np
 
 from . import graph
@@ -132,7 +131,8 @@ def gathers(problem: Problem, xp=np, weight: float = WEIGHT) -> Gathers:
             touching.setdefault(v, []).append((i, k))
     dom = problem.domains
     movable = [v for v in range(len(dom)) if dom[v] > 1 and v not in problem.evidence and v in touching]
-    primal = graph.primal_graph(problem).subgraph(movable)
+    import networkx as nx  # only here: a solve that stays with elimination does not pay for its import
+    primal = nx.Graph(graph.primal_graph(problem)).subgraph(movable)
     colour = nx.greedy_color(primal, "largest_first")
     classes = []
     for c in sorted(set(colour.values())):
