@@ -36,7 +36,7 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # The cheap first bound may take this long; the search heuristic this share of the time limit
 # (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
 FIRST_BOUND_S = 0.05
-HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 0.75
+HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.25, 10.0
 FGLP_ITERATIONS = 100
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
@@ -341,7 +341,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
-STALL_S, STALL_SHARE = 0.5, 0.5
+STALL_S, STALL_SHARE = 0.25, 0.5
 ROLLOUTS = 1024
 
 

@@ -72,15 +72,36 @@ def preprocess(problem: Problem) -> Reduced:
                         queued.add(j)
     values = [np.flatnonzero(m) for m in live]
     removed = sum(int((~m).sum()) for m in live)
-    if not removed:
-        return Reduced(problem, values)
     variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
-                 for var, kept in zip(problem.variables, values)]
+                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
     functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
-                              if f.scope else f.table) for f in problem.functions]
-    reduced = Problem(problem.name, variables, functions, problem.integer, problem.top, problem.offset,
+                              if f.scope else f.table) for f in problem.functions] if removed else problem.functions
+    merged = merge_scopes(functions, problem)
+    if not removed and len(merged) == len(problem.functions):
+        return Reduced(problem, values)
+    reduced = Problem(problem.name, variables, merged, problem.integer, problem.top, problem.offset,
                       problem.sense, problem.task, dict(problem.evidence))
     return Reduced(reduced, values, removed=removed)
+
+
+def merge_scopes(functions: list[CostFunction], problem: Problem) -> list[CostFunction]:
+    """One function per scope: tables over the same variables are added (saturating at top).
+
+    Files often split one relation into several functions (CELAR6-SUB0: 207 functions over 57
+    scopes); every bucket, mini-bucket and search node then reads fewer, equivalent tables.
+    """
+    first: dict[frozenset, int] = {}
+    out: list[CostFunction] = []
+    for f in functions:
+        key = frozenset(f.scope)
+        if key not in first or not f.scope:
+            first[key] = len(out)
+            out.append(CostFunction(f.scope, f.table))
+            continue
+        g = out[first[key]]
+        table = g.table + np.transpose(f.table, [f.scope.index(u) for u in g.scope])
+        out[first[key]] = CostFunction(g.scope, np.minimum(table, problem.top) if problem.integer else table)
+    return out
 
 
 def lower_top(problem: Problem, top: int) -> Problem:

@@ -80,9 +80,12 @@ def fglp(problem: Problem, iterations: int = 100, deadline: float | None = None,
     unary = xp.asarray(unary)
     classes = _colour_classes(xp, problem, scopes, dmax)
     best = _bound(xp, const, tables, unary, problem)
-    kept, stale = ([t.copy() for t in tables], unary.copy()), 0
+    kept, stale, start = ([t.copy() for t in tables], unary.copy()), 0, best
     for _ in range(iterations):
-        if stale >= patience or (deadline is not None and time.perf_counter() > deadline):
+        # A bound that has not left its start after two sweeps will not (hard constraints
+        # absorb every shift: CELAR6-SUB0 stays at 0 through 300 sweeps).
+        never = stale >= 2 and not _rises(start, best, integer)
+        if stale >= patience or never or (deadline is not None and time.perf_counter() > deadline):
             break
         for c in classes:
             _update_class(xp, c, tables, unary, problem)

@@ -3,7 +3,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import brute_force, tight_problem
+from helpers import brute_force, random_problem, tight_problem
 
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.preprocess import lower_top, preprocess
@@ -71,3 +71,16 @@ def test_lower_top_forbids_exactly_the_costs_at_or_above_it():
     best, _ = brute_force(problem)
     assert brute_force(lower_top(problem, best + 1))[0] == best
     assert brute_force(lower_top(problem, best))[0] >= best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_functions_over_one_scope_are_merged_into_an_equivalent_one(seed):
+    rng = np.random.default_rng(seed)
+    problem = random_problem(rng, n_max=4, d_max=3, f_max=14, arity_max=2, integer=seed % 4 != 3)
+    reduced = preprocess(problem)
+    if reduced.infeasible:
+        return
+    scopes = [frozenset(f.scope) for f in reduced.problem.functions if f.scope]
+    assert len(scopes) == len(set(scopes))
+    for a in itertools.product(*(range(d) for d in reduced.problem.domains)):
+        assert reduced.problem.evaluate(a) == pytest.approx(problem.evaluate(reduced.expand(a)))

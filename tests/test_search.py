@@ -92,40 +92,10 @@ def test_search_agrees_with_pytoulbar2(tmp_path, topology, n, d, p2, seed):
 
 
 def test_the_pytoulbar2_family_needs_search():
-    """Most of the networks above are feasible and left open by mini-buckets: search decides them."""
-    searched = feasible = 0
+    """Most of the networks above are feasible and left open by bounds and local search: search proves them."""
+    proven_by_search = feasible = 0
     for topology, n, d, p2, seed in WIDE[:50]:
         r = solve(generate(topology, n, d, 0.4, p2, seed), Options(device="cpu", z=2))
         feasible += r.status != "infeasible"
-        searched += r.search is not None and r.search["nodes"] > 0
-    assert feasible >= 0.8 * len(WIDE[:50]) and searched >= 0.8 * len(WIDE[:50])
-
-
-class AllDifferent:
-    """Forward checking: a value taken by a variable above is not allowed."""
-
-    def __init__(self, scope, domain):
-        self.scope, self.domain = tuple(scope), domain
-
-    def allowed(self, var, above, value):
-        mask = np.ones(self.domain, dtype=bool)
-        mask[value[list(above)]] = False
-        return mask
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_propagators_filter_values_during_search(seed):
-    """Random costs under an AllDifferent: search with the propagator equals brute force."""
-    rng = np.random.default_rng(seed)
-    n = 5
-    functions = [CostFunction((i, j), rng.integers(0, 9, size=(n, n)).astype(np.int64))
-                 for i in range(n) for j in range(i + 1, n) if rng.random() < 0.5]
-    problem = Problem("alldiff", [Variable(f"x{i}", n) for i in range(n)], functions, top=10_000)
-    alldiff = AllDifferent(range(n), n)
-    best = min((problem.evaluate(a), a) for a in itertools.permutations(range(n)))
-    order = graph.elimination_order(problem)
-    plan = build_plan(problem, order, 2)
-    _, _, messages = run_plan(problem, plan, NumpyEngine())
-    s = AndOrSearch(problem, order, Heuristic.from_run(plan, NumpyEngine(), messages), propagators=[alldiff])
-    cost, assignment = s.run(problem.top)
-    assert cost == best[0] and sorted(assignment) == list(range(n))
+        proven_by_search += r.status == "optimal" and r.trace[-1][3] == "AND/OR search"
+    assert feasible >= 0.8 * 50 and proven_by_search >= 0.7 * 50
