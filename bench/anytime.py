@@ -142,6 +142,7 @@ def main() -> None:
     ap.add_argument("--parallel", action="store_true",
                     help="run the two solvers at the same time (one core each; needs two free cores)")
     ap.add_argument("--plot", type=Path, default=None, help="draw the traces of this result JSON, then stop")
+    ap.add_argument("--name", default="anytime", help="result file prefix (several runs on one day)")
     args = ap.parse_args()
     if args.plot:
         plot(args.plot)
@@ -164,7 +165,7 @@ def main() -> None:
             rows.append(row)
             print(line(row), flush=True)
     device = gpu_name() if args.device == "gpu" else cpu_name()
-    write_result("anytime", device, device_kind=args.device, time_limit_s=args.time_limit,
+    write_result(args.name, device, device_kind=args.device, time_limit_s=args.time_limit,
                  solvers_in_parallel=args.parallel, instances=rows)
 
 
