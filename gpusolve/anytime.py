@@ -39,6 +39,8 @@ FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.25, 10.0
 FGLP_ITERATIONS = 100
+# The search heuristic's messages are copied into one host pool: its plan may hold this much.
+HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
 TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search"}
 
@@ -190,11 +192,13 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     width = build_plan(problem, order, None, n_components).induced_width
 
     def mbe_within(seconds: float, top_z: int) -> Plan | None:
-        """The largest z up to top_z that fits the budget and `seconds` (the smallest z regardless of time)."""
-        best = None
+        """The largest z up to top_z that fits the heuristic's memory and `seconds` (the smallest z
+        regardless of time). Search reads every message from one host pool: a few GiB at most."""
+        best, room = None, min(budget // 4, HEURISTIC_BYTES)
         for zz in range(max_arity, top_z + 1):
             plan = build_plan(problem, order, zz, n_components)
-            if plan.peak_bytes > budget or (best is not None and predict_s(plan, engine) > seconds):
+            if (best is not None and plan.peak_bytes > room) or plan.peak_bytes > budget \
+                    or (best is not None and predict_s(plan, engine) > seconds):
                 break
             best = plan
             if plan.exact:

@@ -51,7 +51,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
         if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
-            shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages)
+            shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages, check)
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,

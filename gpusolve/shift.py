@@ -223,7 +223,7 @@ def _extract(xp, problem: Problem, groups, scopes, tables, unary, const) -> Prob
                    problem.sense, problem.task, dict(problem.evidence))
 
 
-def match_bucket(xp, problem: Problem, plan, var: int, tables, messages) -> dict[int, object]:
+def match_bucket(xp, problem: Problem, plan, var: int, tables, messages, check=None) -> dict[int, object]:
     """MBE moment matching: per dense mini-bucket of `var`'s bucket, a unary over `var` to add.
 
     Each mini-bucket's min-marginal mu_k over `var` is made equal to their
@@ -244,7 +244,7 @@ def match_bucket(xp, problem: Problem, plan, var: int, tables, messages) -> dict
         if mb.sparse or any(isinstance(t, SparseTable) for t, _ in inputs):
             continue
         inputs = [(to_module(xp, getattr(t, "host", t)), s) for t, s in inputs]
-        mus[m] = min_marginal_dense(xp, var, mb.scope, inputs, dom, top, integer)
+        mus[m] = min_marginal_dense(xp, var, mb.scope, inputs, dom, top, integer, check)
     if len(mus) < 2:
         return {}
     k = len(mus)
