@@ -143,9 +143,14 @@ def main() -> None:
                     help="run the two solvers at the same time (one core each; needs two free cores)")
     ap.add_argument("--plot", type=Path, default=None, help="draw the traces of this result JSON, then stop")
     ap.add_argument("--name", default="anytime", help="result file prefix (several runs on one day)")
+    ap.add_argument("--table", type=Path, default=None,
+                    help="print the comparison table of this result JSON (bounds at 10 s and 60 s), then stop")
     args = ap.parse_args()
     if args.plot:
         plot(args.plot)
+        return
+    if args.table:
+        table(json.loads(args.table.read_text()))
         return
     if args.quick:
         args.time_limit = 2.0
@@ -181,6 +186,33 @@ def line(row: dict) -> str:
         return f"{r['status']} [{r['lower']}, {r['upper']}]{proof}{nodes}"
     return f"{row['instance']:34s} opt {row['optimum']}: gpusolve {part(row['gpusolve'])} | " \
            f"toulbar2 {part(row.get('toulbar2'))}"
+
+
+def held_at(trace: list, t: float, k: int):
+    """The bound (k = 1 lower, 2 upper) a trace held at time t."""
+    held = None
+    for e in trace:
+        if e[0] <= t and e[k] is not None:
+            held = e[k]
+    return held
+
+
+def table(data: dict) -> None:
+    """gpusolve's and toulbar2's bounds at 10 s and 60 s, and at the end, with the time of proof."""
+    cols = ("instance", "gpusolve [lb, ub] @10s", "@60s", "end", "proof s", "nodes/s",
+            "toulbar2 [lb, ub] @10s", "@60s", "end", "proof s")
+    print(" | ".join(cols))
+    for r in data["instances"]:
+        g, t = r["gpusolve"], r.get("toulbar2") or {}
+        cells = [r["instance"]]
+        for solver in (g, t):
+            tr = solver.get("trace") or []
+            cells += [f"[{held_at(tr, 10, 1)}, {held_at(tr, 10, 2)}]", f"[{held_at(tr, 60, 1)}, {held_at(tr, 60, 2)}]",
+                      f"[{solver.get('lower')}, {solver.get('upper')}] {solver.get('status', '-')}",
+                      "-" if solver.get("proof_s") is None else f"{solver['proof_s']:.2f}"]
+            if solver is g:
+                cells.append(f"{g['search']['nodes_per_s']:,.0f}" if g.get("search") else "-")
+        print(" | ".join(cells))
 
 
 def plot(path: Path) -> None:
