@@ -270,13 +270,10 @@ def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
     if z is not None and z < max(max_arity, 1):
         raise ValueError(f"--z {z} is smaller than the largest arity ({max_arity}); z counts every "
                          f"variable of a mini-bucket, the eliminated one included")
+    found = plan_within(problem, order, z, budget, n_components, tables)
+    if found is not None:
+        return found
     plan = build_plan(problem, order, z, n_components, tables)
-    if plan.peak_bytes <= budget:
-        return plan
-    if tables == "auto":
-        all_sparse = build_plan(problem, order, z, n_components, "sparse")
-        if all_sparse.peak_bytes <= budget:
-            return all_sparse
     fitting = largest_fitting_z(problem, order, budget, max_arity, plan.induced_width + 1, n_components)
     if z is None and fitting is not None:
         return fitting
@@ -289,6 +286,19 @@ def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
         f"largest bucket: variable {big.var}, {len(big.scope)} separator variables, "
         f"{big.out_entries:,} entries = {fmt_bytes(big.out_entries * plan.itemsize)}; {advice} "
         f"(raise --mem-limit or pass --z)")
+
+
+def plan_within(problem: Problem, order: list[int], z: int | None, budget: int, n_components: int = 1,
+                tables: str = "dense") -> Plan | None:
+    """The plan at z if it fits the budget (with tables auto, tried all sparse too), else None."""
+    plan = build_plan(problem, order, z, n_components, tables)
+    if plan.peak_bytes <= budget:
+        return plan
+    if tables == "auto":
+        plan = build_plan(problem, order, z, n_components, "sparse")
+        if plan.peak_bytes <= budget:
+            return plan
+    return None
 
 
 def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1) -> Plan | None:

@@ -17,8 +17,8 @@ flat, so a node costs a few array operations whatever its number of tables.
 A subproblem is solved against a *budget*: it returns its exact value when
 that is below the budget, otherwise a lower bound >= the budget. The root's
 budget is the incumbent's cost, so finishing the search either improves the
-incumbent or proves it optimal. `Subproblem` (a variable, its context
-assignment and a budget) is the unit of work a distributed search hands out.
+incumbent or proves it optimal. A `Subproblem` (a variable, its context's
+values and a budget) is the unit of work a distributed search would hand out.
 """
 from __future__ import annotations
 
@@ -144,6 +144,18 @@ class Propagator(Protocol):
         """Boolean mask over var's domain given value[u] for the scope variables `above` var."""
 
 
+@dataclass(frozen=True)
+class Subproblem:
+    """A unit of work: the subtree below `var`, its context's values fixed, solved below `budget`.
+
+    Plain data, so the same search can hand subproblems to other processes or hosts.
+    """
+
+    var: int
+    context: tuple[tuple[int, int], ...]  # (variable, value) for every variable of var's context
+    budget: object
+
+
 class Stopped(Exception):
     """The search was asked to stop (deadline or interrupt)."""
 
@@ -161,7 +173,8 @@ class _Lookup:
     zeros: np.ndarray  # (1 + children, d) zeros: the costs of an empty group
 
     def __post_init__(self):
-        self.xoff = self.xstride[:, None] * np.arange(self.zeros.shape[1])  # (rows, d) offsets of v's values
+        # (rows, d): where each row's table starts plus the offset of each of v's values
+        self.xoff = self.offset[:, None] + self.xstride[:, None] * np.arange(self.zeros.shape[1])
         self.empty = not len(self.offset)
         self.complete = len(self.groups) == self.zeros.shape[0]
 
@@ -275,8 +288,7 @@ class AndOrSearch:
         lk = self.lookups[v]
         if lk.empty:
             return lk.zeros
-        base = lk.offset + value[lk.anc] @ lk.strides if len(lk.anc) else lk.offset
-        vals = self.pool[base[:, None] + lk.xoff]
+        vals = self.pool[(value[lk.anc] @ lk.strides)[:, None] + lk.xoff] if len(lk.anc) else self.pool[lk.xoff]
         if self.saturating:
             out = lk.zeros.copy()
             bounds = list(lk.starts) + [len(vals)]
@@ -369,9 +381,24 @@ class AndOrSearch:
         Returns (cost, assignment) of a strictly better one, or (lower bound >= incumbent, None)
         when none exists: the incumbent is then optimal. Raises Stopped when asked to stop.
         """
+        result = self._in_thread(lambda value: self._roots(incumbent, value))
+        self.stats.complete = True
+        return result
+
+    def solve(self, sub: Subproblem) -> tuple[object, dict[int, int] | None]:
+        """The subtree below sub.var given its context: (cost, {variable: value}) when below
+        sub.budget, else (a lower bound >= sub.budget, None)."""
+        def body(value):
+            for u, x in sub.context:
+                value[u] = x
+            cost, values = self._or_node(sub.var, sub.budget, value)
+            return cost, None if values is None else dict(zip(self.subtree[sub.var], values))
+        return self._in_thread(body)
+
+    def _in_thread(self, fn):
+        """fn(value array) in a thread with a C stack and recursion limit deep enough for the tree."""
         t0 = time.perf_counter()
-        n = len(self.dom)
-        value = np.zeros(n, dtype=np.int64)
+        value = np.zeros(len(self.dom), dtype=np.int64)
         for var, val in self.problem.evidence.items():
             value[var] = val
         limit = max(sys.getrecursionlimit(), _FRAMES_PER_LEVEL * self.tree.depth + 200)
@@ -381,13 +408,12 @@ class AndOrSearch:
             old = sys.getrecursionlimit()
             sys.setrecursionlimit(limit)
             try:
-                result.append(self._roots(incumbent, value))
+                result.append(fn(value))
             except BaseException as e:  # re-raised in the caller's thread
                 result.append(e)
             finally:
                 sys.setrecursionlimit(old)
 
-        # Deep pseudo trees need a deep C stack as well: run in a thread with a large one.
         size = threading.stack_size()
         threading.stack_size(min(max(64 << 20, self.tree.depth * 8192), 1 << 30))
         try:
@@ -399,7 +425,6 @@ class AndOrSearch:
         self.stats.time_s += time.perf_counter() - t0
         if isinstance(result[0], BaseException):
             raise result[0]
-        self.stats.complete = True
         return result[0]
 
     def _roots(self, incumbent, value):

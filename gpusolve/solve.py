@@ -18,7 +18,7 @@ from .anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
 from .engines import select_engine, sparse
 from .eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from .model import Problem
-from .plan import BudgetError, Plan, build_plan, choose_plan, fmt_bytes
+from .plan import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
 from .preprocess import preprocess
 
 PROBABILISTIC = ("PR", "MAR")
@@ -108,12 +108,8 @@ def solve(problem: Problem, options: Options, file: str = "",
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
                       device_note="no engine ran", message="preprocessing emptied a domain")
     problem = reduced.problem
-    g = graph.primal_graph(problem)
-    n_comp = len(graph.components(g))
-    order = elimination_order(problem, options.order, g)
+    g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
-    phases["order"] = t1 - t0
-    budget = options.mem_limit if options.mem_limit is not None else available_memory()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
     engine, note = select_engine(options.device, schedule.largest_joint, options.gpu_mem_limit)
     if engine.name != "numpy":
@@ -152,26 +148,24 @@ def solve(problem: Problem, options: Options, file: str = "",
                   search=out.search, schedule=schedule.describe().splitlines())
 
 
+def _order(problem: Problem, options: Options, t0: float, phases: dict):
+    """(primal graph, number of components, elimination order, memory budget); times the order phase."""
+    g = graph.primal_graph(problem)
+    n_comp = len(graph.components(g))
+    order = elimination_order(problem, options.order, g)
+    phases["order"] = time.perf_counter() - t0
+    budget = options.mem_limit if options.mem_limit is not None else available_memory()
+    return g, n_comp, order, budget
+
+
 def make_schedule(problem: Problem, order: list[int], options: Options, budget: int, n_comp: int,
                   engine: str) -> Schedule:
     """The anytime schedule for these options; raises BudgetError when no bound fits the budget."""
     exact = None
     if options.z is None:
-        exact = exact_within(problem, order, budget, n_comp, options.tables)
+        exact = plan_within(problem, order, None, budget, n_comp, options.tables)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
                          n_comp, options.tables)
-
-
-def exact_within(problem: Problem, order: list[int], budget: int, n_comp: int, tables: str) -> Plan | None:
-    """The exact plan if it fits the budget (with tables auto, tried all sparse too), else None."""
-    plan = build_plan(problem, order, None, n_comp, tables)
-    if plan.peak_bytes <= budget:
-        return plan
-    if tables == "auto":
-        plan = build_plan(problem, order, None, n_comp, "sparse")
-        if plan.peak_bytes <= budget:
-            return plan
-    return None
 
 
 def _largest_rows(messages: dict) -> int:
@@ -189,12 +183,8 @@ def _file_trace(problem: Problem, trace) -> list[list]:
 
 def _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases) -> Result:
     """PR (log10 Z, or mini-bucket bounds on it) and MAR (exact marginals)."""
-    g = graph.primal_graph(problem)
-    n_comp = len(graph.components(g))
-    order = elimination_order(problem, options.order, g)
+    _, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
-    phases["order"] = t1 - t0
-    budget = options.mem_limit if options.mem_limit is not None else available_memory()
     if task == "MAR":
         plan = build_plan(problem, order, None, n_comp)
         if plan.propagation_bytes > budget:

@@ -71,3 +71,19 @@ def bounded_case(seed):
     problem = random_problem(rng, n_max=7, d_max=4, f_max=12, arity_max=3, p_hard=float(rng.uniform(0.0, 0.6)))
     order = graph.elimination_order(problem)
     return problem, order, build_plan(problem, order, max([f.arity for f in problem.functions] + [1]))
+
+
+def toulbar2_optimum(problem: Problem, path):
+    """pytoulbar2's optimum of `problem` written to `path` (.wcsp), None when infeasible; skips the
+    test when pytoulbar2 is not installed."""
+    import pytest
+    from parsers.write import write_wcsp
+    pytoulbar2 = pytest.importorskip("pytoulbar2")
+    write_wcsp(problem, path)
+    try:
+        cfn = pytoulbar2.CFN(verbose=-1)
+        cfn.Read(str(path))
+        res = cfn.Solve()
+    except pytoulbar2.pytb2.Contradiction:  # toulbar2's preprocessing proved it infeasible
+        return None
+    return None if res is None else round(res[1])

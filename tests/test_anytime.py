@@ -13,7 +13,8 @@ from helpers import brute_force, random_problem
 from gpusolve import graph
 from gpusolve.anytime import Bounds, Stop, plan_schedule
 from gpusolve.generate import generate
-from gpusolve.solve import Options, exact_within, solve
+from gpusolve.plan import plan_within
+from gpusolve.solve import Options, solve
 from parsers.write import write_wcsp
 
 
@@ -103,12 +104,12 @@ def test_interrupt_stops_within_a_second():
 def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     small = generate("random", 12, 4, 0.3, 0.3, seed=1)
     order = graph.elimination_order(small)
-    exact = exact_within(small, order, 1 << 30, 1, "auto")
+    exact = plan_within(small, order, None, 1 << 30, 1, "auto")
     names = [p.name for p in plan_schedule(small, order, exact, 1 << 30, None, "numpy").phases]
     assert names == ["be"]
     problem = hard_grid()
     order = graph.elimination_order(problem)
-    assert exact_within(problem, order, 1 << 30, 1, "auto") is None
+    assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
     assert names[-5:] == ["mbe", "fglp", "mbe", "local-search", "search"]

@@ -3,7 +3,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
 import parsers
 from gpusolve import graph
@@ -12,9 +12,8 @@ from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.model import CostFunction, Problem, Variable
 from gpusolve.plan import build_plan
-from gpusolve.search import AndOrSearch, Heuristic, Stopped, pseudo_tree
+from gpusolve.search import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
 from gpusolve.solve import Options, solve
-from parsers.write import write_wcsp
 
 
 def search_for(problem, z):
@@ -73,21 +72,13 @@ WIDE = [(topology, n, d, p2, seed) for seed in range(60)
 @pytest.mark.parametrize("topology, n, d, p2, seed", WIDE)
 def test_search_agrees_with_pytoulbar2(tmp_path, topology, n, d, p2, seed):
     """300 generated networks, hard tuples, MBE(z=2) heuristics: exact BE never runs."""
-    pytoulbar2 = pytest.importorskip("pytoulbar2")
-    problem = generate(topology, n, d, 0.4, p2, seed)
     path = tmp_path / "g.wcsp"
-    write_wcsp(problem, path)
-    try:
-        cfn = pytoulbar2.CFN(verbose=-1)
-        cfn.Read(str(path))
-        res = cfn.Solve()
-    except pytoulbar2.pytb2.Contradiction:  # toulbar2's preprocessing proved it infeasible
-        res = None
+    optimum = toulbar2_optimum(generate(topology, n, d, 0.4, p2, seed), path)
     ours = solve(parsers.read(path), Options(device="cpu", z=2))
-    if res is None:
+    if optimum is None:
         assert ours.status == "infeasible"
         return
-    assert ours.status == "optimal" and ours.lower_bound == ours.upper_bound == round(res[1])
+    assert ours.status == "optimal" and ours.lower_bound == ours.upper_bound == optimum
     assert ours.search is None or ours.search["complete"]
 
 
@@ -99,3 +90,48 @@ def test_the_pytoulbar2_family_needs_search():
         feasible += r.status != "infeasible"
         proven_by_search += r.status == "optimal" and r.trace[-1][3] == "AND/OR search"
     assert feasible >= 0.8 * 50 and proven_by_search >= 0.7 * 50
+
+
+class AllDifferent:
+    """Forward checking: a value taken by a variable above is not allowed."""
+
+    def __init__(self, scope, domain):
+        self.scope, self.domain = tuple(scope), domain
+
+    def allowed(self, var, above, value):
+        mask = np.ones(self.domain, dtype=bool)
+        mask[value[list(above)]] = False
+        return mask
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_propagators_filter_values_during_search(seed):
+    """Random costs under an AllDifferent: search with the propagator equals brute force."""
+    rng = np.random.default_rng(seed)
+    n = 5
+    functions = [CostFunction((i, j), rng.integers(0, 9, size=(n, n)).astype(np.int64))
+                 for i in range(n) for j in range(i + 1, n) if rng.random() < 0.5]
+    problem = Problem("alldiff", [Variable(f"x{i}", n) for i in range(n)], functions, top=10_000)
+    alldiff = AllDifferent(range(n), n)
+    best = min((problem.evaluate(a), a) for a in itertools.permutations(range(n)))
+    order = graph.elimination_order(problem)
+    plan = build_plan(problem, order, 2)
+    _, _, messages = run_plan(problem, plan, NumpyEngine())
+    s = AndOrSearch(problem, order, Heuristic.from_run(plan, NumpyEngine(), messages), propagators=[alldiff])
+    cost, assignment = s.run(problem.top)
+    assert cost == best[0] and sorted(assignment) == list(range(n))
+
+
+def test_subproblems_of_the_root_compose_the_optimum():
+    """Each child of the root, solved alone given the root's optimal value, adds up to the optimum."""
+    problem = generate("grid", 16, 3, 0.3, 0.0, seed=4)
+    s = search_for(problem, 2)
+    best, assignment = s.run(problem.top)
+    (root,) = s.tree.roots
+    x = assignment[root]
+    total = sum(f.table[x] for f in problem.functions if f.scope == (root,))
+    for c in s.tree.children[root]:
+        cost, values = s.solve(Subproblem(c, tuple((u, assignment[u]) for u in s.tree.context[c]), problem.top))
+        assert values is not None and set(values) == set(s.subtree[c])
+        total += cost
+    assert total == best and s.tree.children[root]
