@@ -210,6 +210,8 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     marg = None
     if task == "PR":
         lower, upper = probabilistic.partition_bounds(problem, plan, lambda op: run(op)[0])
+        if not plan.exact:  # weighted mini-buckets: another bound on Z from above; the tighter stands
+            lower = max(lower, probabilistic.weighted_bound(problem, plan, engine))
         status = "infeasible" if problem.is_forbidden(lower) else "optimal" if plan.exact else "bounded"
         phases["eliminate"] = time.perf_counter() - t2
     else:
