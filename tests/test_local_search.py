@@ -141,3 +141,26 @@ def test_404_rollouts_from_mini_buckets_then_local_search(shared_instances):
     rows = rollouts(problem, plan, engine, tabs, messages, 256, np.random.default_rng(0))
     best, cost = local_search(problem, rows, time.perf_counter() + 2, np.random.default_rng(0))
     assert lower <= 114 == cost == problem.evaluate(best)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(20))
+def test_rollouts_and_local_search_on_cupy_are_sound(cupy, seed):
+    """The same lines on CuPy arrays: greedy rollouts of exact messages optimal, chains feasible,
+    never worse than their seeds, small optima found."""
+    from gpusolve.engines.cupy_engine import CupyEngine
+    rng = np.random.default_rng(300 + seed)
+    problem = random_problem(rng, n_max=6, d_max=4, p_hard=0.2)
+    opt, _ = brute_force(problem)
+    plan, engine = _plan(problem), CupyEngine()
+    _, tables, messages = run_plan(problem, plan, engine)
+    starts = rollouts(problem, plan, engine, tables, messages, 32, rng)
+    assert isinstance(starts, cupy.ndarray)
+    if opt < problem.top:
+        assert problem.evaluate(cupy.asnumpy(starts[0])) == pytest.approx(opt)
+    seed_best = min(problem.evaluate(s) for s in cupy.asnumpy(starts))
+    best, cost = local_search(problem, starts, None, rng, xp=cupy, n=32, max_sweeps=60)
+    assert cost <= seed_best and cost >= opt
+    assert (best is None) == (opt >= problem.top)
+    if best is not None:
+        assert cost == problem.evaluate(best) == pytest.approx(opt)
