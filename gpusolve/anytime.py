@@ -4,10 +4,10 @@ A `Schedule` is planned once from the model, the elimination order and the
 budgets, printed by `gpusolve info`, then run. Exact BE alone when its plan
 fits and its predicted time does; otherwise cheap bounds first and proof
 last: MBE at a small z (a lower bound, and the greedy assignment as an
-incumbent), cost shifting (FGLP) and MBE(z) with moment matching on the
-shifted problem (a tighter lower bound and the search heuristic), local
-search from rollouts guided by those messages (incumbents), then AND/OR
-branch and bound (search.py), whose completion proves the incumbent optimal.
+incumbent), local search from rollouts guided by its messages (incumbents),
+cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
+(a tighter lower bound and the search heuristic), then AND/OR branch and
+bound (search.py), whose completion proves the incumbent optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
 every instance, so the tighter of the two guides the last phases; shifting
 is skipped where FGLP cannot raise the bound (problems ruled by hard
@@ -37,7 +37,9 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
 FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
-LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.25, 10.0
+# Local search: with a time limit, this share of it in full (the incumbent is what the user gets by
+# then); without one, up to LOCAL_SEARCH_S, ended once it stalls (the proof is what matters).
+LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
 FGLP_ITERATIONS = 100
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
@@ -131,6 +133,7 @@ class Phase:
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
     seconds: float | None = None  # a time slice (local search)
+    until_stall: bool = False  # the slice ends early once improvements stop coming
 
     def describe(self) -> str:
         what = self.name
@@ -141,6 +144,8 @@ class Phase:
             what += ", on the cost-shifted problem"
         if self.seconds is not None:
             what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
+        if self.until_stall:
+            what += " at most, until improvements stop"
         return what
 
 
@@ -214,15 +219,21 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
+    # With a deadline, incumbents early: local search follows the first cheap MBE (its messages guide
+    # the rollouts), before the heuristic's larger z takes its share. Without one, the proof matters:
+    # local search follows the tightest MBE, whose messages guide it best, and stops once it stalls.
+    timed = math.isfinite(limit)
+    local = Phase("local-search", seconds=LOCAL_SEARCH_SHARE * limit) if timed else \
+        Phase("local-search", seconds=LOCAL_SEARCH_S, until_stall=True)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
-        phases.append(Phase("mbe", first, predict_s(first, engine)))
+        phases += [Phase("mbe", first, predict_s(first, engine))] + ([local] if timed else [])
     phases.append(Phase("mbe", heuristic, predict_s(heuristic, engine)))
     phases.append(Phase("fglp"))
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(Phase("mbe", heuristic, 2 * predict_s(heuristic, engine), shifted=True))
-    ls = min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)
-    phases.append(Phase("local-search", seconds=ls))
+    if local not in phases:
+        phases.append(local)
     phases.append(Phase("search", seconds=math.inf))
     return Schedule(tuple(phases), engine)
 
@@ -289,7 +300,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
             elif phase.name == "local-search":
-                _local_search(problem, guide, engine, bounds, stop, phase.seconds)
+                _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
             elif phase.name == "search":
                 _search(on, order, guide, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
@@ -317,9 +328,9 @@ def _constant(problem: Problem):
     return total
 
 
-def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float) -> None:
+def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float, until_stall: bool) -> None:
     """Chains on the engine's array module, seeded by rollouts from the guiding messages and the
-    incumbent; the slice ends early once improvements stop coming (STALL)."""
+    incumbent; with `until_stall` the slice ends early once improvements stop coming (STALL)."""
     from . import local_search
     xp = engine.xp
     start = time.perf_counter()
@@ -338,7 +349,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
 
     def stalled() -> bool:
         now = time.perf_counter()
-        return stop() or now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
+        return stop() or until_stall and now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
                               should_stop=stalled, on_improve=improved)

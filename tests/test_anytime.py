@@ -112,7 +112,9 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    assert names[-5:] == ["mbe", "fglp", "mbe", "local-search", "search"]
+    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "search"]  # a deadline: incumbents first
+    untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
+    assert untimed == ["mbe", "mbe", "fglp", "mbe", "local-search", "search"]
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted

@@ -67,7 +67,7 @@ def test_memory_budget_picks_largest_fitting_z_or_refuses():
     assert r.lower_bound <= exact.lower_bound
     assert r.upper_bound is None or exact.lower_bound <= r.upper_bound
     with pytest.raises(BudgetError, match=r"largest bucket: variable \d+.*largest z that fits is \d+"):
-        solve(problem, Options(device="cpu", z=r.z + 1, mem_limit=budget))
+        solve(problem, Options(device="cpu", z=exact.induced_width + 1, mem_limit=budget))  # the exact plan
     with pytest.raises(BudgetError, match="no mini-bucket bound fits"):
         solve(problem, Options(device="cpu", mem_limit=1000))
 
