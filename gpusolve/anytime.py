@@ -34,7 +34,7 @@ CPU_RATE = 1.5e8
 GPU_RATE = 5e10
 BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # The cheap first bound may take this long; the search heuristic this share of the time limit
-# (at least HEURISTIC_MIN_S), and local search this share (at most LOCAL_SEARCH_S without a limit).
+# (at least HEURISTIC_MIN_S).
 FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
 # Local search: with a time limit, this share of it in full (the incumbent is what the user gets by
