@@ -356,7 +356,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
-STALL_S, STALL_SHARE = 0.25, 0.5
+STALL_S, STALL_SHARE = 0.1, 0.25
 ROLLOUTS = 1024
 
 

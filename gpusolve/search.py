@@ -22,6 +22,7 @@ values and a budget) is the unit of work a distributed search would hand out.
 """
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import threading
@@ -407,11 +408,13 @@ class AndOrSearch:
         def body():
             old = sys.getrecursionlimit()
             sys.setrecursionlimit(limit)
+            gc.freeze()  # the search's cache and tuples need no cycle collection over what came before
             try:
                 result.append(fn(value))
             except BaseException as e:  # re-raised in the caller's thread
                 result.append(e)
             finally:
+                gc.unfreeze()
                 sys.setrecursionlimit(old)
 
         size = threading.stack_size()
