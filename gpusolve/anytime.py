@@ -37,8 +37,9 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # (at least HEURISTIC_MIN_S).
 FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
-# Local search: with a time limit, this share of it in full (the incumbent is what the user gets by
-# then); without one, up to LOCAL_SEARCH_S, ended once it stalls (the proof is what matters).
+# Local search: with a time limit, this share of it in full, at most LOCAL_SEARCH_S (the incumbent is
+# what the user gets by then, a long limit is for the proof); without one, up to LOCAL_SEARCH_S,
+# ended once it stalls (the proof is what matters).
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
 FGLP_ITERATIONS = 100
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
@@ -223,7 +224,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     # the rollouts), before the heuristic's larger z takes its share. Without one, the proof matters:
     # local search follows the tightest MBE, whose messages guide it best, and stops once it stalls.
     timed = math.isfinite(limit)
-    local = Phase("local-search", seconds=LOCAL_SEARCH_SHARE * limit) if timed else \
+    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)) if timed else \
         Phase("local-search", seconds=LOCAL_SEARCH_S, until_stall=True)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
