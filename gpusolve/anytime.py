@@ -79,9 +79,7 @@ class Bounds:
     @classmethod
     def start(cls, problem: Problem, t0: float, on_change=None) -> "Bounds":
         """The trivial lower bound (each function's minimum) before any phase runs."""
-        lower = problem.dtype(0)
-        for f in problem.functions:
-            lower = _add(problem, lower, f.table.min() if f.table.size else problem.top)
+        lower = problem.total(f.table.min() if f.table.size else problem.top for f in problem.functions)
         b = cls(problem, t0, lower, problem.top, trivial=lower, on_change=on_change)
         b._record("trivial")
         return b
@@ -121,10 +119,6 @@ class Bounds:
         self.trace.append((time.perf_counter() - self.t0, self.lower, self.upper, phase))
         if self.on_change:
             self.on_change(self, phase)
-
-
-def _add(problem: Problem, a, b):
-    return min(a + b, problem.top) if problem.integer else a + b
 
 
 @dataclass(frozen=True)
@@ -180,8 +174,9 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
 
     `exact` is the exact plan when it fits the memory budget (None otherwise). Exact BE runs
     alone when its predicted time fits the limit (or search is off). Otherwise: a first cheap
-    MBE, then FGLP and MBE(z) on the shifted problem — z given, or the largest whose predicted
-    time fits a share of the limit — local search, and AND/OR search until proof or stop.
+    MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
+    predicted time fits a share of the limit — local search (right after the first MBE with a
+    time limit, before search without one), and AND/OR search until proof or stop.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed.
     """
@@ -322,11 +317,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
 
 
 def _constant(problem: Problem):
-    total = problem.dtype(0)
-    for f in problem.functions:
-        if not f.scope:
-            total = _add(problem, total, f.table[()])
-    return total
+    return problem.total(f.table[()] for f in problem.functions if not f.scope)
 
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float, until_stall: bool) -> None:

@@ -59,16 +59,9 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)
-    lower = _saturating_sum([problem.functions[i].table[()] for i in plan.constants]
-                            + [sparse.scalar(engine, messages[r], problem.top) for r in plan.roots], problem)
+    lower = problem.total([problem.functions[i].table[()] for i in plan.constants]
+                          + [sparse.scalar(engine, messages[r], problem.top) for r in plan.roots])
     return lower, tables, messages
-
-
-def _saturating_sum(values, problem: Problem):
-    total = problem.dtype(0)
-    for v in values:
-        total = min(total + v, problem.top) if problem.integer else total + v
-    return total
 
 
 def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> list[int]:

@@ -65,6 +65,17 @@ class Problem:
     def is_forbidden(self, cost) -> bool:
         return cost >= self.top
 
+    def add(self, a, b):
+        """Sum of two costs: saturating at top for integer costs (inf absorbs for floats)."""
+        return min(a + b, self.top) if self.integer else a + b
+
+    def total(self, costs):
+        """Saturating sum of costs."""
+        acc = self.dtype(0)
+        for c in costs:
+            acc = self.add(acc, c)
+        return acc
+
     def to_file_value(self, cost):
         """Internal cost (sum of tables) -> objective as the file states it, None if forbidden."""
         if cost is None or self.is_forbidden(cost):

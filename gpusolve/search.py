@@ -212,7 +212,7 @@ class AndOrSearch:
         self.constant = 0.0 if not self.integer else 0
         for i, f in enumerate(p.functions):
             if not f.scope:
-                self.constant = self._add(self.constant, f.table[()])
+                self.constant = self.problem.add(self.constant, f.table[()])
                 continue
             first = min(f.scope, key=plan.position.__getitem__)  # the bucket holding f
             tables.append((f.table, f.scope))
@@ -223,7 +223,7 @@ class AndOrSearch:
             place = mb.scope[-1] if mb.scope else -1
             if place < 0:  # a constant: part of the heuristic of the root above mb.var
                 root = list(tree.path_up(mb.var, -1))[-1]
-                self.root_h[root] = self._add(self.root_h[root], msg[()])
+                self.root_h[root] = self.problem.add(self.root_h[root], msg[()])
                 continue
             tables.append((msg, mb.scope))
             t = len(tables) - 1
@@ -275,9 +275,6 @@ class AndOrSearch:
         if len(ctx) >= ancestors or math.prod(self.dom[u] for u in ctx) >= 1 << 62:
             return None
         return {}
-
-    def _add(self, a, b):
-        return min(a + b, self.top) if self.integer else a + b
 
     # --- evaluation of one OR node ------------------------------------------------------------
     def _evaluate(self, v: int, value: np.ndarray) -> np.ndarray:
@@ -435,15 +432,15 @@ class AndOrSearch:
         hs = [self.root_h[r] for r in roots]
         acc = self.constant
         rest = sum(hs)
-        if self._add(acc, rest) >= incumbent:
-            return self._add(acc, rest), None
+        if self.problem.add(acc, rest) >= incumbent:
+            return self.problem.add(acc, rest), None
         full = list(value.tolist())
         for r, h in zip(roots, hs):
             rest -= h
             got, sub = self._or_node(r, incumbent - acc - rest, value)
-            acc = self._add(acc, got)
+            acc = self.problem.add(acc, got)
             if sub is None:
-                return max(self._add(acc, rest), incumbent), None
+                return max(self.problem.add(acc, rest), incumbent), None
             for var, val in zip(self.subtree[r], sub):
                 full[var] = val
         if acc >= incumbent:
