@@ -326,10 +326,15 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
                   fmt_bytes(p.peak_bytes))
     out().print(t)
     if problem.task in ("MPE", "WCSP"):
+        from .preprocess import preprocess
+        reduced = preprocess(problem)  # solve plans the reduced problem (same graph, so same order)
+        if reduced.infeasible:
+            out().print("schedule: none (preprocessing proves the problem infeasible)")
+            return
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
-            schedule = make_schedule(problem, orders[order], options, budget, n_comp, "numpy")
+            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp, "numpy")
         except (BudgetError, ValueError) as e:
             out().print(f"schedule: none ({e})", markup=False)
         else:
