@@ -6,12 +6,14 @@ fits and its predicted time does; otherwise cheap bounds first and proof
 last: MBE at a small z (a lower bound, and the greedy assignment as an
 incumbent), local search from rollouts guided by its messages (incumbents),
 cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
-(a tighter lower bound and the search heuristic), then AND/OR branch and
-bound (search.py), whose completion proves the incumbent optimal.
+(a tighter lower bound and the search heuristic), JGLP cost shifting on the
+join graph of the tighter of those two runs (a lower bound never below
+theirs), then AND/OR branch and bound (search.py), whose completion proves
+the incumbent optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
 every instance, so the tighter of the two guides the last phases; shifting
-is skipped where FGLP cannot raise the bound (problems ruled by hard
-constraints, whose shifted costs are absorbed by top).
+and JGLP are skipped where FGLP cannot raise the bound (problems ruled by
+hard constraints, whose shifted costs are absorbed by top).
 
 `Bounds` holds the best lower bound and incumbent; each phase reports to
 it, and it never accepts a worse value. A stop request (deadline, Ctrl-C,
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -41,6 +43,10 @@ HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
 # what the user gets by then, a long limit is for the proof); without one, up to LOCAL_SEARCH_S,
 # ended once it stalls (the proof is what matters).
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
+# JGLP (cost shifting on the join graph of the tightest MBE run) raises only the lower bound, not the
+# search heuristic: this share of a time limit, and never longer than the eliminations before it took.
+JGLP_SHARE = 0.1
+JGLP_PASSES = 10  # its regions' join, then three sweeps of about three passes each: ten MBE runs' time
 FGLP_ITERATIONS = 100
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
@@ -123,7 +129,7 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Phase:
-    name: str  # be | mbe | fglp | local-search | search | bounded-sparse
+    name: str  # be | mbe | fglp | jglp | local-search | search | bounded-sparse
     plan: Plan | None = None  # the elimination this phase runs
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
@@ -141,6 +147,9 @@ class Phase:
             what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
         if self.until_stall:
             what += " at most, until improvements stop"
+        if self.name == "jglp":
+            what += (" at most," if self.seconds is not None else ",") + \
+                " no longer than the eliminations before it, from the tighter MBE run"
         return what
 
 
@@ -228,6 +237,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(Phase("fglp"))
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(Phase("mbe", heuristic, 2 * predict_s(heuristic, engine), shifted=True))
+    phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if timed else None))
     if local not in phases:
         phases.append(local)
     phases.append(Phase("search", seconds=math.inf))
@@ -237,6 +247,17 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
 def rng_for(problem: Problem) -> np.random.Generator:
     """Deterministic runs: the same file gives the same trace of incumbents."""
     return np.random.default_rng(len(problem.variables) * 7919 + len(problem.functions))
+
+
+class Run(NamedTuple):
+    """An MBE run kept to guide the later phases."""
+
+    problem: Problem  # the problem it ran on (the original or the FGLP-shifted equivalent)
+    plan: Plan
+    tables: list
+    messages: dict
+    lower: object
+    matched: dict  # moment-matching unaries by mini-bucket (empty for plain MBE)
 
 
 @dataclass
@@ -257,7 +278,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
 
     out = Outcome()
     shifted = None  # the FGLP-shifted equivalent, when shifting raised the bound
-    guide = None  # (problem, plan, tables, messages, lower) of the tightest MBE: heuristic and rollout guide
+    guide = None  # the tightest MBE Run: heuristic and rollout guide
     for phase in schedule.phases:
         if bounds.closed or stop():
             break
@@ -275,8 +296,9 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 plan = build_plan(on, order, phase.plan.z, n_components) if phase.shifted else phase.plan
                 progress = progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) \
                     if progress_factory else None
+                matched = {}
                 lower, tables, messages = eliminate.run_plan(on, plan, engine, None, progress, stop=stop,
-                                                             match=phase.shifted)
+                                                             match=phase.shifted, matched=matched)
                 out.plan, out.messages = plan, messages
                 label = "BE" if plan.z is None else f"MBE(z={plan.z})" + (" FGLP+MM" if phase.shifted else "")
                 if on.is_forbidden(lower):
@@ -287,14 +309,24 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
                 if plan.exact:
                     bounds.prove(label)
-                if guide is None or lower >= guide[4]:  # neither plain nor shifted MBE wins everywhere
-                    guide = (on, plan, tables, messages, lower)
+                if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
+                    guide = Run(on, plan, tables, messages, lower, matched)
             elif phase.name == "fglp":
                 from .shift import fglp
                 candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
+            elif phase.name == "jglp" and guide is not None and shifted is not None:
+                # Where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6).
+                from .shift import JGLP_BYTES, jglp
+                seconds = min(phase.seconds or math.inf, out.phase_s.get("eliminate", 0.0))
+                if JGLP_PASSES * predict_s(guide.plan, schedule.engine) > seconds:
+                    out.note += f"; jglp not started (predicted over its {seconds:.3g} s)"
+                    continue
+                lower = jglp(guide.problem, guide.plan, engine, guide.tables, guide.messages, guide.matched,
+                             min(budget // 4, JGLP_BYTES), time.perf_counter() + seconds)
+                bounds.raise_lower(lower, f"JGLP(z={guide.plan.z})")
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
             elif phase.name == "search":
@@ -322,7 +354,8 @@ def _constant(problem: Problem):
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float, until_stall: bool) -> None:
     """Chains on the engine's array module, seeded by rollouts from the guiding messages and the
-    incumbent; with `until_stall` the slice ends early once improvements stop coming (STALL)."""
+    incumbent, until they stall; then large neighbourhood search from the incumbent for the rest of
+    the slice, which with `until_stall` ends early once improvements stop coming."""
     from . import local_search
     xp = engine.xp
     start = time.perf_counter()
@@ -330,8 +363,8 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
     rng = rng_for(problem)
     starts = []
     if guide is not None:
-        on, plan, tables, messages, _ = guide
-        starts.append(local_search.rollouts(on, plan, engine, tables, messages, ROLLOUTS, rng))
+        starts.append(local_search.rollouts(guide.problem, guide.plan, engine, guide.tables, guide.messages,
+                                            ROLLOUTS, rng))
     if bounds.assignment is not None:
         starts.append(xp.asarray([bounds.assignment], dtype=xp.int64))
 
@@ -341,10 +374,15 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
 
     def stalled() -> bool:
         now = time.perf_counter()
-        return stop() or until_stall and now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
+        return now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=stalled, on_improve=improved)
+                              should_stop=lambda: stop() or stalled(), on_improve=improved)
+    # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
+    if bounds.assignment is not None and not problem.is_forbidden(bounds.upper):
+        last[0] = time.perf_counter()
+        local_search.lns(problem, bounds.assignment, engine, rng, start + seconds,
+                         lambda: stop() or until_stall and stalled(), improved)
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
@@ -356,8 +394,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
-    on, plan, _, messages, _ = guide
-    s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop)
+    s = AndOrSearch(guide.problem, order, Heuristic.from_run(guide.plan, engine, guide.messages), should_stop=stop)
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))

@@ -27,12 +27,13 @@ class TimeLimit(RuntimeError):
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
              progress: Callable[[int], None] | None = None,
              op: Callable[[MiniBucket], str] = lambda mb: "min",
-             stop: Callable[[], bool] | None = None, match: bool = False):
+             stop: Callable[[], bool] | None = None, match: bool = False, matched: dict | None = None):
     """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
 
     Raises TimeLimit between chunks once `deadline` passes or `stop()` says so. `match`:
     moment-match the dense mini-buckets of every bucket eliminated by min (MBE-MM,
-    shift.match_bucket) before eliminating them, for a tighter lower bound.
+    shift.match_bucket) before eliminating them, for a tighter lower bound; `matched` receives
+    those unaries by mini-bucket (shift.jglp starts from them).
     """
     def check():
         if deadline is not None and time.perf_counter() > deadline or stop is not None and stop():
@@ -52,6 +53,8 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
         if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
             shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages, check)
+            if matched is not None:
+                matched.update(shifts)
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,

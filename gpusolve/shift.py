@@ -20,8 +20,8 @@ from collections import defaultdict
 import numpy as np
 
 from . import graph
-from .engines.base import min_marginal_dense
-from .engines.sparse import SparseTable, to_module
+from .engines.base import aligned, join_dense, min_marginal_dense
+from .engines.sparse import SparseTable, scalar, to_module
 from .model import CostFunction, Problem
 
 
@@ -247,15 +247,134 @@ def match_bucket(xp, problem: Problem, plan, var: int, tables, messages, check=N
         mus[m] = min_marginal_dense(xp, var, mb.scope, inputs, dom, top, integer, check)
     if len(mus) < 2:
         return {}
+    return dict(zip(mus, _agree(xp, list(mus.values()), problem)))
+
+
+def _agree(xp, mus, problem: Problem):
+    """Shifts that give every min-marginal in `mus` an equal share of their (saturating) sum.
+
+    Integer shares are floors, the remainder on the first; where the sum is
+    forbidden every shift is top. Shifts sum to zero elsewhere, so adding
+    them keeps the problem equivalent.
+    """
+    integer, top = problem.integer, problem.top
     k = len(mus)
-    total = mus[next(iter(mus))]
-    for mu in list(mus.values())[1:]:
+    total = mus[0]
+    for mu in mus[1:]:
         total = xp.minimum(total + mu, top) if integer else total + mu
     dead = total >= top if integer else xp.isinf(total)
     mean = xp.where(dead, 0, total // k) if integer else xp.where(dead, 0.0, total / k)
-    first = next(iter(mus))
-    shifts = {}
-    for m, mu in mus.items():
-        target = mean + (total - mean * k if m == first else 0)
-        shifts[m] = xp.where(dead, top, target - xp.where(dead, 0, mu))
-    return shifts
+    return [xp.where(dead, top, mean + (total - mean * k if i == 0 else 0) - xp.where(dead, 0, mu))
+            for i, mu in enumerate(mus)]
+
+
+# JGLP keeps the regions (mini-bucket joins) it shifts in memory: at most this much, largest left out.
+JGLP_BYTES = 1 << 30
+
+
+def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget: int = JGLP_BYTES,
+         deadline: float | None = None, sweeps: int = 50, patience: int = 3):
+    """Lower bound by cost shifting on the mini-bucket join graph (JGLP), started at an MBE run.
+
+    Region r (a mini-bucket) holds F_r = its functions + the messages it
+    received (+ its moment-matching unary, `matched`) - the message it sent.
+    The messages telescope, so the constants plus sum of F_r is the problem
+    and the constants plus sum of min F_r is the run's bound. Each update
+    makes two or more regions agree on what they share (a bucket's regions:
+    its variable; a region and the one its message went to: the message's
+    scope): block coordinate ascent (Ihler, Flerova, Dechter & Otten, UAI
+    2012), so every state gives a valid bound, and the largest is returned,
+    never below the run's. Regions that do not fit `budget`, or that hold a
+    sparse table, stay as the run left them.
+    """
+    xp, matched, integer = engine.xp, matched or {}, problem.integer
+    constants = [problem.functions[i].table[()] for i in plan.constants]
+    start = problem.total(constants + [scalar(engine, messages[r], problem.top) for r in plan.roots])
+    if problem.is_forbidden(start):
+        return start
+    regions, room = {}, budget // problem.dtype().itemsize
+    for mb in plan.minibuckets:
+        if deadline is not None and time.perf_counter() > deadline:
+            return start
+        inputs = _inputs(problem, plan, mb, tables, messages, matched)
+        if mb.joint_entries <= room and not mb.sparse and not any(isinstance(t, SparseTable) for t, _ in inputs):
+            regions[mb.index] = _region(xp, problem, mb, inputs, messages, mb.index in plan.roots)
+            room -= mb.joint_entries
+    fixed = constants + [scalar(engine, messages[r], problem.top) for r in plan.roots if r not in regions]
+    parent = {j: mb.index for mb in plan.minibuckets for j in mb.messages if mb.index in regions and j in regions}
+    steps = []
+    for var in plan.order:
+        group = [m for m in plan.buckets.get(var, ()) if m in regions]
+        steps += [("bucket", tuple(group))] if len(group) > 1 else []
+        steps += [("edge", (m, parent[m])) for m in group if m in parent]
+
+    def bound():
+        return problem.total(fixed + [(int if integer else float)(f.min()) for f in regions.values()])
+
+    best, stale = start, 0
+    for sweep in range(sweeps):
+        for kind, members in steps if sweep % 2 == 0 else reversed(steps):
+            if deadline is not None and time.perf_counter() > deadline:
+                return best
+            if kind == "bucket":
+                mus = [regions[m].reshape(regions[m].shape[0], -1).min(axis=1) for m in members]
+                for m, s in zip(members, _agree(xp, mus, problem)):
+                    regions[m] = _shifted(xp, regions[m], s.reshape((-1,) + (1,) * (regions[m].ndim - 1)), problem)
+            else:
+                _match_edge(xp, problem, plan.minibuckets[members[0]], plan.minibuckets[members[1]], regions)
+        value = bound()
+        # Float bounds creep up by ever smaller steps: a sweep that adds under 1e-6 is a stall.
+        progress = _rises(best, value, integer) and (integer or _rises(best + 1e-6 * max(1.0, abs(best)), value, False))
+        best = value if _rises(best, value, integer) else best
+        stale = 0 if progress else stale + 1
+        if stale >= patience:
+            break
+    return best
+
+
+def _inputs(problem: Problem, plan, mb, tables, messages, matched):
+    """What run_plan summed for `mb`: its functions, the messages it received, its matching unary."""
+    inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
+    inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+    return inputs + ([(matched[mb.index], (mb.var,))] if mb.index in matched else [])
+
+
+def _region(xp, problem: Problem, mb, inputs, messages, root: bool):
+    """F_r as a dense table over (var,) + scope: the join minus the message it sent (top stays top)."""
+    dom, integer, top = problem.domains, problem.integer, problem.top
+    inputs = [(to_module(xp, getattr(t, "host", t)), s) for t, s in inputs]
+    joint = join_dense(xp, mb.var, mb.scope, inputs, dom, top, integer)
+    if root:
+        return joint
+    sent = to_module(xp, getattr(messages[mb.index], "host", messages[mb.index]))[None]
+    dead = joint >= top if integer else xp.isinf(joint)  # where the message is forbidden, all of its rows are
+    joint -= xp.where(sent >= top, 0, sent) if integer else xp.where(xp.isinf(sent), 0.0, sent)
+    joint[dead] = top
+    return joint
+
+
+def _shifted(xp, table, shift, problem: Problem):
+    """table + shift in place, where forbidden entries stay forbidden (top absorbs)."""
+    if not shift.any():
+        return table
+    if problem.integer:
+        dead = table >= problem.top
+        table += shift
+        xp.minimum(table, problem.top, out=table)
+        table[dead] = problem.top
+    else:
+        table += xp.where(xp.isinf(shift), xp.inf, shift)  # inf + finite stays inf; nan cannot arise
+    return table
+
+
+def _match_edge(xp, problem: Problem, child, parent, regions) -> None:
+    """Make `child`'s region and `parent`'s agree on their min-marginals over the child's scope."""
+    up, down = regions[child.index], regions[parent.index]
+    axes = {parent.var: 0, **{u: i + 1 for i, u in enumerate(parent.scope)}}
+    kept = [axes[u] for u in child.scope]
+    mu_p = down.min(axis=tuple(a for a in range(down.ndim) if a not in kept)) if len(kept) < down.ndim else down
+    mu_p = xp.transpose(mu_p, [sorted(kept).index(a) for a in kept]) if kept else mu_p
+    mu_c = up.min(axis=0)
+    s_c, s_p = _agree(xp, [mu_c, mu_p], problem)
+    regions[child.index] = _shifted(xp, up, s_c[None], problem)
+    regions[parent.index] = _shifted(xp, down, aligned(xp, s_p, child.scope, axes, down.ndim), problem)

@@ -83,8 +83,8 @@ def test_every_stop_point_holds_valid_bounds(seed):
 def test_time_limit_is_honoured_and_bounds_are_reported():
     problem = hard_grid()
     t = time.perf_counter()
-    r = solve(problem, Options(device="cpu", time_limit=2.0))
-    assert time.perf_counter() - t < 3.0
+    r = solve(problem, Options(device="cpu", time_limit=3.0))  # 2 s leave search no time on a busy machine
+    assert time.perf_counter() - t < 4.0
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
     assert r.lower_bound < r.upper_bound and problem.evaluate(r.assignment) == r.upper_bound
     assert_trace_monotone(r.trace)
@@ -112,9 +112,9 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "search"]  # a deadline: incumbents first
+    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search"]  # a deadline: incumbents first
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
-    assert untimed == ["mbe", "mbe", "fglp", "mbe", "local-search", "search"]
+    assert untimed == ["mbe", "mbe", "fglp", "mbe", "jglp", "local-search", "search"]
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted

@@ -10,7 +10,7 @@ from gpusolve import graph
 from gpusolve.eliminate import assign, run_plan
 from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.local_search import gathers, induced_tree, local_search, rollouts, scores, tree_move
+from gpusolve.local_search import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
 from gpusolve.model import condition
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import preprocess
@@ -61,6 +61,45 @@ def test_local_search_keeps_evidence_and_stops_when_asked():
     best, cost = local_search(problem, None, None, rng, n=8, should_stop=lambda: calls.append(1) or len(calls) > 3)
     assert len(calls) == 4
     assert best[0] == problem.domains[0] - 1 and cost == problem.evaluate(best)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lns_never_worsens_keeps_evidence_and_solves_exactly_when_the_ball_is_everything(seed):
+    """Each step is exact on its ball: never worse than the incumbent, the optimum of its
+    component when the ball covers it, evidence untouched; a small ball still never worsens."""
+    rng = np.random.default_rng(500 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, p_hard=0.2, n_components=1)
+    opt, _ = brute_force(problem)
+    start = [int(v) for v in rng.integers(0, problem.domains)]
+    steps = []
+    best, cost = lns(problem, start, NumpyEngine(), rng, should_stop=lambda: steps.append(1) or len(steps) > 3,
+                     size=len(problem.domains))
+    assert cost == problem.evaluate(best) and cost <= problem.evaluate(start)
+    keep = {v for v, d in enumerate(problem.domains) if d > 1}
+    connected = len(graph.components({v: nb & keep for v, nb in graph.primal_graph(problem).items()
+                                      if v in keep})) <= 1
+    if connected:
+        assert cost == opt or problem.is_forbidden(opt) and problem.is_forbidden(cost)
+    fixed = condition(problem, {0: start[0]})
+    improved = []
+    best, cost = lns(fixed, start, NumpyEngine(), rng, should_stop=lambda: len(steps) > 12 or steps.append(1),
+                     on_improve=lambda c, a: improved.append(c), size=2)
+    assert best[0] == start[0] and cost == fixed.evaluate(best) <= fixed.evaluate(start)
+    assert improved == sorted(improved, reverse=True) and (not improved or improved[-1] == cost)
+
+
+def test_ball_is_connected_and_bounded():
+    adjacency = graph.primal_graph(generate("grid", 25, 3, seed=1))
+    rng = np.random.default_rng(0)
+    for size in (1, 5, 12, 40):
+        members = ball(adjacency, rng, size)
+        assert len(members) == min(size, 25)
+        reached, todo = set(), [next(iter(members))]
+        while todo:
+            v = todo.pop()
+            reached.add(v)
+            todo += [u for u in adjacency[v] & members if u not in reached]
+        assert reached == members
 
 
 @pytest.mark.parametrize("seed", range(20))

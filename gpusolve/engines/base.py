@@ -214,6 +214,15 @@ def min_marginal_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scop
     return xp.minimum(best, top) if integer else best
 
 
+def join_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped], domains: Sequence[int], top,
+               integer: bool):
+    """The whole join over (var,) + sep (saturating), for code that keeps it (cost shifting's regions)."""
+    shape = (domains[var],) + tuple(domains[u] for u in sep)
+    (_, _, acc), = _joint_blocks(xp, var, sep, inputs, domains, top, integer, None, math.prod(shape))
+    joint = xp.array(xp.broadcast_to(acc, shape))  # a copy: one input alone is a view of it
+    return xp.minimum(joint, top, out=joint) if integer else joint
+
+
 def _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
     """Blocks (index over the leading separator axes, number of those axes, joint costs) of the join.
 
