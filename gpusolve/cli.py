@@ -107,8 +107,8 @@ class Failure(Exception):
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
                stop=None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
-    import parsers
-    from parsers.errors import ParseError
+    from . import parsers
+    from .parsers.errors import ParseError
 
     from .model import ModelError
     from .solve import BudgetError, TimeLimit, solve
@@ -205,7 +205,7 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     if solution and result.assignment is not None:
         write_solution(solution, result.assignment)
     if uai_output:
-        from parsers.write import write_uai_result
+        from .parsers.write import write_uai_result
         if result.task not in ("MPE", "PR", "MAR"):
             err().print(f"{file}: --uai-output applies to .uai files", markup=False)
             sys.exit(EXIT_INPUT)
@@ -277,8 +277,8 @@ def _fmt(x) -> str:
 @click.option("--mem-limit", type=SizeParam(), default=None, help="As for solve.")
 def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
-    import parsers
-    from parsers.errors import ParseError
+    from . import parsers
+    from .parsers.errors import ParseError
     from rich.table import Table
 
     from .model import ModelError
@@ -353,7 +353,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
               help="Output .wcsp (default: TOPOLOGY-nN-dD-sSEED.wcsp).")
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
-    from parsers.write import write_wcsp
+    from .parsers.write import write_wcsp
 
     from .generate import generate
     try:
@@ -372,7 +372,7 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
 def batch_cmd(folder, evidence, out_path, **solve_kw):
     """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
-    import parsers
+    from . import parsers
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .solve import Options

@@ -80,7 +80,7 @@ def preprocess(problem: Problem) -> Reduced:
     if not removed and len(merged) == len(problem.functions):
         return Reduced(problem, values)
     reduced = Problem(problem.name, variables, merged, problem.integer, problem.top, problem.offset,
-                      problem.sense, problem.task, dict(problem.evidence))
+                      problem.sense, problem.task, dict(problem.evidence), problem.precision)
     return Reduced(reduced, values, removed=removed)
 
 
@@ -109,4 +109,4 @@ def lower_top(problem: Problem, top: int) -> Problem:
     assignment cheaper than top keeps its cost, every other one becomes forbidden."""
     functions = [CostFunction(f.scope, np.minimum(f.table, top)) for f in problem.functions]
     return Problem(problem.name, problem.variables, functions, problem.integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence))
+                   problem.sense, problem.task, dict(problem.evidence), problem.precision)

@@ -1,13 +1,19 @@
 """Solving: preprocess, order, plan the anytime schedule within the budgets, run it, report bounds.
 
+The module is callable: `gpusolve.solve(problem_or_path, z=..., time_limit=...)` is `run` below, the
+Python API's entry point; `solve(problem, Options())` is the engine room the command line uses.
+
 Optimisation tasks (WCSP, MPE) run anytime.py's schedule (exact BE when it fits,
 else bounds, local search and AND/OR search); PR and MAR eliminate exactly or
 with mini-buckets.
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 import time
+import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -65,15 +71,12 @@ class Result:
 
 
 def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, else physical memory."""
+    """Memory available to a new allocation (psutil; without it, as on a bare GPU host, free pages)."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        import psutil
+    except ImportError:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return int(psutil.virtual_memory().available)
 
 
 def elimination_order(problem: Problem, how: str, g=None) -> list[int]:
@@ -262,3 +265,35 @@ def write_solution(path: str | Path, assignment: list[int]) -> None:
     """toulbar2's solution format: the value index of every variable on one line."""
     Path(path).write_text(" ".join(map(str, assignment)) + "\n")
 
+
+
+def run(problem_or_path, z: int | None = None, time_limit: float | None = None, device: str = "auto",
+        task: str | None = None, evidence=None, **options) -> Result:
+    """Solve a Problem, a `Model` or a file (a path read as `gpusolve.read` does).
+
+    Keyword `options` are the other `Options` fields (order, tables, mem_limit, gpu_mem_limit, search).
+    Bad input raises ParseError or ValueError; a memory budget too small raises BudgetError.
+    """
+    if time_limit is not None and not math.isfinite(time_limit) or time_limit is not None and time_limit < 0:
+        raise ValueError(f"time_limit must be a non-negative number of seconds, not {time_limit}")
+    opts = Options(z=z, time_limit=time_limit, device=device, task=task, **options)
+    if hasattr(problem_or_path, "problem"):  # a gpusolve.Model
+        problem_or_path = problem_or_path.problem()
+    if isinstance(problem_or_path, Problem):
+        if evidence is not None:
+            raise ValueError("evidence applies to files; condition a Problem with gpusolve.model.condition")
+        return solve(problem_or_path, opts, file=problem_or_path.name)
+    from .parsers import read
+    t0 = time.perf_counter()
+    problem = read(problem_or_path, evidence)
+    return solve(problem, opts, file=str(problem_or_path), read_time=time.perf_counter() - t0)
+
+
+class _CallableModule(types.ModuleType):
+    """`gpusolve.solve(...)` calls `run`; `from gpusolve.solve import Options` still works."""
+
+    def __call__(self, *args, **kwargs) -> Result:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,7 +1,8 @@
 """Input readers: `read(path)` picks the format from the file name.
 
-.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1), each
-optionally compressed as .gz, .xz or .bz2. Every problem with the input
+.wcsp and .cfn (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1),
+each optionally compressed as .gz, .xz or .bz2; "-" reads standard input in
+the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line. A
 reader's module is imported when a file of its format is read.
 """
@@ -12,22 +13,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ParseError
-from .source import COMPRESSIONS, split_compression
+from .source import COMPRESSIONS, STDIN, split_compression
 
 if TYPE_CHECKING:
     from gpusolve.model import Problem
 
-READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp"}  # format -> module of its reader
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn"}  # format -> module of its reader
+FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["ParseError", "SUPPORTED_SUFFIXES", "read"]
+__all__ = ["FORMATS", "ParseError", "SUPPORTED_SUFFIXES", "read"]
 
 
-def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
-    """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present."""
-    path = Path(path)
+def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None) -> Problem:
+    """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
+
+    `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it."""
+    if str(path) == STDIN and format is None:
+        raise ParseError(path, None, f"standard input needs a format ({', '.join(FORMATS)})")
+    path = Path(path) if str(path) != STDIN else STDIN
     base, _ = split_compression(path)
-    fmt = Path(base).suffix.lower()
+    fmt = f".{format.lower().lstrip('.')}" if format else Path(base).suffix.lower()
     if fmt not in READERS:
         raise ParseError(path, None, f"unsupported file type {fmt or '(no extension)'}: "
                                      f"expected one of {', '.join(SUPPORTED_SUFFIXES)}")
@@ -35,7 +41,7 @@ def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
         if evidence is not None:
             raise ParseError(evidence, None, f"evidence applies to .uai files only, not {path.name}")
         return _reader(fmt)(path)
-    if evidence is None:
+    if evidence is None and path != STDIN:
         beside = path.with_name(base + ".evid")
         evidence = beside if beside.is_file() else None
     return _reader(".uai")(path, evidence)

@@ -15,7 +15,7 @@ from gpusolve.anytime import Bounds, Stop, plan_schedule
 from gpusolve.generate import generate
 from gpusolve.plan import plan_within
 from gpusolve.solve import Options, solve
-from parsers.write import write_wcsp
+from gpusolve.parsers.write import write_wcsp
 
 
 def hard_grid():

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from helpers import toulbar2_optimum
 
-import parsers
+from gpusolve import parsers
 from gpusolve import graph
 from gpusolve.generate import generate
 from gpusolve.solve import Options, solve
-from parsers.write import write_wcsp
+from gpusolve.parsers.write import write_wcsp
 
 CASES = [(t, n, d, p2, seed) for seed, (t, n) in enumerate(
     [("random", 10), ("random", 12), ("scalefree", 12), ("scalefree", 14), ("grid", 16), ("grid", 9)] * 2)

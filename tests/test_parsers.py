@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from parsers import SUPPORTED_SUFFIXES, ParseError, read
+from gpusolve.parsers import SUPPORTED_SUFFIXES, ParseError, read
 
 F = None  # a forbidden entry in expected tables
 
