@@ -24,6 +24,7 @@ from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 
+FORMATS = ("wcsp", "uai", "xml", "cfn")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
     from .solve import Options, Result
 
@@ -105,7 +106,7 @@ class Failure(Exception):
 
 
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
-               stop=None) -> Result:
+               stop=None, fmt: str | None = None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
     from . import parsers
     from .parsers.errors import ParseError
@@ -114,7 +115,7 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
     from .solve import BudgetError, TimeLimit, solve
     try:
         t0 = time.perf_counter()
-        problem = parsers.read(path, evidence)
+        problem = parsers.read(path, evidence, fmt)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop)
@@ -182,18 +183,20 @@ def interruptible():
 @main.command("solve")
 @click.argument("file")
 @solve_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Input format when FILE is - (standard input) or its suffix says otherwise.")
 @click.option("--solution", type=click.Path(dir_okay=False), default=None,
               help="Write the assignment in toulbar2's solution format.")
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
-    """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
+def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
+    """Solve FILE (.wcsp, .uai, .xml, .cfn, optionally .gz/.xz/.bz2; - reads standard input)."""
     from .solve import Options, write_solution
     options = Options(**solve_kw)
     try:
         with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
-            result = solve_file(file, options, evidence, factory, on_bounds, stop)
+            result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt)
     except Failure as f:
         if as_json:
             print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
@@ -203,7 +206,7 @@ def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
         # human output shows the engine choice in its table
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     if solution and result.assignment is not None:
-        write_solution(solution, result.assignment)
+        write_solution(solution, result)
     if uai_output:
         from .parsers.write import write_uai_result
         if result.task not in ("MPE", "PR", "MAR"):
@@ -350,19 +353,23 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
 @click.option("--p2", type=float, default=0.5, show_default=True, help="Tightness: share of forbidden entries.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Output .wcsp (default: TOPOLOGY-nN-dD-sSEED.wcsp).")
+              help="Output .wcsp, .cfn or .uai, compressed when it ends in .gz, .xz or .bz2 "
+                   "(default: TOPOLOGY-nN-dD-sSEED.wcsp).")
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
-    from .parsers.write import write_wcsp
-
     from .generate import generate
+    from .parsers.write import write
     try:
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:
         err().print(f"generate: {e}", markup=False)
         sys.exit(EXIT_INPUT)
     path = output or f"{problem.name}.wcsp"
-    write_wcsp(problem, path)
+    try:
+        write(problem, path)
+    except (ValueError, OSError) as e:
+        err().print(f"generate: {path}: {e}", markup=False)
+        sys.exit(EXIT_INPUT)
     err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
 
 

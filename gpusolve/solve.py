@@ -65,6 +65,7 @@ class Result:
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase] at each improvement
     search: dict | None = None  # AND/OR search statistics, when it ran
     schedule: list[str] = field(default_factory=list)  # the phases planned, in order
+    values: list[str] | None = None  # the assignment as the file's domain values (XCSP, CFN names), else None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -110,7 +111,7 @@ def solve(problem: Problem, options: Options, file: str = "",
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
                       device_note="no engine ran", message="preprocessing emptied a domain")
-    problem = reduced.problem
+    named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
@@ -142,6 +143,7 @@ def solve(problem: Problem, options: Options, file: str = "",
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     plan = out.plan or schedule.heuristic
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
+                  values=_values(named, assignment),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
@@ -261,9 +263,17 @@ def _file_bounds(problem: Problem, lower, upper):
     return lo, hi
 
 
-def write_solution(path: str | Path, assignment: list[int]) -> None:
-    """toulbar2's solution format: the value index of every variable on one line."""
-    Path(path).write_text(" ".join(map(str, assignment)) + "\n")
+def _values(problem: Problem, assignment: list[int] | None) -> list[str] | None:
+    """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
+    if assignment is None or not any(v.labels for v in problem.variables):
+        return None
+    return [v.label(a) for v, a in zip(problem.variables, assignment)]
+
+
+def write_solution(path: str | Path, result: Result) -> None:
+    """toulbar2's solution format on one line: domain values where the file names them (XCSP, CFN),
+    value indices otherwise (wcsp, uai), as toulbar2 writes them."""
+    Path(path).write_text(" ".join(map(str, result.values or result.assignment)) + "\n")
 
 
 

@@ -30,7 +30,7 @@ def read(path: str | Path, evidence: str | Path | None = None, format: str | Non
 
     `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it."""
     if str(path) == STDIN and format is None:
-        raise ParseError(path, None, f"standard input needs a format ({', '.join(FORMATS)})")
+        raise ParseError(path, None, f"standard input needs a format (--format {'|'.join(FORMATS)})")
     path = Path(path) if str(path) != STDIN else STDIN
     base, _ = split_compression(path)
     fmt = f".{format.lower().lstrip('.')}" if format else Path(base).suffix.lower()

@@ -4,9 +4,12 @@ A JSON-like object `{problem: {name, mustbe}, variables: {...}, functions: {...}
 with toulbar2's freedoms: unquoted strings, optional commas and colons, `{}`
 and `[]` interchangeable, `#` comment lines. `mustbe` is `<UB` (minimise; a
 total cost >= UB is forbidden) or `>LB` (maximise; <= LB forbidden); its
-decimals set the precision of every cost. Variables carry value names or a
+decimals set the precision of every cost (finer costs are truncated, as
+toulbar2 does). Variables carry value names or a
 domain size; functions are dense cost lists, sparse `defaultcost` + tuples
-(value names or indices), or a shared table named by another function.
+(value names or indices), or the table of a function defined later in the
+file, named in place of the costs (toulbar2 reads a reference to an earlier
+one as no function at all; we refuse it).
 Global and arithmetic functions (`type`) are not supported.
 """
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +140,7 @@ class _Reader:
             text = atom.text if isinstance(atom, Atom) else "{...}"
             raise self.error(atom, f"expected a {what} (a decimal number), found {text!r}")
         try:
-            scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_HALF_UP)
+            scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_DOWN)  # toulbar2 truncates
         except InvalidOperation:
             raise self.error(atom, f"{what} {atom.text} is out of range") from None
         if abs(scaled) > MAX_TOP:
@@ -189,7 +192,7 @@ class _Reader:
             raise self.error(items[-1], "cost function name without a definition")
         pairs = list(zip(items[::2], items[1::2])) if named else [(None, b) for b in items]
         tables: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
-        shared: list[tuple[tuple[int, ...], Atom, Group]] = []
+        shared: list[tuple[tuple[int, ...], Atom, set]] = []  # (scope, name, tables before)
         functions: list[CostFunction] = []
         offset = 0
         for k, (key, body) in enumerate(pairs):
@@ -203,8 +206,8 @@ class _Reader:
                                        f"({kind.text if isinstance(kind, Atom) else 'type'}) are not supported")
             scope = self._scope(fields.get("scope"), name, body)
             costs = fields.get("costs")
-            if isinstance(costs, Atom):  # a table shared with the function of that name
-                shared.append((scope, costs, body))
+            if isinstance(costs, Atom):  # the table of the function of that name, defined later
+                shared.append((scope, costs, set(tables)))
                 continue
             if not isinstance(costs, Group):
                 raise self.error(body, f"cost function {name}: no costs")
@@ -216,10 +219,13 @@ class _Reader:
             table = self._table(scope, fields.get("defaultcost"), costs, name)
             tables[name] = (scope, table)
             functions.append(CostFunction(scope, table))
-        for scope, ref, body in shared:
+        for scope, ref, before in shared:
             if ref.text not in tables:
                 raise self.error(ref, f"shared cost table {ref.text!r} is not a cost function of this file")
-            other, table = tables[ref.text]
+            if ref.text in before:
+                raise self.error(ref, f"shared cost table {ref.text!r} must be defined after the function "
+                                      "using it, as toulbar2 requires")
+            _, table = tables[ref.text]
             shape = tuple(self.variables[v].domain for v in scope)
             if table.shape != shape:
                 raise self.error(ref, f"shared cost table {ref.text} has domain sizes {table.shape}, "
