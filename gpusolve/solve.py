@@ -58,17 +58,23 @@ class Result:
     engine: str = ""
     device_note: str = ""
     exact: bool = False
-    peak_bytes: int = 0
-    message: str = ""
+    peak_bytes: int | None = None  # None: no elimination plan ran
+    message: str | None = None
     marginals: list[list[float]] | None = None  # MAR: one distribution per variable, file order
     largest_rows: int = 0  # rows of the largest sparse message (0: no sparse table)
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase] at each improvement
     search: dict | None = None  # AND/OR search statistics, when it ran
     schedule: list[str] = field(default_factory=list)  # the phases planned, in order
     values: list[str] | None = None  # the assignment as the file's domain values (XCSP, CFN names), else None
+    method: str | None = None  # what ran, e.g. "MBE(z=4) + FGLP + AND/OR search"
+    options: dict | None = None  # the Options of the run (and evidence), for batch's resume
+    uai_output: dict | None = None  # {"path", "bound"} when --uai-output wrote a file
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The schema's object (gpusolve/schema.json), every field present."""
+        from .report import record
+        fields = asdict(self)
+        return record(fields.pop("file"), fields.pop("status"), **fields)
 
 
 def available_memory() -> int:
@@ -110,7 +116,8 @@ def solve(problem: Problem, options: Options, file: str = "",
         return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
-                      device_note="no engine ran", message="preprocessing emptied a domain")
+                      device_note="no engine ran", message="preprocessing emptied a domain",
+                      method="preprocessing (node and arc consistency)", options=asdict(options))
     named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
@@ -143,12 +150,13 @@ def solve(problem: Problem, options: Options, file: str = "",
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     plan = out.plan or schedule.heuristic
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
-                  values=_values(named, assignment),
+                  values=_values(named, assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
+                  options=asdict(options),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
                   exact=out.plan is not None and out.plan.exact and status != "bounded",
-                  peak_bytes=plan.peak_bytes if plan is not None else 0,
+                  peak_bytes=_sparse_bytes(out.messages) or (plan.peak_bytes if plan is not None else None),
                   largest_rows=_largest_rows(out.messages), trace=_file_trace(problem, bounds.trace),
                   search=out.search, schedule=schedule.describe().splitlines())
 
@@ -173,6 +181,12 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
                          n_comp, options.tables)
 
 
+def _sparse_bytes(messages: dict) -> int:
+    """Bytes the sparse messages held (keys and costs): bounded sparse BE's plan only bounds its rows
+    by the budget, so this is what its run measured."""
+    return sum(m.keys.nbytes + m.costs.nbytes for m in messages.values() if isinstance(m, sparse.SparseTable))
+
+
 def _largest_rows(messages: dict) -> int:
     return max((m.rows for m in messages.values() if isinstance(m, sparse.SparseTable)), default=0)
 
@@ -188,7 +202,7 @@ def _file_trace(problem: Problem, trace) -> list[list]:
 
 def _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases) -> Result:
     """PR (log10 Z, or mini-bucket bounds on it) and MAR (exact marginals)."""
-    _, n_comp, order, budget = _order(problem, options, t0, phases)
+    g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     if task == "MAR":
         plan = build_plan(problem, order, None, n_comp)
@@ -231,9 +245,11 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     if engine.compile_s:
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
-                  assignment=None, z=plan.z, induced_width=plan.induced_width,
+                  assignment=None, z=plan.z, induced_width=graph.induced_width(g, order),
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
-                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg)
+                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
+                  method=("exact BE" if plan.z is None else f"MBE(z={plan.z})")
+                  + (" + distribute pass" if task == "MAR" else ""), options=asdict(options))
 
 
 def check_task(problem: Problem, options: Options) -> str:

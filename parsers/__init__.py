@@ -22,7 +22,7 @@ READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn"}  # for
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["FORMATS", "ParseError", "SUPPORTED_SUFFIXES", "read"]
+__all__ = ["FORMATS", "ParseError", "SUPPORTED_SUFFIXES", "format_of", "read"]
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None) -> Problem:
@@ -33,7 +33,7 @@ def read(path: str | Path, evidence: str | Path | None = None, format: str | Non
         raise ParseError(path, None, f"standard input needs a format (--format {'|'.join(FORMATS)})")
     path = Path(path) if str(path) != STDIN else STDIN
     base, _ = split_compression(path)
-    fmt = f".{format.lower().lstrip('.')}" if format else Path(base).suffix.lower()
+    fmt = format_of(path, format)
     if fmt not in READERS:
         raise ParseError(path, None, f"unsupported file type {fmt or '(no extension)'}: "
                                      f"expected one of {', '.join(SUPPORTED_SUFFIXES)}")
@@ -45,6 +45,14 @@ def read(path: str | Path, evidence: str | Path | None = None, format: str | Non
         beside = path.with_name(base + ".evid")
         evidence = beside if beside.is_file() else None
     return _reader(".uai")(path, evidence)
+
+
+def format_of(path: str | Path, format: str | None = None) -> str:
+    """The format a file is read as: `format` (wcsp, uai, xml, cfn) if given, else its suffix
+    before any compression suffix (".wcsp", ...)."""
+    if format:
+        return f".{format.lower().lstrip('.')}"
+    return Path(split_compression(path)[0]).suffix.lower()
 
 
 def _reader(fmt: str):

@@ -108,4 +108,5 @@ def test_parsers_belong_to_gpusolve_in_the_wheel(tmp_path):
     wheel, = tmp_path.glob("gpusolve-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpusolve/parsers/wcsp.py" in names and "gpusolve/parsers/cfn.py" in names
+    assert "gpusolve/schema.json" in names
     assert not any(n.startswith("parsers/") for n in names)
