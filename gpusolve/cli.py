@@ -173,16 +173,18 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
                stop=None, fmt: str | None = None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
     from . import parsers
-    from .parsers.errors import ParseError
+    from .parsers.errors import OverBudget, ParseError
 
     from .model import ModelError
     from .solve import BudgetError, TimeLimit, solve
     try:
         t0 = time.perf_counter()
-        problem = parsers.read(path, evidence, fmt)
+        problem = parsers.read(path, evidence, fmt, options.mem_limit)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop)
+    except OverBudget as e:
+        raise Failure(str(e), EXIT_MEMORY) from None
     except (ParseError, OrderError, DeviceError) as e:
         raise Failure(str(e), EXIT_INPUT) from None
     except (ModelError, ValueError) as e:
@@ -408,7 +410,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     from .plan import BudgetError, build_plan
     from .solve import Options, available_memory, make_schedule
     try:
-        problem = parsers.read(file, evidence)
+        problem = parsers.read(file, evidence, mem_limit=mem_limit)
         g = graph.primal_graph(problem)
         n_comp = len(graph.components(g))
         orders = {m: graph.elimination_order(problem, m, g) for m in graph.ORDERINGS}

@@ -31,9 +31,13 @@ class Reduced:
 
 
 def preprocess(problem: Problem) -> Reduced:
-    """Remove values without support; mark the problem infeasible when a domain empties."""
-    live = [np.ones(d, dtype=bool) for d in problem.domains]
-    infeasible = Reduced(problem, [np.arange(d) for d in problem.domains], infeasible=True)
+    """Remove values without support; mark the problem infeasible when a domain empties.
+
+    A variable in no scope keeps only its first value (any value is optimal): its domain, which
+    may be huge, is never materialised."""
+    scoped = {v for f in problem.functions for v in f.scope}
+    live = [np.ones(d, dtype=bool) if v in scoped else None for v, d in enumerate(problem.domains)]
+    infeasible = Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
     if sum(f.table[()] for f in problem.functions if not f.scope) >= problem.top:
         return infeasible
     unary = {}
@@ -70,8 +74,8 @@ def preprocess(problem: Problem) -> Reduced:
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
-    values = [np.flatnonzero(m) for m in live]
-    removed = sum(int((~m).sum()) for m in live)
+    values = [np.flatnonzero(m) if m is not None else range(1) for m in live]
+    removed = sum(int((~m).sum()) if m is not None else d - 1 for m, d in zip(live, problem.domains))
     variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
                  for var, kept in zip(problem.variables, values)] if removed else problem.variables
     functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])

@@ -10,7 +10,6 @@ with mini-buckets.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 import types
@@ -23,6 +22,7 @@ from . import graph, probabilistic
 from .anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
 from .engines import select_engine, sparse
 from .eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
+from .memory import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from .model import Problem
 from .plan import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
 from .preprocess import preprocess
@@ -75,15 +75,6 @@ class Result:
         from .report import record
         fields = asdict(self)
         return record(fields.pop("file"), fields.pop("status"), **fields)
-
-
-def available_memory() -> int:
-    """Memory available to a new allocation (psutil; without it, as on a bare GPU host, free pages)."""
-    try:
-        import psutil
-    except ImportError:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return int(psutil.virtual_memory().available)
 
 
 def elimination_order(problem: Problem, how: str, g=None) -> list[int]:

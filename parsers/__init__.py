@@ -12,8 +12,9 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ParseError
+from .errors import OverBudget, ParseError
 from .source import COMPRESSIONS, STDIN, split_compression
+from .tables import reading_budget
 
 if TYPE_CHECKING:
     from gpusolve.model import Problem
@@ -22,13 +23,27 @@ READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn"}  # for
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["FORMATS", "ParseError", "SUPPORTED_SUFFIXES", "format_of", "read"]
+__all__ = ["FORMATS", "OverBudget", "ParseError", "SUPPORTED_SUFFIXES", "format_of", "read"]
 
 
-def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None) -> Problem:
+def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
+         mem_limit: int | None = None) -> Problem:
     """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
 
-    `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it."""
+    `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
+    Every table's declared size is checked against `mem_limit` (default: available memory) before
+    it is allocated."""
+    from gpusolve.memory import available_memory
+    with reading_budget(available_memory() if mem_limit is None else mem_limit) as allowance:
+        try:
+            return _read(path, evidence, format)
+        except ParseError as e:
+            if allowance.refused:
+                raise OverBudget(e.path, e.line, e.message) from None
+            raise
+
+
+def _read(path, evidence, format) -> Problem:
     if str(path) == STDIN and format is None:
         raise ParseError(path, None, f"standard input needs a format (--format {'|'.join(FORMATS)})")
     path = Path(path) if str(path) != STDIN else STDIN

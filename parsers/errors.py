@@ -13,3 +13,7 @@ class ParseError(Exception):
         path = "<stdin>" if self.path == "-" else self.path
         where = f"{path}:{self.line}" if self.line is not None else path
         return f"{where}: {self.message}"
+
+
+class OverBudget(ParseError):
+    """A table the file declares would not fit the memory budget (exit 3, not bad input)."""
