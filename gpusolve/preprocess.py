@@ -33,8 +33,8 @@ class Reduced:
 def preprocess(problem: Problem) -> Reduced:
     """Remove values without support; mark the problem infeasible when a domain empties.
 
-    A variable in no scope keeps only its first value (any value is optimal): its domain, which
-    may be huge, is never materialised."""
+    A variable in no scope keeps only its first value (any value is optimal), an observed one all
+    its values (the evidence picks one): their domains, which may be huge, are never materialised."""
     scoped = {v for f in problem.functions for v in f.scope}
     live = [np.ones(d, dtype=bool) if v in scoped else None for v, d in enumerate(problem.domains)]
     infeasible = Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
@@ -74,8 +74,9 @@ def preprocess(problem: Problem) -> Reduced:
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
-    values = [np.flatnonzero(m) if m is not None else range(1) for m in live]
-    removed = sum(int((~m).sum()) if m is not None else d - 1 for m, d in zip(live, problem.domains))
+    values = [np.flatnonzero(m) if m is not None else range(d if v in problem.evidence else 1)
+              for v, (m, d) in enumerate(zip(live, problem.domains))]
+    removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
     variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
                  for var, kept in zip(problem.variables, values)] if removed else problem.variables
     functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
