@@ -110,3 +110,33 @@ def test_parsers_belong_to_gpusolve_in_the_wheel(tmp_path):
     assert "gpusolve/parsers/wcsp.py" in names and "gpusolve/parsers/cfn.py" in names
     assert "gpusolve/schema.json" in names
     assert not any(n.startswith("parsers/") for n in names)
+
+
+def test_license_and_gpu_test_target(tmp_path):
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert 'license = "MIT"' in (ROOT / "pyproject.toml").read_text()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    with_venv = subprocess.run(["make", "-n", "-C", str(ROOT), "gpu-test", f"VENV={venv}"],
+                               capture_output=True, text=True).stdout
+    without = subprocess.run(["make", "-n", "-C", str(ROOT), "gpu-test", f"VENV={tmp_path / 'none'}"],
+                             capture_output=True, text=True).stdout
+    assert f"{venv}/bin/python -m pytest -q -m gpu" in with_venv
+    assert "python3 -m pytest -q -m gpu" in without
+
+
+@pytest.mark.parametrize("text, size", [("8G", 8 << 30), ("512M", 512 << 20), ("1000000", 10 ** 6),
+                                        ("1.5k", 1536), ("2 GiB", 2 << 30), ("64mb", 64 << 20), ("0", 0)])
+def test_sizes(text, size):
+    from gpusolve.cli import parse_size
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "", "-1G", "1e9", "8X", "nan"])
+def test_not_sizes(text):
+    import click
+
+    from gpusolve.cli import parse_size
+    with pytest.raises(click.BadParameter, match="not a size"):
+        parse_size(text)
