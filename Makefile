@@ -24,9 +24,12 @@ run: $(VENV)/.installed
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q
 
-# On a machine with a GPU and CuPy: only the gpu-marked tests.
+# On a machine with a GPU and CuPy: only the gpu-marked tests, with the project's .venv when there
+# is one, else $(PYTHON) (a GPU host with cupy, numpy, pytest installed system-wide).
+GPU_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+
 gpu-test:
-	$(PYTHON) -m pytest -q -m gpu
+	$(GPU_PYTHON) -m pytest -q -m gpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache

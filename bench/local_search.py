@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, write_result  # noqa: E402
 
-import parsers  # noqa: E402
-from parsers.write import write_wcsp  # noqa: E402
+from gpusolve import parsers  # noqa: E402
+from gpusolve.parsers.write import write_wcsp  # noqa: E402
 from gpusolve import graph  # noqa: E402
 from gpusolve.eliminate import run_plan  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402

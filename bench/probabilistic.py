@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common import SHARED, cpu_name, gpu_name, write_result
 
-import parsers
+from gpusolve import parsers
 from gpusolve.engines import gpu_unavailable_reason
 from gpusolve.generate import markov_grid
 from gpusolve.graph import elimination_order

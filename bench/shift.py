@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-import parsers  # noqa: E402
+from gpusolve import parsers  # noqa: E402
 from common import SHARED, cpu_name, write_result  # noqa: E402
 from gpusolve import graph  # noqa: E402
 from gpusolve.eliminate import run_plan  # noqa: E402

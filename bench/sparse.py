@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from common import ROOT, SHARED, best_time, cpu_name, gpu_name, write_result
 
-import parsers
+from gpusolve import parsers
 from gpusolve.engines import sparse
 from gpusolve.engines.base import eliminate_dense
 from gpusolve.solve import Options, solve
@@ -96,7 +96,7 @@ def _host(a):
 
 COLD = """import json, sys
 sys.path[:0] = sys.argv[3:]
-import parsers
+from gpusolve import parsers
 from gpusolve.solve import Options, solve
 r = solve(parsers.read(sys.argv[1]), Options(device=sys.argv[2]))
 print(json.dumps({"status": r.status, "lower_bound": r.lower_bound, "time_s": r.time_s, "phases": r.phases}))

@@ -1,0 +1,35 @@
+"""gpusolve: bucket and mini-bucket elimination, AND/OR search, for WCSP, UAI, XCSP and CFN models.
+
+    import gpusolve
+    problem = gpusolve.read("net.uai")            # or gpusolve.Model() built in Python
+    result = gpusolve.solve(problem, z=10, time_limit=60)
+    result.status, result.lower_bound, result.upper_bound, result.assignment
+
+Importing the package loads nothing heavy (no NumPy): each name below imports what it needs when
+first used, so `import gpusolve.cli` stays fast.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+__all__ = ["Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
+
+# name -> module that defines it; `solve` is the module gpusolve.solve itself, which is callable
+_LAZY = {"Model": "build", "Options": "solve", "Result": "solve", "Problem": "model", "ParseError": "parsers",
+         "write": "parsers.write"}
+
+
+def read(path, evidence=None, format: str | None = None):
+    """The problem in `path` (.wcsp, .uai, .xml, .cfn, optionally .gz/.xz/.bz2; "-" is standard input,
+    which needs `format`); for .uai the evidence file FILE.evid beside it is applied when present."""
+    from .parsers import read as _read
+    return _read(path, evidence, format)
+
+
+def __getattr__(name: str):
+    if name == "solve":
+        return importlib.import_module(".solve", __name__)
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'gpusolve' has no attribute {name!r}")

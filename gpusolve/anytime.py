@@ -136,6 +136,16 @@ class Phase:
     seconds: float | None = None  # a time slice (local search)
     until_stall: bool = False  # the slice ends early once improvements stop coming
 
+    @property
+    def label(self) -> str:
+        """The method as the literature names it, for the result's `method`."""
+        if self.name in ("be", "mbe") and self.plan is not None:
+            if self.plan.z is None:
+                return "exact BE"
+            return f"MBE(z={self.plan.z})" + ("-MM on the FGLP-shifted problem" if self.shifted else "")
+        return {"fglp": "FGLP", "local-search": "local search", "search": "AND/OR search",
+                "bounded-sparse": "bounded sparse BE"}.get(self.name, self.name)
+
     def describe(self) -> str:
         what = self.name
         if self.plan is not None:
@@ -269,6 +279,7 @@ class Outcome:
     phase_s: dict[str, float] = field(default_factory=dict)
     search: dict | None = None  # SearchStats.to_json() of the search phase
     note: str = ""
+    ran: list[str] = field(default_factory=list)  # labels of the phases started, in order
 
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
@@ -290,6 +301,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             continue
         t = time.perf_counter()
         on = shifted if phase.shifted else problem
+        out.ran.append(phase.label)
         try:
             if phase.name in ("be", "mbe"):
                 # The shifted problem has its own function list: the same z, planned again for it.
@@ -333,7 +345,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 _search(on, order, guide, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
                 found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
-                                                 n_components)
+                                                 n_components, progress_factory)
                 if found is not None:
                     lower, assignment, out.plan, out.messages = found
                     bounds.offer(assignment, "bounded sparse BE")

@@ -18,25 +18,51 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import graph
+from . import __version__, graph
 from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 
+FORMATS = ("wcsp", "uai", "xml", "cfn")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
     from .solve import Options, Result
 
 # NumPy, rich, the readers and the solver load inside the commands that use them:
 # `--help` and `--version` answer without them, and a small solve pays only what it runs.
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
+EXIT_INTERRUPT = 130  # 128 + SIGINT, as shells report it; SIGTERM gives 143
 
 
 @functools.cache
 def console(stderr: bool):
-    """rich's console for stdout or stderr, made on first use."""
+    """rich's console for stdout or stderr, made on first use. Piped, lines are not wrapped at 80
+    columns nor padded with the blanks rich fills tables with."""
     from rich.console import Console
-    return Console(stderr=stderr, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr, highlight=False)
+    return Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
+
+
+class _Unpadded:
+    """The current stdout (or stderr) for rich when piped: each line written without trailing blanks."""
+
+    def __init__(self, stderr: bool):
+        self.stderr, self.pending = stderr, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        stream = sys.stderr if self.stderr else sys.stdout
+        for line in lines:
+            stream.write(line.rstrip() + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        (sys.stderr if self.stderr else sys.stdout).flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def err():
@@ -64,6 +90,20 @@ class SizeParam(click.ParamType):
         return value if isinstance(value, int) else parse_size(value)
 
 
+class Seconds(click.ParamType):
+    """A time limit: a non-negative number of seconds (nan is not "no limit": leave the option out)."""
+    name = "SECONDS"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number of seconds")
+        if not seconds >= 0:
+            self.fail(f"{value!r} is not a non-negative number of seconds")
+        return seconds
+
+
 def solve_options(f):
     """Options shared by `solve` and `batch`."""
     for opt in reversed([
@@ -75,7 +115,7 @@ def solve_options(f):
         click.option("--tables", type=click.Choice(TABLES), default="auto", show_default=True,
                      help="Per mini-bucket: dense tables, or sparse ones holding only feasible rows; "
                           "auto picks from the predicted feasible share."),
-        click.option("--time-limit", type=click.FloatRange(min=0), default=None, help="Seconds."),
+        click.option("--time-limit", type=Seconds(), default=None, help="Seconds."),
         click.option("--mem-limit", type=SizeParam(), default=None,
                      help="Memory budget (e.g. 8G); default: available RAM."),
         click.option("--gpu-mem-limit", type=SizeParam(), default=None,
@@ -92,8 +132,33 @@ def solve_options(f):
     return f
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="gpusolve")
+class Commands(click.Group):
+    """Usage errors as one line on stderr (and, with --json, an error object on stdout), exit 2;
+    Ctrl-C outside a solve exits 130 without click's "Aborted!"."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
+            if "--json" in args:
+                from .report import record
+                params = ctx.params if ctx else {}
+                print(json.dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                        message=line)))
+            err().print(line, markup=False, soft_wrap=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            sys.exit(EXIT_INTERRUPT)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", package_name="gpusolve")
 def main():
     """gpusolve: bucket and mini-bucket elimination for WCSP, UAI and XCSP instances."""
 
@@ -105,19 +170,21 @@ class Failure(Exception):
 
 
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
-               stop=None) -> Result:
+               stop=None, fmt: str | None = None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code."""
-    import parsers
-    from parsers.errors import ParseError
+    from . import parsers
+    from .parsers.errors import OverBudget, ParseError
 
     from .model import ModelError
     from .solve import BudgetError, TimeLimit, solve
     try:
         t0 = time.perf_counter()
-        problem = parsers.read(path, evidence)
+        problem = parsers.read(path, evidence, fmt, options.mem_limit)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop)
+    except OverBudget as e:
+        raise Failure(str(e), EXIT_MEMORY) from None
     except (ParseError, OrderError, DeviceError) as e:
         raise Failure(str(e), EXIT_INPUT) from None
     except (ModelError, ValueError) as e:
@@ -163,12 +230,13 @@ def progress_bar(enabled: bool, label: str):
 
 @contextmanager
 def interruptible():
-    """Ctrl-C and SIGTERM ask the solver to stop and report what it holds; a second Ctrl-C aborts."""
+    """Ctrl-C and SIGTERM ask the solver to stop and report what it holds (`stop.interrupted` keeps
+    the signal's number: the command exits 128 + it); a second Ctrl-C aborts."""
     from .anytime import Stop
     stop = Stop()
 
     def ask(signum, frame):
-        stop.interrupted = True
+        stop.interrupted = signum
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     old = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -182,39 +250,90 @@ def interruptible():
 @main.command("solve")
 @click.argument("file")
 @solve_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Input format when FILE is - (standard input) or its suffix says otherwise.")
 @click.option("--solution", type=click.Path(dir_okay=False), default=None,
               help="Write the assignment in toulbar2's solution format.")
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
-    """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
-    from .solve import Options, write_solution
+def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
+    """Solve FILE (.wcsp, .uai, .xml, .cfn, optionally .gz/.xz/.bz2; - reads standard input).
+
+    Exit 0 when solved or bounded, 130 (143) when Ctrl-C (SIGTERM) stopped it after printing the
+    best result held."""
+    from dataclasses import asdict
+
+    from .report import record
+    from .solve import Options
     options = Options(**solve_kw)
+
+    def fail(message: str, code: int, status: str = "error"):
+        if as_json:
+            print(json.dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
+        err().print(message, markup=False, soft_wrap=True)
+        sys.exit(code)
+
+    problem = check_outputs(file, fmt, solution, uai_output)  # before any work
+    if problem:
+        fail(problem, EXIT_INPUT)
     try:
         with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
-            result = solve_file(file, options, evidence, factory, on_bounds, stop)
+            result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt)
     except Failure as f:
-        if as_json:
-            print(json.dumps({"file": file, "status": f.status, "message": str(f)}))
-        err().print(str(f), markup=False, soft_wrap=True)
-        sys.exit(f.code)
+        fail(str(f), f.code, f.status)
+    result.options = {**result.options, "evidence": evidence} if result.options else None
     if as_json and result.device_note and options.device == "auto" and result.engine == "numpy":
         # human output shows the engine choice in its table
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
-    if solution and result.assignment is not None:
-        write_solution(solution, result.assignment)
-    if uai_output:
-        from parsers.write import write_uai_result
-        if result.task not in ("MPE", "PR", "MAR"):
-            err().print(f"{file}: --uai-output applies to .uai files", markup=False)
-            sys.exit(EXIT_INPUT)
-        value = result.lower_bound if result.task == "PR" else None
-        write_uai_result(uai_output, result.task, value, result.assignment, result.marginals)
+    failed = write_outputs(result, solution, uai_output)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
         print_result(result)
+    if failed:  # the answer is printed above: only the file is lost
+        err().print(failed, markup=False, soft_wrap=True)
+        sys.exit(EXIT_INPUT)
+    if stop.interrupted:
+        sys.exit(128 + int(stop.interrupted))
+
+
+def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: str | None) -> str | None:
+    """Why the output options cannot work, found before solving; None when they can."""
+    from .parsers import format_of
+    if uai_output and format_of(file, fmt) != ".uai":
+        return f"{file}: --uai-output applies to .uai files"
+    for option, path in (("--solution", solution), ("--uai-output", uai_output)):
+        if path:
+            folder = Path(path).parent
+            if not folder.is_dir():
+                return f"{option} {path}: folder {folder} does not exist"
+            if not os.access(folder, os.W_OK):
+                return f"{option} {path}: folder {folder} is not writable"
+    return None
+
+
+def write_outputs(result: Result, solution: str | None, uai_output: str | None) -> str | None:
+    """Write --solution and --uai-output; returns the error line when a write failed."""
+    from .parsers.write import write_uai_result
+    from .solve import write_solution
+    try:
+        if solution and result.assignment is not None:
+            write_solution(solution, result)
+        if uai_output:
+            exact = result.status == "optimal"
+            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact
+                bound = "exact" if exact else "lower" if result.lower_bound is not None else "none"
+            elif result.task == "MPE":  # an assignment: its value bounds the MPE from below
+                bound = "none" if result.assignment is None else "exact" if exact else "lower"
+            else:
+                bound = "exact"
+            write_uai_result(uai_output, result.task, result.lower_bound if result.task == "PR" else None,
+                             result.assignment, result.marginals)
+            result.uai_output = {"path": str(uai_output), "bound": bound}
+    except OSError as e:
+        return f"{e.filename or solution or uai_output}: cannot write: {e.strerror or e}"
+    return None
 
 
 def print_result(r: Result) -> None:
@@ -225,16 +344,22 @@ def print_result(r: Result) -> None:
     t.add_row("file", r.file)
     t.add_row("task", r.task)
     t.add_row("status", r.status)
+    if r.message:
+        t.add_row("why", r.message)
     t.add_row("lower bound", _fmt(r.lower_bound))
     t.add_row("upper bound", _fmt(r.upper_bound))
     if r.lower_bound is not None and r.upper_bound is not None:
         t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
-    t.add_row("method", method(r))
-    t.add_row("induced width", str(r.induced_width))
-    t.add_row("engine", r.engine + (f" ({r.device_note})" if r.device_note else ""))
-    t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
-    if r.largest_rows:
+    t.add_row("method", r.method or "none")
+    if r.z is not None:
+        t.add_row("z", str(r.z))
+    t.add_row("induced width", _fmt(r.induced_width) + (" (of the elimination order)" if r.z is not None else ""))
+    t.add_row("engine", (r.engine or "none") + (f" ({r.device_note})" if r.device_note else ""))
+    if r.largest_rows:  # sparse tables: what they held, not what the plan feared
+        t.add_row("peak memory", fmt_bytes(r.peak_bytes or 0) + " (measured: the sparse messages held)")
         t.add_row("sparse tables", f"largest message {r.largest_rows:,} rows")
+    elif r.peak_bytes is not None:
+        t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
     t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
     if r.search:
         s = r.search
@@ -244,21 +369,16 @@ def print_result(r: Result) -> None:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
-        shown = " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else "")
-        t.add_row("assignment", shown)
+        shown = r.values or r.assignment
+        t.add_row("assignment", " ".join(map(str, shown[:200])) + (" ..." if len(shown) > 200 else ""))
     for i, m in enumerate((r.marginals or [])[:20]):
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:
         t.add_row("", f"({len(r.marginals) - 20} more variables: use --json or --uai-output)")
+    if r.uai_output:
+        t.add_row("uai output", f"{r.uai_output['path']} ({r.uai_output['bound']} bound)"
+                  if r.uai_output["bound"] not in ("exact", "none") else r.uai_output["path"])
     out().print(t)
-
-
-def method(r: Result) -> str:
-    """What was run, as the literature names it."""
-    text = "exact BE" if r.z is None else f"MBE(z={r.z})" + (" (exact)" if r.exact else "")
-    if r.search:
-        text += " + FGLP + local search + AND/OR search"
-    return text + (" + distribute pass" if r.task == "MAR" else "")
 
 
 def _fmt(x) -> str:
@@ -273,19 +393,24 @@ def _fmt(x) -> str:
 @click.option("--order", default="minfill", show_default=True)
 @click.option("--tables", type=click.Choice(TABLES), default="auto", show_default=True)
 @click.option("--z", type=click.IntRange(min=1), default=None, help="As for solve: the schedule with this z.")
-@click.option("--time-limit", type=click.FloatRange(min=0), default=None, help="As for solve.")
+@click.option("--time-limit", type=Seconds(), default=None, help="As for solve.")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="As for solve.")
-def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
+@click.option("--gpu-mem-limit", type=SizeParam(), default=None,
+              help="As for solve: the plot marks tables larger than this as streamed.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Draw the bucket profile (exact BE, or MBE(z) with --z) into this picture (.png, .svg, .pdf); "
+                   "needs matplotlib (pip install 'gpusolve[plot]').")
+def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
-    import parsers
-    from parsers.errors import ParseError
+    from . import parsers
+    from .parsers.errors import ParseError
     from rich.table import Table
 
     from .model import ModelError
     from .plan import BudgetError, build_plan
     from .solve import Options, available_memory, make_schedule
     try:
-        problem = parsers.read(file, evidence)
+        problem = parsers.read(file, evidence, mem_limit=mem_limit)
         g = graph.primal_graph(problem)
         n_comp = len(graph.components(g))
         orders = {m: graph.elimination_order(problem, m, g) for m in graph.ORDERINGS}
@@ -297,6 +422,11 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
     except (ModelError, ValueError) as e:
         err().print(f"{file}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
+    except MemoryError:
+        err().print(f"{file}: out of memory while reading its tables", markup=False, soft_wrap=True)
+        sys.exit(EXIT_MEMORY)
+    if plot:
+        draw_profile(problem, orders[order], z, tables, n_comp, mem_limit, gpu_mem_limit, plot)
     arities: dict[int, int] = {}
     for f in problem.functions:
         arities[f.arity] = arities.get(f.arity, 0) + 1
@@ -342,6 +472,26 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
             out().print(schedule.describe(), markup=False)
 
 
+def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
+    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`."""
+    from .plan import build_plan
+    from .solve import available_memory
+    try:
+        from .profile import plot_profile
+        import matplotlib  # noqa: F401  (the optional extra; say so before any work)
+    except ImportError:
+        err().print("--plot needs matplotlib: pip install 'gpusolve[plot]'", markup=False)
+        sys.exit(EXIT_INPUT)
+    plan = build_plan(problem, order, z, n_comp, tables if z is None else "dense")
+    budget = mem_limit if mem_limit is not None else available_memory()
+    try:
+        plot_profile(plan, path, budget, gpu_mem_limit, problem.name)
+    except (OSError, ValueError) as e:
+        err().print(f"--plot {path}: {e}", markup=False, soft_wrap=True)
+        sys.exit(EXIT_INPUT)
+    err().print(f"wrote the bucket profile to {path}", markup=False)
+
+
 @main.command("generate")
 @click.argument("topology", type=click.Choice(TOPOLOGIES))
 @click.option("-n", "--variables", "n", type=int, default=10, show_default=True)
@@ -350,19 +500,23 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit):
 @click.option("--p2", type=float, default=0.5, show_default=True, help="Tightness: share of forbidden entries.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Output .wcsp (default: TOPOLOGY-nN-dD-sSEED.wcsp).")
+              help="Output .wcsp, .cfn or .uai, compressed when it ends in .gz, .xz or .bz2 "
+                   "(default: TOPOLOGY-nN-dD-sSEED.wcsp).")
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
-    from parsers.write import write_wcsp
-
     from .generate import generate
+    from .parsers.write import write
     try:
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:
         err().print(f"generate: {e}", markup=False)
         sys.exit(EXIT_INPUT)
     path = output or f"{problem.name}.wcsp"
-    write_wcsp(problem, path)
+    try:
+        write(problem, path)
+    except (ValueError, OSError) as e:
+        err().print(f"generate: {path}: {e}", markup=False)
+        sys.exit(EXIT_INPUT)
     err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
 
 
@@ -370,60 +524,108 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
-def batch_cmd(folder, evidence, out_path, **solve_kw):
-    """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
-    import parsers
+@click.option("--resume", is_flag=True, help="Skip instances already in --out whatever options solved them.")
+@click.option("--retry-errors", is_flag=True, help="Solve again the instances recorded as error or timeout.")
+@click.option("--budget", type=Seconds(), default=None,
+              help="Total seconds for the batch: no instance starts after it, each gets at most what is left.")
+@click.option("--csv", "as_csv", is_flag=True, help="Also write the summary as CSV beside --out (same name, .csv).")
+def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, **solve_kw):
+    """Solve every instance under FOLDER, one JSON line each (the schema of solve --json).
+
+    Re-running resumes: an instance is skipped when --out holds its resolved path solved with the
+    same options (any options with --resume; error and timeout lines are solved again with
+    --retry-errors). Evidence is looked up per instance (FILE.uai.evid beside it)."""
+    import dataclasses
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from . import parsers
+    from .report import record
     from .solve import Options
+    if evidence:
+        raise click.UsageError("--evidence applies to one file: in batch each FILE.uai.evid beside its "
+                               "instance is used")
+    if not Path(out_path).parent.is_dir():
+        raise click.UsageError(f"--out {out_path}: folder {Path(out_path).parent} does not exist")
     options = Options(**solve_kw)
-    files = sorted(str(p) for p in Path(folder).rglob("*")
+    settings = {**dataclasses.asdict(options), "evidence": None}
+    files = sorted(str(p.resolve()) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
-    done = _already_done(out_path)
+    done = {f: rec for f, rec in _already_done(out_path).items()
+            if (resume or rec.get("options") == settings)
+            and not (retry_errors and rec.get("status") in ("error", "timeout"))}
     todo = [f for f in files if f not in done]
     records = [done[f] for f in files if f in done]
     err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
+    start = time.perf_counter()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
-    with bar, open(out_path, "a") as sink:
-        if sink.tell() and not _ends_with_newline(out_path):
-            sink.write("\n")  # a line cut short by a killed run stays alone on its line
+    with bar, _appender(out_path) as sink:
         task = bar.add_task("solving", total=len(todo))
         for f in todo:
+            left = None if budget is None else budget - (time.perf_counter() - start)
+            if left is not None and left <= 0:
+                err().print(f"budget of {budget:g} s spent: {len(todo) - bar.tasks[0].completed:.0f} "
+                            "instances not started", markup=False)
+                break
+            limit = options.time_limit if left is None else min(options.time_limit or left, left)
             bar.update(task, description=os.path.basename(f))
             try:
-                record = solve_file(f, options, evidence if evidence else None).to_json()
+                rec = solve_file(f, dataclasses.replace(options, time_limit=limit)).to_json()
             except Failure as e:
-                record = {"file": f, "status": e.status, "message": str(e)}
+                rec = record(f, e.status, message=str(e))
             except Exception as e:  # a bug must not stop the batch; it is recorded
-                record = {"file": f, "status": "error", "message": f"{type(e).__name__}: {e}"}
-            sink.write(json.dumps(record) + "\n")
+                rec = record(f, "error", message=f"internal error: {type(e).__name__}: {e}")
+            rec["options"] = settings  # the batch's options, not the per-instance share of --budget
+            sink.write(json.dumps(rec) + "\n")
             sink.flush()
-            records.append(record)
+            records.append(rec)
             bar.advance(task)
-    print_summary(records)
+    print_summary(records, time.perf_counter() - start)
+    if as_csv:
+        write_csv(Path(out_path).with_suffix(".csv"), records)
 
 
-def _ends_with_newline(path: str) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
+@contextmanager
+def _appender(path: str):
+    """--out opened for appending, a partial last line (a run killed mid-write) cut off first."""
+    try:
+        with open(path, "ab+") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size:
+                f.seek(max(size - (1 << 20), 0))
+                tail = f.read()
+                if not tail.endswith(b"\n"):
+                    cut = tail.rfind(b"\n")
+                    f.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(size - len(tail), 0))
+        sink = open(path, "a", encoding="utf-8")
+    except OSError as e:
+        raise click.UsageError(f"--out {path}: {e.strerror or e}") from None
+    with sink:
+        yield sink
 
 
 def _already_done(path: str) -> dict[str, dict]:
+    """Records in --out by file; lines that are not a record (cut short, not UTF-8, no status) are
+    not, so their instance is solved again."""
     done = {}
     if os.path.exists(path):
-        with open(path) as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("file"), str) and isinstance(rec.get("status"), str):
                     done[rec["file"]] = rec
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue  # a line cut short by a killed run: solve that file again
     return done
 
 
-def print_summary(records: list[dict]) -> None:
+SUMMARY = ("file", "status", "lower_bound", "upper_bound", "z", "method", "time_s")
+
+
+def print_summary(records: list[dict], elapsed: float) -> None:
     from rich.table import Table
     t = Table(title="batch summary")
     for c in ("file", "status", "lower", "upper", "z", "time s"):
@@ -432,9 +634,24 @@ def print_summary(records: list[dict]) -> None:
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         t.add_row(os.path.basename(r["file"]), r["status"], _fmt(r.get("lower_bound")),
-                  _fmt(r.get("upper_bound")), str(r.get("z")), f"{r.get('time_s', 0):.2f}")
+                  _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}")
     out().print(t)
-    out().print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    statuses = ("optimal", "bounded", "infeasible", "timeout", "error")
+    out().print(", ".join(f"{k}: {counts.get(k, 0)}" for k in statuses)
+                + f"; total time {sum(r.get('time_s') or 0 for r in records):.2f} s of solving, "
+                  f"{elapsed:.2f} s this run")
+
+
+def write_csv(path: Path, records: list[dict]) -> None:
+    import csv
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, SUMMARY, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(records)
+    except OSError as e:
+        raise click.UsageError(f"--csv {path}: {e.strerror or e}") from None
+    err().print(f"wrote {path}", markup=False)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> li
 
 
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
-                   deadline: float | None, n_components: int = 1):
+                   deadline: float | None, n_components: int = 1, progress_factory=None):
     """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
 
     A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
@@ -107,12 +107,17 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     assignment, plan, messages) with lower the optimum (>= top: infeasible),
     the mini-bucket bounds when the time limit strikes during the exact run,
     or None when the sparse tables outgrow the budget (then MBE `fallback` runs).
+    `progress_factory(total)` gives each of the two runs a bar (joint entries, as run_plan counts).
     """
+
+    def bar(plan: Plan):
+        return progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) if progress_factory else None
+
     max_arity = max((f.arity for f in problem.functions), default=0)
     cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components)
     if cheap is None or not fallback.rows_within(budget):
         return None
-    lower, tables, messages = run_plan(problem, cheap, engine, deadline)
+    lower, tables, messages = run_plan(problem, cheap, engine, deadline, bar(cheap))
     if problem.is_forbidden(lower):
         return lower, None, cheap, messages
     incumbent = assign(problem, cheap, engine, tables, messages)
@@ -127,7 +132,7 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
         return None  # a key wider than 63 bits
     plan = dataclasses.replace(plan, row_limit=plan.rows_within(budget))
     try:
-        lower, tables, messages = run_plan(below.problem, plan, engine, deadline)
+        lower, tables, messages = run_plan(below.problem, plan, engine, deadline, bar(plan))
     except TimeLimit:
         return lower, incumbent, cheap, messages  # still the mini-bucket bounds
     except sparse.SparseOverflow:

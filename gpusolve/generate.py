@@ -22,7 +22,12 @@ class GenerateError(ValueError):
 
 
 def random_edges(n: int, p1: float, rng) -> list[tuple[int, int]]:
-    """A random spanning tree plus random edges up to floor(n(n-1)/2 * p1) edges."""
+    """A random spanning tree plus random edges up to floor(n(n-1)/2 * p1) edges.
+
+    Hand-written: networkx's G(n, m) is not connected for sparse m, and rejecting until it is
+    never ends there. The journal writes floor(n(n-1) p1) edges, but its induced widths (Table 1:
+    5.3, 6.4, 7.5 at n = 15, 17, 18) match half that (min-fill on 50 seeds: 4.8, 6.0, 6.7; the
+    journal's count gives 8.8, 10.4, 11.2)."""
     target = max(n - 1, math.floor(n * (n - 1) / 2 * p1))
     perm = rng.permutation(n)
     edges = {tuple(sorted((int(perm[i]), int(perm[rng.integers(0, i)])))) for i in range(1, n)}
@@ -33,32 +38,23 @@ def random_edges(n: int, p1: float, rng) -> list[tuple[int, int]]:
 
 
 def scalefree_edges(n: int, rng) -> list[tuple[int, int]]:
-    """Barabasi-Albert: from one edge, each new node links to two nodes chosen by degree."""
-    edges = [(0, 1)]
-    degree = [1, 1]
-    for v in range(2, n):
-        p = [k / sum(degree) for k in degree]
-        targets = rng.choice(v, size=min(2, v), replace=False, p=p)
-        for t in sorted(int(t) for t in targets):
-            edges.append((t, v))
-            degree[t] += 1
-        degree.append(len(targets))
-    return edges
+    """Barabasi-Albert from one edge, each new node linked to two nodes chosen by degree (networkx's
+    generator from a 2-node path: the journal's process); edges ordered by their newer node."""
+    import networkx as nx
+    if n == 2:
+        return [(0, 1)]
+    g = nx.barabasi_albert_graph(n, 2, seed=rng, initial_graph=nx.path_graph(2))
+    return sorted(((min(e), max(e)) for e in g.edges()), key=lambda e: (e[1], e[0]))
 
 
 def grid_edges(n: int) -> list[tuple[int, int]]:
+    """networkx's side x side grid, node (r, c) numbered r * side + c, edges in sorted order."""
+    import networkx as nx
     side = math.isqrt(n)
     if side * side != n:
         raise GenerateError(f"grid needs a square number of variables, got {n}")
-    edges = []
-    for r in range(side):
-        for c in range(side):
-            v = r * side + c
-            if c + 1 < side:
-                edges.append((v, v + 1))
-            if r + 1 < side:
-                edges.append((v, v + side))
-    return edges
+    g = nx.grid_2d_graph(side, side)
+    return sorted(tuple(sorted((r * side + c, rr * side + cc))) for (r, c), (rr, cc) in g.edges())
 
 
 def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.5,

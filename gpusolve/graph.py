@@ -113,9 +113,14 @@ def read_order(path: str | Path, n: int) -> list[int]:
     """A user order file: variable indices in elimination order (whitespace separated)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise OrderError(f"{path}: cannot read order file ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise OrderError(f"{path}:{line}: not UTF-8 text (byte {raw[e.start]:#04x})") from None
     order = []
     for lineno, line in enumerate(text.splitlines(), 1):
         for tok in line.split("#")[0].split():

@@ -53,6 +53,7 @@ class Problem:
     sense: int = 1  # file objective = sense * internal cost (-1: maximise / log10 p)
     task: str = "WCSP"  # WCSP | MPE
     evidence: dict[int, int] = field(default_factory=dict)  # variable -> observed value
+    precision: int = 0  # decimals of the file's integer-scaled costs (CFN): file value = cost / 10^precision
 
     @property
     def dtype(self):
@@ -81,7 +82,8 @@ class Problem:
         if cost is None or self.is_forbidden(cost):
             return None
         if self.integer:
-            return self.sense * (int(cost) + int(self.offset))
+            value = self.sense * (int(cost) + int(self.offset))
+            return round(value / 10 ** self.precision, self.precision) if self.precision else value
         return self.sense * (float(cost) + float(self.offset))
 
     def evaluate(self, assignment) -> int | float:
@@ -143,4 +145,4 @@ def condition(problem: Problem, evidence: dict[int, int]) -> Problem:
     merged = dict(problem.evidence)
     merged.update(evidence)
     return Problem(problem.name, problem.variables, functions, problem.integer, problem.top,
-                   problem.offset, problem.sense, problem.task, merged)
+                   problem.offset, problem.sense, problem.task, merged, problem.precision)

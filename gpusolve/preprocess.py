@@ -31,9 +31,13 @@ class Reduced:
 
 
 def preprocess(problem: Problem) -> Reduced:
-    """Remove values without support; mark the problem infeasible when a domain empties."""
-    live = [np.ones(d, dtype=bool) for d in problem.domains]
-    infeasible = Reduced(problem, [np.arange(d) for d in problem.domains], infeasible=True)
+    """Remove values without support; mark the problem infeasible when a domain empties.
+
+    A variable in no scope keeps only its first value (any value is optimal), an observed one all
+    its values (the evidence picks one): their domains, which may be huge, are never materialised."""
+    scoped = {v for f in problem.functions for v in f.scope}
+    live = [np.ones(d, dtype=bool) if v in scoped else None for v, d in enumerate(problem.domains)]
+    infeasible = Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
     if sum(f.table[()] for f in problem.functions if not f.scope) >= problem.top:
         return infeasible
     unary = {}
@@ -70,8 +74,9 @@ def preprocess(problem: Problem) -> Reduced:
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
-    values = [np.flatnonzero(m) for m in live]
-    removed = sum(int((~m).sum()) for m in live)
+    values = [np.flatnonzero(m) if m is not None else range(d if v in problem.evidence else 1)
+              for v, (m, d) in enumerate(zip(live, problem.domains))]
+    removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
     variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
                  for var, kept in zip(problem.variables, values)] if removed else problem.variables
     functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
@@ -80,7 +85,7 @@ def preprocess(problem: Problem) -> Reduced:
     if not removed and len(merged) == len(problem.functions):
         return Reduced(problem, values)
     reduced = Problem(problem.name, variables, merged, problem.integer, problem.top, problem.offset,
-                      problem.sense, problem.task, dict(problem.evidence))
+                      problem.sense, problem.task, dict(problem.evidence), problem.precision)
     return Reduced(reduced, values, removed=removed)
 
 
@@ -109,4 +114,4 @@ def lower_top(problem: Problem, top: int) -> Problem:
     assignment cheaper than top keeps its cost, every other one becomes forbidden."""
     functions = [CostFunction(f.scope, np.minimum(f.table, top)) for f in problem.functions]
     return Problem(problem.name, problem.variables, functions, problem.integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence))
+                   problem.sense, problem.task, dict(problem.evidence), problem.precision)

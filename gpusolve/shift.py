@@ -220,7 +220,7 @@ def _extract(xp, problem: Problem, groups, scopes, tables, unary, const) -> Prob
         total = min(total, int(top))
     functions.insert(0, CostFunction((), np.array(total, dtype=problem.dtype)))
     return Problem(problem.name, problem.variables, functions, integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence))
+                   problem.sense, problem.task, dict(problem.evidence), problem.precision)
 
 
 def match_bucket(xp, problem: Problem, plan, var: int, tables, messages, check=None) -> dict[int, object]:

@@ -1,13 +1,18 @@
 """Solving: preprocess, order, plan the anytime schedule within the budgets, run it, report bounds.
 
+The module is callable: `gpusolve.solve(problem_or_path, z=..., time_limit=...)` is `run` below, the
+Python API's entry point; `solve(problem, Options())` is the engine room the command line uses.
+
 Optimisation tasks (WCSP, MPE) run anytime.py's schedule (exact BE when it fits,
 else bounds, local search and AND/OR search); PR and MAR eliminate exactly or
 with mini-buckets.
 """
 from __future__ import annotations
 
-import os
+import math
+import sys
 import time
+import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -17,6 +22,7 @@ from . import graph, probabilistic
 from .anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
 from .engines import select_engine, sparse
 from .eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
+from .memory import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from .model import Problem
 from .plan import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
 from .preprocess import preprocess
@@ -52,28 +58,23 @@ class Result:
     engine: str = ""
     device_note: str = ""
     exact: bool = False
-    peak_bytes: int = 0
-    message: str = ""
+    peak_bytes: int | None = None  # None: no elimination plan ran
+    message: str | None = None
     marginals: list[list[float]] | None = None  # MAR: one distribution per variable, file order
     largest_rows: int = 0  # rows of the largest sparse message (0: no sparse table)
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase] at each improvement
     search: dict | None = None  # AND/OR search statistics, when it ran
     schedule: list[str] = field(default_factory=list)  # the phases planned, in order
+    values: list[str] | None = None  # the assignment as the file's domain values (XCSP, CFN names), else None
+    method: str | None = None  # what ran, e.g. "MBE(z=4) + FGLP + AND/OR search"
+    options: dict | None = None  # the Options of the run (and evidence), for batch's resume
+    uai_output: dict | None = None  # {"path", "bound"} when --uai-output wrote a file
 
     def to_json(self) -> dict:
-        return asdict(self)
-
-
-def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, else physical memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        """The schema's object (gpusolve/schema.json), every field present."""
+        from .report import record
+        fields = asdict(self)
+        return record(fields.pop("file"), fields.pop("status"), **fields)
 
 
 def elimination_order(problem: Problem, how: str, g=None) -> list[int]:
@@ -106,8 +107,9 @@ def solve(problem: Problem, options: Options, file: str = "",
         return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
-                      device_note="no engine ran", message="preprocessing emptied a domain")
-    problem = reduced.problem
+                      device_note="no engine ran", message="preprocessing emptied a domain",
+                      method="preprocessing (node and arc consistency)", options=asdict(options))
+    named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
@@ -139,11 +141,13 @@ def solve(problem: Problem, options: Options, file: str = "",
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     plan = out.plan or schedule.heuristic
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
+                  values=_values(named, assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
+                  options=asdict(options),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
                   exact=out.plan is not None and out.plan.exact and status != "bounded",
-                  peak_bytes=plan.peak_bytes if plan is not None else 0,
+                  peak_bytes=_sparse_bytes(out.messages) or (plan.peak_bytes if plan is not None else None),
                   largest_rows=_largest_rows(out.messages), trace=_file_trace(problem, bounds.trace),
                   search=out.search, schedule=schedule.describe().splitlines())
 
@@ -168,6 +172,12 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
                          n_comp, options.tables)
 
 
+def _sparse_bytes(messages: dict) -> int:
+    """Bytes the sparse messages held (keys and costs): bounded sparse BE's plan only bounds its rows
+    by the budget, so this is what its run measured."""
+    return sum(m.keys.nbytes + m.costs.nbytes for m in messages.values() if isinstance(m, sparse.SparseTable))
+
+
 def _largest_rows(messages: dict) -> int:
     return max((m.rows for m in messages.values() if isinstance(m, sparse.SparseTable)), default=0)
 
@@ -183,7 +193,7 @@ def _file_trace(problem: Problem, trace) -> list[list]:
 
 def _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases) -> Result:
     """PR (log10 Z, or mini-bucket bounds on it) and MAR (exact marginals)."""
-    _, n_comp, order, budget = _order(problem, options, t0, phases)
+    g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     if task == "MAR":
         plan = build_plan(problem, order, None, n_comp)
@@ -226,9 +236,11 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     if engine.compile_s:
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
-                  assignment=None, z=plan.z, induced_width=plan.induced_width,
+                  assignment=None, z=plan.z, induced_width=graph.induced_width(g, order),
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
-                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg)
+                  device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
+                  method=("exact BE" if plan.z is None else f"MBE(z={plan.z})")
+                  + (" + distribute pass" if task == "MAR" else ""), options=asdict(options))
 
 
 def check_task(problem: Problem, options: Options) -> str:
@@ -258,7 +270,47 @@ def _file_bounds(problem: Problem, lower, upper):
     return lo, hi
 
 
-def write_solution(path: str | Path, assignment: list[int]) -> None:
-    """toulbar2's solution format: the value index of every variable on one line."""
-    Path(path).write_text(" ".join(map(str, assignment)) + "\n")
+def _values(problem: Problem, assignment: list[int] | None) -> list[str] | None:
+    """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
+    if assignment is None or not any(v.labels for v in problem.variables):
+        return None
+    return [v.label(a) for v, a in zip(problem.variables, assignment)]
 
+
+def write_solution(path: str | Path, result: Result) -> None:
+    """toulbar2's solution format on one line: domain values where the file names them (XCSP, CFN),
+    value indices otherwise (wcsp, uai), as toulbar2 writes them."""
+    Path(path).write_text(" ".join(map(str, result.values or result.assignment)) + "\n")
+
+
+
+def run(problem_or_path, z: int | None = None, time_limit: float | None = None, device: str = "auto",
+        task: str | None = None, evidence=None, **options) -> Result:
+    """Solve a Problem, a `Model` or a file (a path read as `gpusolve.read` does).
+
+    Keyword `options` are the other `Options` fields (order, tables, mem_limit, gpu_mem_limit, search).
+    Bad input raises ParseError or ValueError; a memory budget too small raises BudgetError.
+    """
+    if time_limit is not None and not math.isfinite(time_limit) or time_limit is not None and time_limit < 0:
+        raise ValueError(f"time_limit must be a non-negative number of seconds, not {time_limit}")
+    opts = Options(z=z, time_limit=time_limit, device=device, task=task, **options)
+    if hasattr(problem_or_path, "problem"):  # a gpusolve.Model
+        problem_or_path = problem_or_path.problem()
+    if isinstance(problem_or_path, Problem):
+        if evidence is not None:
+            raise ValueError("evidence applies to files; condition a Problem with gpusolve.model.condition")
+        return solve(problem_or_path, opts, file=problem_or_path.name)
+    from .parsers import read
+    t0 = time.perf_counter()
+    problem = read(problem_or_path, evidence)
+    return solve(problem, opts, file=str(problem_or_path), read_time=time.perf_counter() - t0)
+
+
+class _CallableModule(types.ModuleType):
+    """`gpusolve.solve(...)` calls `run`; `from gpusolve.solve import Options` still works."""
+
+    def __call__(self, *args, **kwargs) -> Result:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,7 +1,8 @@
 """Input readers: `read(path)` picks the format from the file name.
 
-.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1), each
-optionally compressed as .gz, .xz or .bz2. Every problem with the input
+.wcsp and .cfn (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1),
+each optionally compressed as .gz, .xz or .bz2; "-" reads standard input in
+the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line. A
 reader's module is imported when a file of its format is read.
 """
@@ -11,23 +12,43 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ParseError
-from .source import COMPRESSIONS, split_compression
+from .errors import OverBudget, ParseError
+from .source import COMPRESSIONS, STDIN, split_compression
+from .tables import reading_budget
 
 if TYPE_CHECKING:
     from gpusolve.model import Problem
 
-READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp"}  # format -> module of its reader
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn"}  # format -> module of its reader
+FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["ParseError", "SUPPORTED_SUFFIXES", "read"]
+__all__ = ["FORMATS", "OverBudget", "ParseError", "SUPPORTED_SUFFIXES", "format_of", "read"]
 
 
-def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
-    """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present."""
-    path = Path(path)
+def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
+         mem_limit: int | None = None) -> Problem:
+    """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
+
+    `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
+    Every table's declared size is checked against `mem_limit` (default: available memory) before
+    it is allocated."""
+    from gpusolve.memory import available_memory
+    with reading_budget(available_memory() if mem_limit is None else mem_limit) as allowance:
+        try:
+            return _read(path, evidence, format)
+        except ParseError as e:
+            if allowance.refused:
+                raise OverBudget(e.path, e.line, e.message) from None
+            raise
+
+
+def _read(path, evidence, format) -> Problem:
+    if str(path) == STDIN and format is None:
+        raise ParseError(path, None, f"standard input needs a format (--format {'|'.join(FORMATS)})")
+    path = Path(path) if str(path) != STDIN else STDIN
     base, _ = split_compression(path)
-    fmt = Path(base).suffix.lower()
+    fmt = format_of(path, format)
     if fmt not in READERS:
         raise ParseError(path, None, f"unsupported file type {fmt or '(no extension)'}: "
                                      f"expected one of {', '.join(SUPPORTED_SUFFIXES)}")
@@ -35,10 +56,18 @@ def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
         if evidence is not None:
             raise ParseError(evidence, None, f"evidence applies to .uai files only, not {path.name}")
         return _reader(fmt)(path)
-    if evidence is None:
+    if evidence is None and path != STDIN:
         beside = path.with_name(base + ".evid")
         evidence = beside if beside.is_file() else None
     return _reader(".uai")(path, evidence)
+
+
+def format_of(path: str | Path, format: str | None = None) -> str:
+    """The format a file is read as: `format` (wcsp, uai, xml, cfn) if given, else its suffix
+    before any compression suffix (".wcsp", ...)."""
+    if format:
+        return f".{format.lower().lstrip('.')}"
+    return Path(split_compression(path)[0]).suffix.lower()
 
 
 def _reader(fmt: str):

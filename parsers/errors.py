@@ -10,5 +10,10 @@ class ParseError(Exception):
         self.message = message
 
     def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        path = "<stdin>" if self.path == "-" else self.path
+        where = f"{path}:{self.line}" if self.line is not None else path
         return f"{where}: {self.message}"
+
+
+class OverBudget(ParseError):
+    """A table the file declares would not fit the memory budget (exit 3, not bad input)."""

@@ -10,6 +10,7 @@ import bz2
 import gzip
 import io
 import lzma
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from .errors import ParseError
 
 COMPRESSIONS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+STDIN = "-"  # the path that reads standard input
 
 
 def split_compression(path: str | Path) -> tuple[str, str]:
@@ -33,7 +35,7 @@ def read_lines(path: str | Path, binary: bool = False) -> Iterator:
     _, suffix = split_compression(path)
     opener = COMPRESSIONS.get(suffix, open)
     try:
-        with opener(path, "rb") as raw:
+        with _stdin() if str(path) == STDIN else opener(path, "rb") as raw:
             stream = raw if binary else io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
             yield from stream
     except FileNotFoundError:
@@ -45,3 +47,16 @@ def read_lines(path: str | Path, binary: bool = False) -> Iterator:
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:
         what = f"corrupt or truncated {suffix[1:]} archive" if suffix else "cannot read file"
         raise ParseError(path, None, f"{what}: {e}") from None
+
+
+def _stdin():
+    """Standard input's bytes, left open when the reader is done (the caller owns the stream)."""
+    return open(sys.stdin.fileno(), "rb", closefd=False)
+
+
+def open_text(path: str | Path, mode: str = "wt"):
+    """A text file for writing, compressed as its suffix (.gz, .xz, .bz2) says."""
+    _, suffix = split_compression(path)
+    if suffix:
+        return COMPRESSIONS[suffix](path, mode, encoding="utf-8")
+    return open(path, mode.replace("t", ""), encoding="utf-8")

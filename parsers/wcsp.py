@@ -6,7 +6,9 @@ Follows the format as documented in toulbar2's reader (src/tb2reader.cpp,
 (`arity scope... default ntuples` + tuples) or in intension (`default` = -1
 followed by a keyword). Costs >= ub are forbidden. Shared tables: a negative
 arity marks a table as shared (numbered 1, 2, ... in order of appearance) and
-a negative tuple count `-k` reuses shared table k. Duplicate tuples: the last
+a negative tuple count `-k` reuses shared table k whole, its default
+included: the reusing function's own default cost is ignored, as toulbar2
+does (checked with pytoulbar2 in tests/test_formats.py). Duplicate tuples: the last
 one wins, as in toulbar2.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ def read(path: str | Path) -> Problem:
         domains.append(d)
 
     functions: list[CostFunction] = []
-    shared: list[tuple[np.ndarray, int]] = []  # (table, default) of shared definitions
+    shared: list[np.ndarray] = []  # tables of the shared definitions, in order
     offset = 0
     for _ in range(e):
         arity = t.int("cost function arity")
@@ -63,7 +65,7 @@ def read(path: str | Path) -> Problem:
         else:
             table = _extension(t, scope, domains, _check_cost(t, default), ub, shared, is_shared)
             if is_shared:
-                shared.append((table, default))
+                shared.append(table)
         functions.append(CostFunction(scope, table))
     t.expect_end(f"unexpected data after the last cost function (the header announces {e})")
 
@@ -113,12 +115,10 @@ def _extension(t: Tokens, scope, domains, default: int, ub: int, shared: list, i
             raise t.error("a shared cost function must list its own tuples, not reuse another")
         if k > len(shared):
             raise t.error(f"shared cost function {k} is not defined (only {len(shared)} so far)")
-        table, shared_default = shared[k - 1]
+        table = shared[k - 1]
         if table.shape != shape:
             raise t.error(f"shared cost function {k} has domain sizes {table.shape}, this scope {shape}")
-        if default != shared_default:
-            raise t.error(f"default cost {default} differs from shared cost function {k}'s ({shared_default})")
-        return table.copy()
+        return table.copy()  # toulbar2 copies the whole table: this function's own default is ignored
 
     table = np.full(shape, default, dtype=np.int64)
     data, lines = t.ints(ntuples * (len(scope) + 1), "tuple entry")

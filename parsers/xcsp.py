@@ -15,8 +15,11 @@ known for error messages.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ET
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from xml.parsers import expat
@@ -37,10 +40,50 @@ INTERVAL = re.compile(r"(-?\d+)\.\.(-?\d+)")
 TOKEN = re.compile(r"[^\s|:]+|[|:]")
 
 
+class Values(Sequence):
+    """A domain's values in file order, integer intervals kept as ranges: a domain that no table
+    uses costs no memory however large. `get(key)` is the position of a value key (int or str)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.starts = list(itertools.accumulate((len(p) if isinstance(p, range) else 1 for p in parts), initial=0))
+        self.single = {_key(p): i for p, i in zip(parts, self.starts) if isinstance(p, str)}
+        spans = sorted((p.start, p.stop) for p in parts if isinstance(p, range))
+        self.repeated = len(self.single) < sum(isinstance(p, str) for p in parts) \
+            or any(a[1] > b[0] for a, b in zip(spans, spans[1:])) \
+            or any(isinstance(k, int) and self._in_range(k) is not None for k in self.single)
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = object.__hash__  # Variables are hashed by identity of their values, never expanded
+
+    def __getitem__(self, i: int) -> str:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k = bisect_right(self.starts, i) - 1
+        part = self.parts[k]
+        return str(part[i - self.starts[k]]) if isinstance(part, range) else part
+
+    def _in_range(self, key: int) -> int | None:
+        for part, start in zip(self.parts, self.starts):
+            if isinstance(part, range) and key in part:
+                return start + key - part.start
+        return None
+
+    def get(self, key) -> int | None:
+        if key in self.single:
+            return self.single[key]
+        return self._in_range(key) if isinstance(key, int) else None
+
+
 @dataclass
 class Domain:
-    labels: tuple[str, ...]
-    index: dict  # value key (int, or str for non-numeric values) -> position
+    labels: Values
+    index: Values  # value key (int, or str for non-numeric values) -> position, by .get
 
 
 @dataclass
@@ -190,26 +233,28 @@ class _Reader:
         name = self._attr(elem, "name", line)
         if name in self.domains:
             raise self.error(line, f"domain {name} defined twice")
-        labels: list[str] = []
+        parts: list = []  # ranges for intervals (never expanded), labels for single values
+        size = 0
         for token in (elem.text or "").split():
             match = INTERVAL.fullmatch(token)
             if match:
                 low, high = int(match[1]), int(match[2])
                 if low > high:
                     raise self.error(line, f"empty interval {token} in domain {name}")
-                if len(labels) + high - low + 1 > MAX_DOMAIN:
-                    raise self.error(line, f"domain {name} too large (limit 2^24 values)")
-                labels.extend(str(v) for v in range(low, high + 1))
+                parts.append(range(low, high + 1))
             else:
-                labels.append(str(_key(token)))
-        index = {_key(label): i for i, label in enumerate(labels)}
-        if len(index) != len(labels):
+                parts.append(str(_key(token)))
+            size += len(parts[-1]) if isinstance(parts[-1], range) else 1
+            if size > MAX_DOMAIN:
+                raise self.error(line, f"domain {name} too large (limit 2^24 values)")
+        labels = Values(parts)
+        if labels.repeated:
             raise self.error(line, f"domain {name} lists a value twice")
         if not labels:
             raise self.error(line, f"domain {name} is empty")
         if "nbValues" in elem.attrib and self._int(elem, "nbValues", line) != len(labels):
             raise self.error(line, f"domain {name} announces {elem.get('nbValues')} values, found {len(labels)}")
-        self.domains[name] = Domain(tuple(labels), index)
+        self.domains[name] = Domain(labels, labels)
 
     def _variable(self, elem: ET.Element, line: int) -> None:
         name = self._attr(elem, "name", line)

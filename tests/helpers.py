@@ -77,7 +77,7 @@ def toulbar2_optimum(problem: Problem, path):
     """pytoulbar2's optimum of `problem` written to `path` (.wcsp), None when infeasible; skips the
     test when pytoulbar2 is not installed."""
     import pytest
-    from parsers.write import write_wcsp
+    from gpusolve.parsers.write import write_wcsp
     pytoulbar2 = pytest.importorskip("pytoulbar2")
     write_wcsp(problem, path)
     try:

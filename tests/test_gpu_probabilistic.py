@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from test_probabilistic import random_network, write_uai
 
-import parsers
+from gpusolve import parsers
 from gpusolve import probabilistic
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.engines.base import reduce_axes

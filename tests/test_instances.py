@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-import parsers
+from gpusolve import parsers
 from gpusolve.solve import Options, solve
 
 BUDGET = 1 << 30  # 1 GiB keeps CI fast; wider instances must still be bracketed

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-import parsers
+from gpusolve import parsers
 from gpusolve import graph
 from gpusolve.eliminate import assign, run_plan
 from gpusolve.generate import generate

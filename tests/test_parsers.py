@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from parsers import SUPPORTED_SUFFIXES, ParseError, read
+from gpusolve.parsers import SUPPORTED_SUFFIXES, ParseError, read
 
 F = None  # a forbidden entry in expected tables
 
@@ -113,7 +113,6 @@ MALFORMED = [
     ("huge.wcsp", edit(WCSP, "0 0 4", "0 0 99999999999999999999"), 4, "does not fit in 64 bits"),
     ("noshared.wcsp", edit(WCSP, "2 0 1 0 2\n0 0 4\n1 2 12\n", "2 0 1 0 -1\n"), 3,
      "shared cost function 1 is not defined"),
-    ("sharedefault.wcsp", "t 2 2 2 10\n2 2\n-2 0 1 0 1\n0 0 3\n2 1 0 1 -1\n", 5, "default cost 1 differs"),
     ("toolarge.wcsp", "t 2 50000 1 10\n50000 50000\n2 0 1 0 0\n", 3, "too large"),
     ("negative.uai", edit(UAI, "0.4 0.5 0.6", "0.4 -0.5 0.6"), 11, "non-negative"),
     ("nan.uai", edit(UAI, "0.4 0.5 0.6", "0.4 nan 0.6"), 11, "finite"),

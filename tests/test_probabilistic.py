@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-import parsers
+from gpusolve import parsers
 from gpusolve.solve import Options, solve
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from helpers import brute_force, random_problem, toulbar2_optimum
 
-import parsers
+from gpusolve import parsers
 from gpusolve import graph
 from gpusolve.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import parsers
+from gpusolve import parsers
 from gpusolve import graph
 from gpusolve.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine

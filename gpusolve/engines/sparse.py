@@ -196,7 +196,10 @@ def as_sparse(m, table, scope: tuple[int, ...], top) -> SparseTable:
 
 
 def _groups(xp, sorted_codes):
-    """Distinct codes, first index and size of each run of a sorted code array (the histogram)."""
+    """Distinct codes, first index and size of each run of a sorted code array (the histogram).
+
+    What xp.unique(..., return_index=True, return_counts=True) returns, in one pass over the sorted
+    codes: unique sorts again, 2.1-9.3x slower with NumPy (bench/unique.py, 1e5-1e7 rows)."""
     n = sorted_codes.shape[0]
     if n == 0:
         empty = xp.zeros(0, dtype=xp.int64)

@@ -1,0 +1,288 @@
+"""toulbar2's CFN reader (.cfn, the format toulbar2 documents first).
+
+A JSON-like object `{problem: {name, mustbe}, variables: {...}, functions: {...}}`
+with toulbar2's freedoms: unquoted strings, optional commas and colons, `{}`
+and `[]` interchangeable, `#` comment lines. `mustbe` is `<UB` (minimise; a
+total cost >= UB is forbidden) or `>LB` (maximise; <= LB forbidden); its
+decimals set the precision of every cost (finer costs are truncated, as
+toulbar2 does). Variables carry value names or a
+domain size; functions are dense cost lists, sparse `defaultcost` + tuples
+(value names or indices), or the table of a function defined later in the
+file, named in place of the costs (toulbar2 reads a reference to an earlier
+one as no function at all; we refuse it).
+Global and arithmetic functions (`type`) are not supported.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
+from pathlib import Path
+
+import numpy as np
+
+from gpusolve.model import FORBIDDEN, MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
+
+from .errors import ParseError
+from .source import read_lines, split_compression
+from .tables import assign_tuples, too_large
+
+TOKEN = re.compile(r'"([^"]*)"|([{}\[\]])|([^\s{}\[\]",:]+)')
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)")
+MAX_DECIMALS = 18
+
+
+@dataclass
+class Atom:
+    text: str
+    line: int
+    quoted: bool = False
+
+
+@dataclass
+class Group:
+    items: list
+    line: int
+
+
+def read(path: str | Path) -> Problem:
+    root = _tree(path)
+    return _Reader(path).problem(root)
+
+
+def _tree(path) -> Group:
+    """The nested groups of the file; `{}` and `[]` both open a group, as toulbar2 allows."""
+    stack = [Group([], 1)]
+    for lineno, text in enumerate(read_lines(path), 1):
+        if text.startswith("#"):
+            continue
+        for m in TOKEN.finditer(text):
+            quoted, bracket, word = m.groups()
+            if bracket in ("{", "["):
+                stack.append(Group([], lineno))
+            elif bracket:
+                if len(stack) == 1:
+                    raise ParseError(path, lineno, f"unbalanced {bracket!r}")
+                group = stack.pop()
+                stack[-1].items.append(group)
+            else:
+                stack[-1].items.append(Atom(quoted if quoted is not None else word, lineno, quoted is not None))
+    if len(stack) > 1:
+        raise ParseError(path, stack[-1].line, "unclosed '{' or '[' opened here")
+    if len(stack[0].items) != 1 or not isinstance(stack[0].items[0], Group):
+        raise ParseError(path, 1, "a CFN file holds one object {problem, variables, functions}")
+    return stack[0].items[0]
+
+
+class _Reader:
+    def __init__(self, path):
+        self.path = path
+        self.precision = 0
+        self.maximize = False
+
+    def error(self, where, message: str) -> ParseError:
+        return ParseError(self.path, where.line if where is not None else None, message)
+
+    def _fields(self, group: Group, keys: tuple[str, ...], what: str) -> dict:
+        """A keyed object (`key value ...`, keys in this order, some optional) or the values alone."""
+        items = group.items
+        if items and isinstance(items[0], Atom) and items[0].text in keys and len(items) % 2 == 0:
+            out = {}
+            for k, v in zip(items[::2], items[1::2]):
+                if not isinstance(k, Atom) or k.text not in keys:
+                    raise self.error(k, f"{what}: unexpected field {getattr(k, 'text', '{...}')!r} "
+                                        f"(expected {', '.join(keys)})")
+                out[k.text] = v
+            return out
+        return dict(zip(keys, items))
+
+    def problem(self, root: Group) -> Problem:
+        parts = self._fields(root, ("problem", "variables", "functions"), "CFN")
+        for key in ("problem", "variables", "functions"):
+            if not isinstance(parts.get(key), Group):
+                raise self.error(root, f"missing or malformed {key!r} object")
+        name, top = self._header(parts["problem"])
+        variables = self._variables(parts["variables"])
+        self.names = {v.name: i for i, v in enumerate(variables)}
+        self.variables = variables
+        self.positions = [{label: i for i, label in enumerate(v.labels or ())} for v in variables]
+        functions, offset = self._functions(parts["functions"])
+        problem = Problem(name, variables, functions, integer=True, offset=offset,
+                          sense=-1 if self.maximize else 1, task="WCSP", precision=self.precision)
+        try:
+            return finalize_integer(problem, top)
+        except ModelError as err:
+            raise ParseError(self.path, None, str(err)) from None
+
+    def _header(self, group: Group) -> tuple[str, int | None]:
+        fields = self._fields(group, ("name", "mustbe"), "problem")
+        name = fields.get("name")
+        name = name.text if isinstance(name, Atom) else split_compression(self.path)[0].removesuffix(".cfn")
+        mustbe = fields.get("mustbe")
+        if mustbe is None:
+            return name, None
+        if not isinstance(mustbe, Atom) or mustbe.text[:1] not in "<>" or not mustbe.text[1:]:
+            raise self.error(mustbe if isinstance(mustbe, Atom) else group,
+                             "mustbe must be '<' or '>' followed by a number, e.g. \"<100.0\"")
+        self.maximize = mustbe.text[0] == ">"
+        number = mustbe.text[1:]
+        if not NUMBER.fullmatch(number):
+            raise self.error(mustbe, f"mustbe bound {number!r} is not a decimal number")
+        self.precision = len(number.partition(".")[2])
+        if self.precision > MAX_DECIMALS:
+            raise self.error(mustbe, f"mustbe has {self.precision} decimals (at most {MAX_DECIMALS})")
+        return name, self.cost(Atom(number, mustbe.line))
+
+    def cost(self, atom, what: str = "cost") -> int:
+        """A file cost (utility when maximising) as an internal integer at the file's precision."""
+        if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
+            text = atom.text if isinstance(atom, Atom) else "{...}"
+            raise self.error(atom, f"expected a {what} (a decimal number), found {text!r}")
+        try:
+            scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_DOWN)  # toulbar2 truncates
+        except InvalidOperation:
+            raise self.error(atom, f"{what} {atom.text} is out of range") from None
+        if abs(scaled) > MAX_TOP:
+            raise self.error(atom, f"{what} {atom.text} out of range (|cost| * 10^precision <= 2^62)")
+        return -int(scaled) if self.maximize else int(scaled)
+
+    def _variables(self, group: Group) -> list[Variable]:
+        items = group.items
+        named = bool(items) and isinstance(items[0], Atom) and not NUMBER.fullmatch(items[0].text)
+        pairs = zip(items[::2], items[1::2]) if named else ((None, d) for d in items)
+        if named and len(items) % 2:
+            raise self.error(items[-1], "variable without a domain")
+        variables: list[Variable] = []
+        seen: set[str] = set()
+        for i, (key, domain) in enumerate(pairs):
+            name = key.text if key is not None else str(i)
+            if name in seen:
+                raise self.error(key, f"variable {name} defined twice")
+            seen.add(name)
+            if isinstance(domain, Group):
+                labels = tuple(self._label(a, name) for a in domain.items)
+                if len(set(labels)) != len(labels):
+                    raise self.error(domain, f"variable {name} lists a value twice")
+                size = len(labels)
+            else:
+                labels, size = None, self._int(domain, f"domain size of variable {name}")
+                if size < 0:
+                    raise self.error(domain, f"interval variable {name} (domain size {size}) is not supported")
+            if size == 0:
+                raise self.error(domain, f"variable {name} has an empty domain")
+            variables.append(Variable(name, size, labels))
+        return variables
+
+    def _label(self, atom, var: str) -> str:
+        if not isinstance(atom, Atom):
+            raise self.error(atom, f"variable {var}: a value name must be a string")
+        return atom.text
+
+    def _int(self, atom, what: str) -> int:
+        if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d+", atom.text):
+            raise self.error(atom, f"expected {what} (an integer), found "
+                                   f"{atom.text if isinstance(atom, Atom) else '{...}'!r}")
+        return int(atom.text)
+
+    def _functions(self, group: Group) -> tuple[list[CostFunction], int]:
+        items = group.items
+        named = bool(items) and isinstance(items[0], Atom)
+        if named and len(items) % 2:
+            raise self.error(items[-1], "cost function name without a definition")
+        pairs = list(zip(items[::2], items[1::2])) if named else [(None, b) for b in items]
+        tables: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+        shared: list[tuple[tuple[int, ...], Atom, set]] = []  # (scope, name, tables before)
+        functions: list[CostFunction] = []
+        offset = 0
+        for k, (key, body) in enumerate(pairs):
+            name = key.text if key is not None else f"f{k}"
+            if not isinstance(body, Group):
+                raise self.error(body, f"cost function {name}: expected {{scope ... costs ...}}")
+            fields = self._fields(body, ("scope", "defaultcost", "type", "costs", "params"), f"cost function {name}")
+            if "type" in fields or "params" in fields:
+                kind = fields.get("type")
+                raise self.error(body, f"cost function {name}: global or arithmetic functions "
+                                       f"({kind.text if isinstance(kind, Atom) else 'type'}) are not supported")
+            scope = self._scope(fields.get("scope"), name, body)
+            costs = fields.get("costs")
+            if isinstance(costs, Atom):  # the table of the function of that name, defined later
+                shared.append((scope, costs, set(tables)))
+                continue
+            if not isinstance(costs, Group):
+                raise self.error(body, f"cost function {name}: no costs")
+            if not scope:
+                if len(costs.items) != 1:
+                    raise self.error(costs, f"cost function {name}: a constant has one cost")
+                offset += self.cost(costs.items[0])
+                continue
+            table = self._table(scope, fields.get("defaultcost"), costs, name)
+            tables[name] = (scope, table)
+            functions.append(CostFunction(scope, table))
+        for scope, ref, before in shared:
+            if ref.text not in tables:
+                raise self.error(ref, f"shared cost table {ref.text!r} is not a cost function of this file")
+            if ref.text in before:
+                raise self.error(ref, f"shared cost table {ref.text!r} must be defined after the function "
+                                      "using it, as toulbar2 requires")
+            _, table = tables[ref.text]
+            shape = tuple(self.variables[v].domain for v in scope)
+            if table.shape != shape:
+                raise self.error(ref, f"shared cost table {ref.text} has domain sizes {table.shape}, "
+                                      f"this scope {shape}")
+            functions.append(CostFunction(scope, table.copy()))
+        return functions, offset
+
+    def _scope(self, group, name: str, body: Group) -> tuple[int, ...]:
+        if not isinstance(group, Group):
+            raise self.error(body, f"cost function {name}: no scope")
+        scope = []
+        for atom in group.items:
+            if not isinstance(atom, Atom):
+                raise self.error(group, f"cost function {name}: malformed scope")
+            if atom.text in self.names:
+                v = self.names[atom.text]
+            elif re.fullmatch(r"\d+", atom.text) and int(atom.text) < len(self.variables):
+                v = int(atom.text)
+            else:
+                raise self.error(atom, f"cost function {name}: unknown variable {atom.text}")
+            if v in scope:
+                raise self.error(atom, f"cost function {name}: variable {atom.text} appears twice in the scope")
+            scope.append(v)
+        return tuple(scope)
+
+    def _table(self, scope, default, costs: Group, name: str) -> np.ndarray:
+        shape = tuple(self.variables[v].domain for v in scope)
+        message = too_large(shape)
+        if message:
+            raise self.error(costs, f"cost function {name}: {message}")
+        entries = costs.items
+        if default is None:  # dense: every tuple in lexicographic order
+            if len(entries) != math.prod(shape):
+                raise self.error(costs, f"cost function {name}: {len(entries)} costs, expected "
+                                        f"{math.prod(shape)} for domain sizes {shape}")
+            return np.array([self.cost(a) for a in entries], dtype=np.int64).reshape(shape)
+        width = len(scope) + 1
+        if len(entries) % width:
+            raise self.error(costs, f"cost function {name}: {len(entries)} entries are not tuples of "
+                                    f"{len(scope)} values and a cost")
+        table = np.full(shape, self.cost(default, "default cost"), dtype=np.int64)
+        rows = np.empty((len(entries) // width, len(scope)), dtype=np.intp)
+        values = np.empty(len(entries) // width, dtype=np.int64)
+        for r in range(len(rows)):
+            chunk = entries[r * width:(r + 1) * width]
+            for c, v in enumerate(scope):
+                rows[r, c] = self._value(chunk[c], v, name)
+            values[r] = self.cost(chunk[-1])
+        assign_tuples(table, rows, values)
+        return table
+
+    def _value(self, atom, v: int, name: str) -> int:
+        var = self.variables[v]
+        if isinstance(atom, Atom):
+            if atom.text in self.positions[v]:
+                return self.positions[v][atom.text]
+            if re.fullmatch(r"\d+", atom.text) and int(atom.text) < var.domain:
+                return int(atom.text)
+        text = atom.text if isinstance(atom, Atom) else "{...}"
+        raise self.error(atom, f"cost function {name}: value {text} is not in the domain of variable {var.name}")

@@ -1,0 +1,109 @@
+"""batch: resume by resolved path and options, retries, evidence per instance, budgets, summary, CSV."""
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import gpusolve
+from gpusolve.cli import main
+from gpusolve.generate import markov_grid
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def folder(tmp_path):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    for i in range(3):
+        run("generate", "random", "-n", 6, "-d", 3, "--p2", 0.2, "--seed", i, "-o", folder / f"g{i}.wcsp")
+    return folder
+
+
+def lines(path):
+    return [json.loads(x) for x in Path(path).read_text().splitlines()]
+
+
+def test_resume_matches_the_resolved_path(folder, tmp_path, monkeypatch):
+    out = tmp_path / "r.jsonl"
+    assert run("batch", folder, "--out", out).exit_code == 0
+    monkeypatch.chdir(folder.parent)
+    r = run("batch", "set", "--out", out)
+    assert r.exit_code == 0 and "3 already in" in r.stderr
+    assert len(lines(out)) == 3
+    assert all(Path(x["file"]).is_absolute() for x in lines(out))
+
+
+def test_other_options_solve_again_unless_resume(folder, tmp_path):
+    out = tmp_path / "r.jsonl"
+    run("batch", folder, "--out", out)
+    r = run("batch", folder, "--out", out, "--z", 2, "--no-search")
+    assert "0 already in" in r.stderr and len(lines(out)) == 6
+    assert {x["options"]["z"] for x in lines(out)} == {None, 2}
+    r = run("batch", folder, "--out", out, "--z", 3, "--resume")
+    assert "3 already in" in r.stderr and len(lines(out)) == 6
+
+
+def test_retry_errors_and_truncated_last_line(folder, tmp_path):
+    out = tmp_path / "r.jsonl"
+    (folder / "broken.wcsp").write_text("x 1 1 1\n")
+    run("batch", folder, "--out", out)
+    assert sum(x["status"] == "error" for x in lines(out)) == 1
+    (folder / "broken.wcsp").write_text("x 1 1 0 10\n2\n")
+    r = run("batch", folder, "--out", out)
+    assert "4 already in" in r.stderr
+    r = run("batch", folder, "--out", out, "--retry-errors")
+    assert "3 already in" in r.stderr
+    assert [x["status"] for x in lines(out) if x["file"].endswith("broken.wcsp")] == ["error", "optimal"]
+    out.write_text(out.read_text() + '{"file": "cut-sh')  # a run killed mid-line
+    run("batch", folder, "--out", out)
+    assert "cut-sh" not in out.read_text() and len(lines(out)) == 5
+
+
+def test_unreadable_records_are_solved_again(folder, tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_bytes(b'\xff\xfe not utf-8\n{"file": "x"}\n[1, 2]\n')
+    r = run("batch", folder, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert sum(1 for x in out.read_bytes().splitlines() if b"optimal" in x or b"infeasible" in x) == 3
+
+
+def test_evidence_is_looked_up_per_instance(tmp_path):
+    folder = tmp_path / "nets"
+    folder.mkdir()
+    gpusolve.write(markov_grid(2, seed=1), folder / "a.uai")
+    (folder / "a.uai.evid").write_text("1 0 1\n")
+    gpusolve.write(markov_grid(2, seed=2), folder / "b.uai")
+    run("generate", "random", "-n", 4, "-d", 2, "--p2", 0, "-o", folder / "c.wcsp")
+    out = tmp_path / "r.jsonl"
+    r = run("batch", folder, "--out", out)
+    assert r.exit_code == 0
+    assert all(x["status"] == "optimal" for x in lines(out))
+    alone = gpusolve.solve(folder / "a.uai")
+    assert [x for x in lines(out) if x["file"].endswith("a.uai")][0]["upper_bound"] == alone.upper_bound
+    r = run("batch", folder, "--out", tmp_path / "s.jsonl", "--evidence", folder / "a.uai.evid")
+    assert r.exit_code == 2 and "--evidence" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_summary_csv_and_budget(folder, tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = run("batch", folder, "--out", out, "--csv", "--time-limit", 5)
+    assert r.exit_code == 0
+    assert "optimal" in r.stdout and "total time" in r.stdout
+    rows = list(csv.DictReader(open(out.with_suffix(".csv"))))
+    assert len(rows) == 3 and {"file", "status", "lower_bound", "upper_bound", "time_s"} <= set(rows[0])
+    assert all(x["options"]["time_limit"] == 5 for x in lines(out))
+    r = run("batch", folder, "--out", tmp_path / "b.jsonl", "--budget", 0)
+    assert r.exit_code == 0 and "budget" in r.stderr
+    assert not (tmp_path / "b.jsonl").exists() or lines(tmp_path / "b.jsonl") == []
+
+
+def test_out_in_a_missing_folder_is_one_line(folder, tmp_path):
+    r = run("batch", folder, "--out", tmp_path / "no" / "r.jsonl")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert os.listdir(tmp_path) == ["set"]
