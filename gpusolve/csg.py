@@ -50,13 +50,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from parsers.errors import ParseError
+
+# NumPy loads in the functions that use it: the command line reads the names below without it.
 
 DISTRIBUTIONS = ("uniform", "normal", "ndcs", "modified-uniform", "agent-based")
 ALGORITHMS = ("idp", "dp")
-PRECISIONS = {"single": np.float32, "double": np.float64}
+PRECISIONS = {"single": "float32", "double": "float64"}
 MAX_AGENTS = 32  # masks are 32-bit in the kernel
 GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
 BLOCK = 1 << 21  # (coalition, split) pairs per NumPy step: ~8 int64 temporaries of this size
@@ -90,6 +90,7 @@ def popcount(xp, m):
 
 def generate_values(distribution: str, n: int, seed: int) -> np.ndarray:
     """v for all 2^n coalitions (float64, v[0] = 0) drawn from a standard CSG distribution, seeded."""
+    import numpy as np
     if distribution not in DISTRIBUTIONS:
         raise CSGError(f"unknown distribution {distribution!r} (choose from {', '.join(DISTRIBUTIONS)})")
     check_agents(n)
@@ -128,6 +129,7 @@ def read_values(path: str | Path) -> np.ndarray:
 
     v[0], the empty coalition's value, is read but never used. Errors raise ParseError (FILE:LINE).
     """
+    import numpy as np
     path = str(path)
     if path.endswith(".npy"):
         try:
@@ -202,6 +204,7 @@ def _line_of(text: str, token_index: int) -> int:
 
 def write_values(path: str | Path, v: np.ndarray) -> None:
     """Write values as a CSG file: .npy, or text (n, then one value per line, round-trip exact)."""
+    import numpy as np
     path = str(path)
     if path.endswith(".npy"):
         np.save(path, v)
@@ -285,7 +288,7 @@ def partition_bound(best_of_size: list[float], n: int) -> float:
 
 def predict_memory(n: int, precision: str, on_gpu: bool) -> dict[str, int]:
     """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device."""
-    item = np.dtype(PRECISIONS[precision]).itemsize
+    item = {"single": 4, "double": 8}[precision]
     size = 1 << n
     work = BLOCK * 8 * 8  # a step's int64 temporaries
     if on_gpu:
@@ -346,6 +349,7 @@ def deposit(xp, bits, t):
 @functools.cache
 def split_indices(n: int, k: int, algorithm: str) -> np.ndarray:
     """The split indices t evaluated for a k-coalition: A = deposit(t) into C minus its highest agent."""
+    import numpy as np
     t = np.arange(1, 1 << (k - 1), dtype=np.int64)
     keep = np.array([split_allowed(n, k, a, algorithm) for a in range(k)])
     return t[keep[popcount(np, t)]]
@@ -471,6 +475,7 @@ def _kernel(dtype_name: str):
 
 @functools.cache
 def _binomials(n: int) -> np.ndarray:
+    import numpy as np
     return np.array([[math.comb(x, i) for i in range(n + 1)] for x in range(n + 1)], dtype=np.int64)
 
 
@@ -486,6 +491,7 @@ def level_ranges(n: int, k: int) -> int:
 def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lambda: False,
                advance: Callable[[int], None] | None = None) -> bool:
     """The kernel's version of level_step over all k-coalitions; False when stopped part way."""
+    import numpy as np
     import cupy
     allowed = allowed_mask(n, k, algorithm)
     if not allowed:
@@ -606,6 +612,7 @@ class Result:
 
 def pick_device(device: str, n: int):
     """(array module, engine name, note) for --device."""
+    import numpy as np
     from .engines import DeviceError, gpu_unavailable_reason
     if device == "cpu":
         return np, "numpy", "cpu requested"
@@ -630,6 +637,7 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
     Raises BudgetError (memory), DeviceError (--device gpu without one), CSGError. With a time
     limit or a stop request the DP ends after the launch in progress and the answer is `bounded`.
     """
+    import numpy as np
     from .solve import available_memory
     t0 = time.perf_counter()
     phases = dict(phases or {})
@@ -653,7 +661,7 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
     f = xp.empty(1 << n, dtype=dtype)
     for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
         f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(dtype))
-    v_stored = lambda c: float(dtype(values[c]))  # noqa: E731  (v as f holds it)
+    v_stored = lambda c: float(np.dtype(dtype).type(values[c]))  # noqa: E731  (v as f holds it)
     anytime = options.time_limit is not None or stop is not None
     v_max = size_maxima(xp, f, n) if anytime else None  # f is still v: the IP bound needs its maxima
     sizes = None if on_gpu else popcount(np, np.arange(1 << n, dtype=np.int64)).astype(np.uint8)
@@ -711,7 +719,7 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
         f_max = size_maxima(xp, f, n)
         per_size = [f_max[s] if s <= exact else v_max[s] for s in range(n + 1)]
         upper = max(value, partition_bound(per_size, n) + rounding)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate"))
     return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
                   structure=[[i for i in range(n) if c >> i & 1] for c in masks_best], value=value, n=n,
                   algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
