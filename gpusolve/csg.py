@@ -60,8 +60,9 @@ PRECISIONS = {"single": "float32", "double": "float64"}
 MAX_AGENTS = 32  # masks are 32-bit in the kernel
 GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
 BLOCK = 1 << 21  # (coalition, split) pairs per NumPy step: ~8 int64 temporaries of this size
-# --device auto uses the GPU from this many agents: below, the CPU finishes before CuPy starts.
-AUTO_GPU_AGENTS = 16
+# --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
+# 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
+AUTO_GPU_AGENTS = 17
 # GPU launches: split-index iterations per launch (a stop request is heard between launches) and the
 # threads a level wants before its coalitions' splits are cut into ranges.
 LAUNCH_ITERATIONS = 1 << 33
@@ -96,25 +97,30 @@ def generate_values(distribution: str, n: int, seed: int) -> np.ndarray:
     check_agents(n)
     rng = np.random.default_rng(seed)
     power = rng.uniform(0, 10, n) if distribution == "agent-based" else None
+    step = min(GEN_CHUNK, 1 << n)
+    offsets = np.arange(step, dtype=np.int64)
+    low_sizes = popcount(np, offsets).astype(np.float64)
     v = np.empty(1 << n)
-    for lo in range(0, 1 << n, GEN_CHUNK):
-        masks = np.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=np.int64)
-        size = popcount(np, masks).astype(np.float64)
+    for lo in range(0, 1 << n, step):  # chunks aligned to their size: mask = lo | offset
+        size = low_sizes + bin(lo).count("1")
         if distribution == "uniform":
-            chunk = size * rng.uniform(0, 1, masks.size)
+            chunk = size * rng.uniform(0, 1, step)
         elif distribution == "normal":
-            chunk = size * rng.normal(1, 0.1, masks.size)
+            chunk = size * rng.normal(1, 0.1, step)
         elif distribution == "ndcs":
             chunk = rng.normal(size, np.sqrt(size))
         elif distribution == "modified-uniform":
             chunk = rng.uniform(0, 10 * size)
-            chunk += np.where(rng.random(masks.size) < 0.2, rng.uniform(0, 50, masks.size), 0.0)
+            chunk += np.where(rng.random(step) < 0.2, rng.uniform(0, 50, step), 0.0)
         else:
-            chunk = np.zeros(masks.size)
+            chunk = np.zeros(step)
             for i in range(n):
-                member = ((masks >> i) & 1).astype(bool)
-                chunk[member] += rng.uniform(0, 2 * power[i], int(member.sum()))
-        v[lo:lo + masks.size] = chunk
+                if lo >> i & 1:
+                    chunk += rng.uniform(0, 2 * power[i], step)
+                elif 1 << i < step:
+                    member = ((offsets >> i) & 1).astype(bool)
+                    chunk[member] += rng.uniform(0, 2 * power[i], step // 2)
+        v[lo:lo + step] = chunk
     v[0] = 0.0
     return v
 
@@ -227,14 +233,20 @@ def split_allowed(n: int, k: int, a: int, algorithm: str) -> bool:
     return small + 2 * big <= n
 
 
-def allowed_mask(n: int, k: int, algorithm: str) -> int:
-    """Bit a set when a split whose part without C's highest agent has a agents is evaluated."""
-    return sum(1 << a for a in range(1, k) if split_allowed(n, k, a, algorithm))
+def split_range(n: int, k: int, algorithm: str) -> tuple[int, int]:
+    """The sizes a of A (inside C minus its highest agent) whose splits are evaluated: lo..hi, maybe empty.
+
+    An interval: for IDP below N, max(a, k - a) <= n - k.
+    """
+    if algorithm == "dp" or k == n:
+        return 1, k - 1
+    return max(1, 2 * k - n), min(k - 1, n - k)
 
 
 def level_splits(n: int, k: int, algorithm: str) -> int:
     """Splits evaluated per coalition of size k: nonempty A inside C minus its highest agent."""
-    return sum(math.comb(k - 1, a) for a in range(1, k) if split_allowed(n, k, a, algorithm))
+    lo, hi = split_range(n, k, algorithm)
+    return sum(math.comb(k - 1, a) for a in range(lo, hi + 1))
 
 
 def total_splits(n: int, algorithm: str) -> int:
@@ -351,8 +363,9 @@ def split_indices(n: int, k: int, algorithm: str) -> np.ndarray:
     """The split indices t evaluated for a k-coalition: A = deposit(t) into C minus its highest agent."""
     import numpy as np
     t = np.arange(1, 1 << (k - 1), dtype=np.int64)
-    keep = np.array([split_allowed(n, k, a, algorithm) for a in range(k)])
-    return t[keep[popcount(np, t)]]
+    lo, hi = split_range(n, k, algorithm)
+    size = popcount(np, t)
+    return t[(size >= lo) & (size <= hi)]
 
 
 def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
@@ -418,7 +431,7 @@ __device__ __forceinline__ void max_into(double* at, double x) {
 // One thread: coalition number c (colex rank) of size k, split indices [j*range, (j+1)*range).
 // g = j * ncoal + c: a warp holds consecutive coalitions, which share their high agents.
 extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long ncoal,
-                                     long long first, long long count, u64 range, u32 allowed) {
+                                     long long first, long long count, u64 range, int amin, int amax) {
     long long g = first + (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= first + count) return;
     long long r = g % ncoal;
@@ -447,10 +460,14 @@ extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k,
             m ^= b;
         }
     }
+    // |A| = popcount(t): the same in every lane of a warp, so the size test does not diverge. (Jumping
+    // over runs of sizes outside [amin, amax] instead made the loop 2x slower on an H100: it is
+    // instruction-bound, and this plain counted loop unrolls.)
     T best = (T)(-__longlong_as_double(0x7ff0000000000000LL));
     #pragma unroll 4
     for (; t < end; ++t) {
-        if ((allowed >> __popc(A)) & 1u) {
+        int size = __popc(A);
+        if (size >= amin && size <= amax) {
             T s = __ldg(f + A) + __ldg(f + (C ^ A));
             best = s > best ? s : best;
         }
@@ -493,8 +510,8 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
     """The kernel's version of level_step over all k-coalitions; False when stopped part way."""
     import numpy as np
     import cupy
-    allowed = allowed_mask(n, k, algorithm)
-    if not allowed:
+    amin, amax = split_range(n, k, algorithm)
+    if amin > amax:
         return True
     ncoal = math.comb(n, k)
     parts = level_ranges(n, k)
@@ -508,7 +525,7 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
         count = min(per_launch, threads - first)
         kernel(((count + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK,), (THREADS_PER_BLOCK,),
                (f, binom, np.int32(n), np.int32(k), np.int64(ncoal), np.int64(first), np.int64(count),
-                np.uint64(span), np.uint32(allowed)))
+                np.uint64(span), np.int32(amin), np.int32(amax)))
         cupy.cuda.get_current_stream().synchronize()
         if advance:
             advance(int(count * per_thread))
@@ -662,9 +679,9 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
     for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
         f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(dtype))
     v_stored = lambda c: float(np.dtype(dtype).type(values[c]))  # noqa: E731  (v as f holds it)
-    anytime = options.time_limit is not None or stop is not None
-    v_max = size_maxima(xp, f, n) if anytime else None  # f is still v: the IP bound needs its maxima
-    sizes = None if on_gpu else popcount(np, np.arange(1 << n, dtype=np.int64)).astype(np.uint8)
+    sizes = None if on_gpu else np.empty(1 << n, dtype=np.uint8)  # the CPU engine finds levels by size
+    for lo in range(0, 0 if on_gpu else 1 << n, GEN_CHUNK):
+        sizes[lo:lo + GEN_CHUNK] = popcount(np, np.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=np.int64))
     if on_gpu:
         xp.cuda.get_current_stream().synchronize()
     phases["setup"] = time.perf_counter() - t
@@ -715,10 +732,9 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
                                f"by more than the rounding allowance {rounding:.3g}")
     else:
         status = "bounded"
-        exact = done if options.algorithm == "dp" else min(done, (n + 1) // 2)
-        f_max = size_maxima(xp, f, n)
-        per_size = [f_max[s] if s <= exact else v_max[s] for s in range(n + 1)]
-        upper = max(value, partition_bound(per_size, n) + rounding)
+        # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
+        # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
+        upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
     elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate"))
     return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
                   structure=[[i for i in range(n) if c >> i & 1] for c in masks_best], value=value, n=n,

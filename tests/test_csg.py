@@ -92,6 +92,15 @@ def test_split_counts():
     assert 0.35 < csg.total_splits(25, "idp") / csg.total_splits(25, "dp") < 0.45
 
 
+def test_split_range_is_the_rule():
+    for n in range(2, 33):
+        for k in range(2, n + 1):
+            for algorithm in csg.ALGORITHMS:
+                lo, hi = csg.split_range(n, k, algorithm)
+                assert [a for a in range(k) if lo <= a <= hi] == \
+                    [a for a in range(k) if csg.split_allowed(n, k, a, algorithm)], (n, k, algorithm)
+
+
 def plain_level(f, n, k, algorithm):
     """One level by a loop over coalitions and all their submasks: the level step's reference."""
     out = f.copy()
