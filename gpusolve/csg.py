@@ -50,9 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from parsers.errors import ParseError
-
-# NumPy loads in the functions that use it: the command line reads the names below without it.
+# NumPy and the readers' ParseError load in the functions that use them: the command line reads
+# the names below without them.
 
 DISTRIBUTIONS = ("uniform", "normal", "ndcs", "modified-uniform", "agent-based")
 ALGORITHMS = ("idp", "dp")
@@ -136,6 +135,8 @@ def read_values(path: str | Path) -> np.ndarray:
     v[0], the empty coalition's value, is read but never used. Errors raise ParseError (FILE:LINE).
     """
     import numpy as np
+
+    from parsers.errors import ParseError
     path = str(path)
     if path.endswith(".npy"):
         try:
@@ -184,6 +185,7 @@ def read_values(path: str | Path) -> np.ndarray:
 
 
 def check_file_agents(path: str, line: int | None, n: int) -> None:
+    from parsers.errors import ParseError
     try:
         check_agents(n)
     except CSGError as e:
