@@ -1,4 +1,4 @@
-"""Command line: solve, info, generate, batch.
+"""Command line: solve, info, generate, batch, csg.
 
 Errors the user can fix print one line and exit 2 (bad input or usage), 3
 (memory budget) or 4 (time limit with no bound); never a traceback.
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__, graph
+from . import csg as csg_names
 from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
@@ -652,6 +653,105 @@ def write_csv(path: Path, records: list[dict]) -> None:
     except OSError as e:
         raise click.UsageError(f"--csv {path}: {e.strerror or e}") from None
     err().print(f"wrote {path}", markup=False)
+
+
+@main.command("csg")
+@click.argument("file", required=False)
+@click.option("--generate", "distribution", type=click.Choice(csg_names.DISTRIBUTIONS), default=None,
+              help="Draw the values from a standard CSG distribution instead of reading FILE.")
+@click.option("-n", "--agents", "n", type=int, default=None, help="Agents, with --generate.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the generated values (text, or .npy by its suffix).")
+@click.option("--algorithm", type=click.Choice(csg_names.ALGORITHMS), default="idp", show_default=True,
+              help="idp: only the splits IDP needs (about 40% of dp's); dp: every split.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(tuple(csg_names.PRECISIONS)), default="single", show_default=True,
+              help="f's values: single (float32, 4 bytes a coalition) or double.")
+@click.option("--time-limit", type=click.FloatRange(min=0), default=None,
+              help="Seconds; then the best structure found and an upper bound (status bounded).")
+@click.option("--mem-limit", type=SizeParam(), default=None, help="Host memory budget; default: available RAM.")
+@click.option("--gpu-mem-limit", type=SizeParam(), default=None, help="Device memory budget; default: free memory.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
+    """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""
+    from . import csg
+    from .parsers.errors import ParseError
+    from .report import record
+    name = file or f"{distribution}-n{n}-s{seed}"
+
+    def fail(message, code, status="error"):
+        if as_json:
+            print(json.dumps(record(name, status, message=message)))
+        err().print(message, markup=False, soft_wrap=True)
+        sys.exit(code)
+
+    if (file is None) == (distribution is None):
+        fail("csg: give a FILE or --generate DISTRIBUTION (one of them)", EXIT_INPUT)
+    if distribution is not None and n is None:
+        fail("csg: --generate needs -n (the number of agents)", EXIT_INPUT)
+    try:
+        t0 = time.perf_counter()
+        if file is not None:
+            values, phase = csg.read_values(file), "read"
+        else:
+            values, phase = csg.generate_values(distribution, n, seed), "generate"
+            if write_path:
+                csg.write_values(write_path, values)
+        phases = {phase: time.perf_counter() - t0}
+        with csg_progress(not as_json) as progress, interruptible() as stop:
+            result = csg.solve(values, csg.Options(**options), file=name, phases=phases, progress=progress,
+                               stop=stop)
+    except ParseError as e:
+        fail(str(e), EXIT_INPUT)
+    except (csg.CSGError, DeviceError) as e:
+        fail(f"{name}: {e}", EXIT_INPUT)
+    except (csg.BudgetError, MemoryError) as e:
+        fail(f"{name}: {e or 'out of memory despite the prediction; lower --mem-limit'}", EXIT_MEMORY)
+    except Exception as e:  # a bug: still one line (GPUSOLVE_DEBUG=1 shows the traceback)
+        if os.environ.get("GPUSOLVE_DEBUG"):
+            raise
+        fail(f"{name}: internal error: {type(e).__name__}: {e}", 1)
+    if as_json:
+        fields = {k: v for k, v in result.to_json().items() if k not in ("file", "status")}
+        # The schema's peak_bytes is one figure: the larger side; both sides follow as peak_bytes_by_memory.
+        fields.update(peak_bytes=max(result.peak_bytes.values(), default=0), peak_bytes_by_memory=result.peak_bytes)
+        print(json.dumps(record(result.file, result.status, **fields)))
+        return
+    from rich.table import Table
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    r = result
+    for label, value in [
+        ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", _fmt(r.value)),
+        ("upper bound", _fmt(r.upper_bound)), ("gap", _fmt(r.upper_bound - r.lower_bound)),
+        ("method", f"{r.algorithm.upper()} over subsets, {r.precision} precision"
+                   + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}")),
+        ("engine", f"{r.engine} ({r.device_note})"),
+        ("memory", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.peak_bytes.items() if v) + " (predicted)"),
+        ("splits", f"{r.splits:,} evaluated, {r.splits_per_s:,.0f} per s"),
+        ("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")"),
+        ("structure", " ".join("{" + ",".join(map(str, c)) + "}" for c in r.structure)),
+    ]:
+        t.add_row(label, value)
+    out().print(t)
+
+
+@contextmanager
+def csg_progress(enabled: bool):
+    """A bar over the DP's split evaluations on a terminal's stderr; yields factory(total) -> advance(n)."""
+    if not (enabled and err().is_terminal):
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    bar = Progress(TextColumn("splits"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                   TimeElapsedColumn(), console=err(), transient=True)
+    with bar:
+        def factory(total):
+            task = bar.add_task("dp", total=max(total, 1))
+            return lambda k: bar.advance(task, k)
+        yield factory
 
 
 if __name__ == "__main__":

@@ -1,0 +1,746 @@
+"""Coalition structure generation (CSG): the best partition of n agents, by dynamic programming over subsets.
+
+A game gives a value v(C) to every coalition C (a bitmask: agent i is bit i); a
+coalition structure is a partition of all agents, worth the sum of its
+coalitions' values; we maximise. The DP (Yeh 1986; Rothkopf et al. 1998), as
+GPU-CSG parallelises it: for coalitions by increasing size k,
+
+    f(C) = max(v(C), max over splits C = A + B of f(A) + f(B)),
+
+each unordered split once (A is a nonempty subset of C without its highest
+agent, B the rest). Every f(C) is the value of some partition of C at all
+times, so a stopped DP still yields structures and bounds (`--time-limit`).
+
+IDP (Rahwan & Jennings 2008) evaluates a split of C != N into parts of sizes
+a <= b only when a + 2b <= n (hence no coalition of more than 2n/3 agents
+below the grand coalition is split at all), and every split of N: the
+optimal structure still has a binary merge tree using only such splits.
+`idp_shapes_reachable` checks that claim by enumerating integer partitions;
+the tests run it and compare IDP with the full DP and brute force.
+
+Storage is f alone (2^n values, float32 by default: 4 GiB at n = 30); the
+argmax split is not stored but found again for the few coalitions of the
+answer, as GPU-CSG's Algorithm 2 does: f(C) is an exactly rounded sum of two
+stored values, so the split that produced it satisfies f(A) + f(B) == f(C)
+bit for bit. float32 sums are rounded; the reported upper bound adds a
+rigorous allowance for that ((n + 1) * 2^-24 * n * max |v|), and
+`--precision double` shrinks it to 2^-53.
+
+The level step is written once against an array module (`level_step`, NumPy
+or CuPy); on the GPU a raw CUDA kernel does the same work (`LEVEL_SOURCE`):
+one thread per (coalition of size k, range of split indices), coalitions in
+colex order so that a warp's 32 coalitions share their high agents and its
+reads of f fall close together; splits enumerated by the submask increment
+A <- (A - C') & C'. Both give bit-identical f.
+
+Value distributions (seeded, `generate_values`), as used throughout the CSG
+literature (Rahwan et al., JAIR 34, 2009; Michalak et al., AIJ 230, 2016):
+uniform v = |C| U(0,1); normal v = |C| N(1, 0.1); NDCS v = N(|C|, sqrt|C|);
+modified-uniform (Service & Adams 2010) v = U(0, 10|C|), plus U(0, 50) with
+probability 0.2; agent-based: agent i has power p_i ~ U(0, 10) and in C a
+performance U(0, 2 p_i), v(C) the sum over its members.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+# NumPy and the readers' ParseError load in the functions that use them: the command line reads
+# the names below without them.
+
+DISTRIBUTIONS = ("uniform", "normal", "ndcs", "modified-uniform", "agent-based")
+ALGORITHMS = ("idp", "dp")
+PRECISIONS = {"single": "float32", "double": "float64"}
+MAX_AGENTS = 32  # masks are 32-bit in the kernel
+GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
+BLOCK = 1 << 21  # (coalition, split) pairs per NumPy step: ~8 int64 temporaries of this size
+# --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
+# 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
+AUTO_GPU_AGENTS = 17
+# GPU launches: split-index iterations per launch (a stop request is heard between launches) and the
+# threads a level wants before its coalitions' splits are cut into ranges.
+LAUNCH_ITERATIONS = 1 << 33
+TARGET_THREADS = 1 << 21
+MIN_RANGE = 32
+THREADS_PER_BLOCK = 256
+
+
+class CSGError(ValueError):
+    """A request that cannot run (bad n, distribution); the CLI prints it as one line, exit 2."""
+
+
+class BudgetError(RuntimeError):
+    """The DP does not fit the memory given; the message says what would."""
+
+
+# -- values ------------------------------------------------------------------
+
+def popcount(xp, m):
+    """Set bits of each element of an integer array of values below 2^32 (NumPy or CuPy)."""
+    m = m - ((m >> 1) & 0x55555555)
+    m = (m & 0x33333333) + ((m >> 2) & 0x33333333)
+    m = (m + (m >> 4)) & 0x0F0F0F0F
+    return ((m * 0x01010101) & 0xFFFFFFFF) >> 24
+
+
+def generate_values(distribution: str, n: int, seed: int) -> np.ndarray:
+    """v for all 2^n coalitions (float64, v[0] = 0) drawn from a standard CSG distribution, seeded."""
+    import numpy as np
+    if distribution not in DISTRIBUTIONS:
+        raise CSGError(f"unknown distribution {distribution!r} (choose from {', '.join(DISTRIBUTIONS)})")
+    check_agents(n)
+    rng = np.random.default_rng(seed)
+    power = rng.uniform(0, 10, n) if distribution == "agent-based" else None
+    step = min(GEN_CHUNK, 1 << n)
+    offsets = np.arange(step, dtype=np.int64)
+    low_sizes = popcount(np, offsets).astype(np.float64)
+    v = np.empty(1 << n)
+    for lo in range(0, 1 << n, step):  # chunks aligned to their size: mask = lo | offset
+        size = low_sizes + bin(lo).count("1")
+        if distribution == "uniform":
+            chunk = size * rng.uniform(0, 1, step)
+        elif distribution == "normal":
+            chunk = size * rng.normal(1, 0.1, step)
+        elif distribution == "ndcs":
+            chunk = rng.normal(size, np.sqrt(size))
+        elif distribution == "modified-uniform":
+            chunk = rng.uniform(0, 10 * size)
+            chunk += np.where(rng.random(step) < 0.2, rng.uniform(0, 50, step), 0.0)
+        else:
+            chunk = np.zeros(step)
+            for i in range(n):
+                if lo >> i & 1:
+                    chunk += rng.uniform(0, 2 * power[i], step)
+                elif 1 << i < step:
+                    member = ((offsets >> i) & 1).astype(bool)
+                    chunk[member] += rng.uniform(0, 2 * power[i], step // 2)
+        v[lo:lo + step] = chunk
+    v[0] = 0.0
+    return v
+
+
+def check_agents(n: int) -> None:
+    if not 1 <= n <= MAX_AGENTS:
+        raise CSGError(f"n = {n}: CSG takes 1 to {MAX_AGENTS} agents")
+
+
+def read_values(path: str | Path) -> np.ndarray:
+    """The values of a CSG file: text (n, then 2^n numbers in mask order) or .npy (2^n numbers).
+
+    v[0], the empty coalition's value, is read but never used. Errors raise ParseError (FILE:LINE).
+    """
+    import numpy as np
+
+    from .parsers.errors import ParseError
+    path = str(path)
+    if path.endswith(".npy"):
+        try:
+            v = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ParseError(path, None, f"cannot read as .npy: {e}") from None
+        if v.ndim != 1 or v.dtype.kind not in "iuf":
+            raise ParseError(path, None, f"expected a 1-D numeric array, found shape {v.shape} of {v.dtype}")
+        n = v.size.bit_length() - 1
+        if v.size < 2 or v.size != 1 << n:
+            raise ParseError(path, None, f"{v.size} values: expected 2^n for some n >= 1")
+        check_file_agents(path, None, n)
+        v = v.astype(np.float64, copy=False)
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            raise ParseError(path, None, f"value of coalition {int(bad[0])} is {v[bad[0]]}: values must be finite")
+        return v
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ParseError(path, None, f"cannot read: {e}") from None
+    tokens = text.split()
+    if not tokens:
+        raise ParseError(path, 1, "empty file: expected n, then 2^n coalition values")
+    try:
+        n = int(tokens[0])
+    except ValueError:
+        raise ParseError(path, _line_of(text, 0), f"expected the number of agents, found {tokens[0]!r}") from None
+    check_file_agents(path, _line_of(text, 0), n)
+    body = tokens[1:]
+    if len(body) != 1 << n:
+        at = len(tokens) - 1 if len(body) < 1 << n else (1 << n) + 1
+        raise ParseError(path, _line_of(text, at),
+                         f"n = {n} needs {1 << n} values (one per coalition, mask order), found {len(body)}")
+    try:
+        v = np.array(body, dtype=np.float64)
+    except ValueError:
+        i = next(i for i, tok in enumerate(body) if not _is_number(tok))
+        raise ParseError(path, _line_of(text, i + 1), f"coalition {i}: {body[i]!r} is not a number") from None
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        i = int(bad[0])
+        raise ParseError(path, _line_of(text, i + 1), f"coalition {i}: value {body[i]} is not finite")
+    return v
+
+
+def check_file_agents(path: str, line: int | None, n: int) -> None:
+    from .parsers.errors import ParseError
+    try:
+        check_agents(n)
+    except CSGError as e:
+        raise ParseError(path, line, str(e)) from None
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def _line_of(text: str, token_index: int) -> int:
+    """1-based line of the token_index-th whitespace-separated token (only on the error path)."""
+    for line_no, line in enumerate(text.splitlines(), 1):
+        count = len(line.split())
+        if token_index < count:
+            return line_no
+        token_index -= count
+    return max(1, text.count("\n"))
+
+
+def write_values(path: str | Path, v: np.ndarray) -> None:
+    """Write values as a CSG file: .npy, or text (n, then one value per line, round-trip exact)."""
+    import numpy as np
+    path = str(path)
+    if path.endswith(".npy"):
+        np.save(path, v)
+        return
+    n = v.size.bit_length() - 1
+    with open(path, "w") as fh:
+        fh.write(f"{n}\n")
+        np.savetxt(fh, v, fmt="%.17g")
+
+
+# -- the DP's rules and counts -----------------------------------------------
+
+def split_allowed(n: int, k: int, a: int, algorithm: str) -> bool:
+    """Whether the DP evaluates splits of a k-coalition into parts of a and k - a agents."""
+    if not 1 <= a < k:
+        return False
+    if algorithm == "dp" or k == n:
+        return True
+    small, big = min(a, k - a), max(a, k - a)
+    return small + 2 * big <= n
+
+
+def split_range(n: int, k: int, algorithm: str) -> tuple[int, int]:
+    """The sizes a of A (inside C minus its highest agent) whose splits are evaluated: lo..hi, maybe empty.
+
+    An interval: for IDP below N, max(a, k - a) <= n - k.
+    """
+    if algorithm == "dp" or k == n:
+        return 1, k - 1
+    return max(1, 2 * k - n), min(k - 1, n - k)
+
+
+def level_splits(n: int, k: int, algorithm: str) -> int:
+    """Splits evaluated per coalition of size k: nonempty A inside C minus its highest agent."""
+    lo, hi = split_range(n, k, algorithm)
+    return sum(math.comb(k - 1, a) for a in range(lo, hi + 1))
+
+
+def total_splits(n: int, algorithm: str) -> int:
+    return sum(math.comb(n, k) * level_splits(n, k, algorithm) for k in range(2, n + 1))
+
+
+def idp_shapes_reachable(n: int) -> bool:
+    """Every integer partition of n (a structure's sizes) has a merge tree of IDP-allowed splits.
+
+    A proof by enumeration, for small n, that IDP loses no structure: the DP value of N is at least
+    the value of every structure whose tree exists, and the rule depends on sizes only.
+    """
+    @functools.cache
+    def mergeable(parts: tuple[int, ...], top: bool) -> bool:
+        if len(parts) == 1:
+            return True
+        total = sum(parts)
+        for r in range(1, len(parts) // 2 + 1):
+            for pick in set(itertools.combinations(parts, r)):
+                rest = list(parts)
+                for x in pick:
+                    rest.remove(x)
+                a, b = sorted((sum(pick), total - sum(pick)))
+                if (top or split_allowed(n, total, a, "idp")) and mergeable(pick, False) \
+                        and mergeable(tuple(rest), False):
+                    return True
+        return False
+    return all(mergeable(tuple(sorted(p)), True) for p in integer_partitions(n))
+
+
+def integer_partitions(n: int, largest: int | None = None):
+    """The integer partitions of n, parts in decreasing order."""
+    largest = n if largest is None else largest
+    if n == 0:
+        yield ()
+        return
+    for k in range(min(n, largest), 0, -1):
+        for rest in integer_partitions(n - k, k):
+            yield (k,) + rest
+
+
+def partition_bound(best_of_size: list[float], n: int) -> float:
+    """max over integer partitions of n of the sum of best_of_size[part]: an unbounded knapsack."""
+    g = [0.0] + [-math.inf] * n
+    for t in range(1, n + 1):
+        g[t] = max(best_of_size[s] + g[t - s] for s in range(1, t + 1))
+    return g[n]
+
+
+# -- memory -------------------------------------------------------------------
+
+def predict_memory(n: int, precision: str, on_gpu: bool) -> dict[str, int]:
+    """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device."""
+    item = {"single": 4, "double": 8}[precision]
+    size = 1 << n
+    work = BLOCK * 8 * 8  # a step's int64 temporaries
+    if on_gpu:
+        return {"host": size * 8 + work, "device": size * item + work}
+    level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima
+    return {"host": size * 8 + size * item + size + level + work, "device": 0}
+
+
+def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None) -> dict:
+    """The prediction, or BudgetError naming what would fit."""
+    need = predict_memory(n, precision, on_gpu)
+    from .plan import fmt_bytes
+    if need["host"] > host_budget:
+        raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
+                          f"in float64{'' if on_gpu else ' and f'}), more than the {fmt_bytes(host_budget)} "
+                          f"budget; raise --mem-limit on a larger machine"
+                          + ("" if on_gpu else ", or run on a GPU (f then lives on the device)"))
+    if on_gpu and device_budget is not None and need["device"] > device_budget:
+        other = "single" if precision == "double" else None
+        hint = f"use --precision {other} (half the memory), " if other else ""
+        raise BudgetError(f"n = {n} needs {fmt_bytes(need['device'])} of device memory (f: 2^{n} {precision}-"
+                          f"precision values), more than the {fmt_bytes(device_budget)} budget; {hint}"
+                          f"a device with more memory, or --device cpu")
+    return need
+
+
+# -- the level step: reference (any array module) -------------------------------
+
+def member_bits(xp, masks, k: int):
+    """(rows, k) array: the single-bit values of each mask's k members, lowest first."""
+    bits = xp.empty((masks.size, k), dtype=xp.int64)
+    rest = masks.copy()
+    for j in range(k):
+        low = rest & -rest
+        bits[:, j] = low
+        rest ^= low
+    return bits
+
+
+def deposit(xp, bits, t):
+    """A[r, i]: the members of row r (`bits[r]`) picked by the bits of t[i] (a parallel bit deposit).
+
+    Byte by byte through per-row tables of 256 entries: a few gathers instead of a pass per bit.
+    """
+    rows, width = bits.shape
+    byte = xp.arange(256, dtype=xp.int64)
+    out = None
+    for b in range(0, width, 8):
+        lut = xp.zeros((rows, 256), dtype=xp.int64)
+        for j in range(b, min(b + 8, width)):
+            lut += ((byte >> (j - b)) & 1)[None, :] * bits[:, j:j + 1]
+        index = (xp.arange(rows, dtype=xp.int64) * 256)[:, None] + ((t >> b) & 255)[None, :]
+        part = lut.ravel()[index]
+        out = part if out is None else out + part
+    return out
+
+
+@functools.cache
+def split_indices(n: int, k: int, algorithm: str) -> np.ndarray:
+    """The split indices t evaluated for a k-coalition: A = deposit(t) into C minus its highest agent."""
+    import numpy as np
+    t = np.arange(1, 1 << (k - 1), dtype=np.int64)
+    lo, hi = split_range(n, k, algorithm)
+    size = popcount(np, t)
+    return t[(size >= lo) & (size <= hi)]
+
+
+def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
+               stop: Callable[[], bool] = lambda: False, advance: Callable[[int], None] | None = None) -> bool:
+    """f[C] = max(f[C], best evaluated split of C) for the coalitions `masks`, all of size k.
+
+    The reference for the CUDA kernel; reads only f of smaller coalitions, so any order of rows is
+    the same computation. False when `stop` ended it part way (f stays a table of partition values).
+    """
+    ts = split_indices(n, k, algorithm)
+    if not ts.size or not masks.size:
+        return True
+    ts = xp.asarray(ts)
+    t_step = min(ts.size, block)
+    rows = max(1, block // t_step)
+    for r0 in range(0, masks.size, rows):
+        c = masks[r0:r0 + rows]
+        low_bits = member_bits(xp, c, k)[:, :k - 1]
+        best = None
+        for i0 in range(0, ts.size, t_step):
+            a = deposit(xp, low_bits, ts[i0:i0 + t_step])
+            row_best = (f[a] + f[c[:, None] ^ a]).max(axis=1)
+            best = row_best if best is None else xp.maximum(best, row_best)
+        f[c] = xp.maximum(f[c], best)
+        if advance:
+            advance(c.size * ts.size)
+        if stop() and r0 + rows < masks.size:
+            return False
+    return True
+
+
+def level_masks(xp, sizes, k: int):
+    """The coalitions of size k in increasing (colex) order, from the popcount of every mask."""
+    return xp.flatnonzero(sizes == k).astype(xp.int64)
+
+
+# -- the level step: CUDA ------------------------------------------------------
+
+LEVEL_SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ void max_into(float* at, float x) {
+    u32* p = (u32*)at;
+    u32 old = *p;
+    while (__uint_as_float(old) < x) {
+        u32 seen = atomicCAS(p, old, __float_as_uint(x));
+        if (seen == old) break;
+        old = seen;
+    }
+}
+
+__device__ __forceinline__ void max_into(double* at, double x) {
+    u64* p = (u64*)at;
+    u64 old = *p;
+    while (__longlong_as_double((long long)old) < x) {
+        u64 seen = atomicCAS(p, old, (u64)__double_as_longlong(x));
+        if (seen == old) break;
+        old = seen;
+    }
+}
+
+// One thread: coalition number c (colex rank) of size k, split indices [j*range, (j+1)*range).
+// g = j * ncoal + c: a warp holds consecutive coalitions, which share their high agents.
+extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long ncoal,
+                                     long long first, long long count, u64 range, int amin, int amax) {
+    long long g = first + (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= first + count) return;
+    long long r = g % ncoal;
+    u64 j = (u64)(g / ncoal);
+    u32 C = 0;
+    int x = n - 1;
+    for (int i = k; i >= 1; --i) {  // colex unranking: largest x with binom(x, i) <= r
+        while (binom[x * (n + 1) + i] > r) --x;
+        r -= binom[x * (n + 1) + i];
+        C |= 1u << x;
+        --x;
+    }
+    u32 high = 1u << (31 - __clz(C));
+    u32 low = C ^ high;
+    u64 t = j * range;
+    u64 end = t + range;
+    if (t == 0) t = 1;
+    u32 A = 0;
+    {   // A = deposit of t's bits into low's members
+        u32 m = low;
+        u64 bits = t;
+        while (m) {
+            u32 b = m & (0u - m);
+            if (bits & 1) A |= b;
+            bits >>= 1;
+            m ^= b;
+        }
+    }
+    // |A| = popcount(t): the same in every lane of a warp, so the size test does not diverge. (Jumping
+    // over runs of sizes outside [amin, amax] instead made the loop 2x slower on an H100: it is
+    // instruction-bound, and this plain counted loop unrolls.)
+    T best = (T)(-__longlong_as_double(0x7ff0000000000000LL));
+    #pragma unroll 4
+    for (; t < end; ++t) {
+        int size = __popc(A);
+        if (size >= amin && size <= amax) {
+            T s = __ldg(f + A) + __ldg(f + (C ^ A));
+            best = s > best ? s : best;
+        }
+        A = (A - low) & low;  // next submask of low, increasing
+    }
+    if (range == (1ull << (k - 1))) {
+        if (best > f[C]) f[C] = best;
+    } else if (best > (T)(-__longlong_as_double(0x7ff0000000000000LL))) {
+        max_into(f + C, best);
+    }
+}
+"""
+
+
+@functools.cache
+def _kernel(dtype_name: str):
+    import cupy
+    ctype = {"float32": "float", "float64": "double"}[dtype_name]
+    return cupy.RawKernel("#define T " + ctype + "\n" + LEVEL_SOURCE, "csg_level",
+                          options=("-std=c++17",))
+
+
+@functools.cache
+def _binomials(n: int) -> np.ndarray:
+    import numpy as np
+    return np.array([[math.comb(x, i) for i in range(n + 1)] for x in range(n + 1)], dtype=np.int64)
+
+
+def level_ranges(n: int, k: int) -> int:
+    """How many ranges each k-coalition's 2^(k-1) split indices are cut into (a power of two)."""
+    ncoal = math.comb(n, k)
+    parts = 1
+    while ncoal * parts < TARGET_THREADS and (1 << (k - 1)) // (parts * 2) >= MIN_RANGE:
+        parts *= 2
+    return parts
+
+
+def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lambda: False,
+               advance: Callable[[int], None] | None = None) -> bool:
+    """The kernel's version of level_step over all k-coalitions; False when stopped part way."""
+    import numpy as np
+    import cupy
+    amin, amax = split_range(n, k, algorithm)
+    if amin > amax:
+        return True
+    ncoal = math.comb(n, k)
+    parts = level_ranges(n, k)
+    span = (1 << (k - 1)) // parts
+    threads = ncoal * parts
+    per_launch = max(THREADS_PER_BLOCK, LAUNCH_ITERATIONS // span // THREADS_PER_BLOCK * THREADS_PER_BLOCK)
+    kernel = _kernel(f.dtype.name)
+    binom = cupy.asarray(_binomials(n))
+    per_thread = level_splits(n, k, algorithm) / parts
+    for first in range(0, threads, per_launch):
+        count = min(per_launch, threads - first)
+        kernel(((count + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK,), (THREADS_PER_BLOCK,),
+               (f, binom, np.int32(n), np.int32(k), np.int64(ncoal), np.int64(first), np.int64(count),
+                np.uint64(span), np.int32(amin), np.int32(amax)))
+        cupy.cuda.get_current_stream().synchronize()
+        if advance:
+            advance(int(count * per_thread))
+        if stop() and first + count < threads:
+            return False
+    return True
+
+
+# -- recovering the structure ----------------------------------------------------
+
+def find_split(xp, f, c: int, target, chunk: int = 1 << 22) -> int | None:
+    """A nonempty A inside c minus its highest agent with f[A] + f[c ^ A] == target, bit for bit."""
+    k = bin(c).count("1")
+    bits = member_bits(xp, xp.asarray([c], dtype=xp.int64), k)[:, :k - 1]
+    for t0 in range(1, 1 << (k - 1), chunk):
+        t = xp.arange(t0, min(t0 + chunk, 1 << (k - 1)), dtype=xp.int64)
+        a = deposit(xp, bits, t)[0]
+        hit = xp.flatnonzero(f[a] + f[c ^ a] == target)
+        if hit.size:
+            return int(a[int(hit[0])])
+    return None
+
+
+def structure_of(xp, f, v_stored: Callable[[int], float], c: int) -> list[int]:
+    """The partition of coalition c whose DP value is f[c]: c itself when f[c] is its own value."""
+    out, todo = [], [c]
+    while todo:
+        c = todo.pop()
+        fc = f[c]
+        if float(fc) == v_stored(c):
+            out.append(c)
+            continue
+        a = find_split(xp, f, c, fc)
+        if a is None:
+            raise RuntimeError(f"no split of coalition {c} reproduces its DP value {float(fc)!r}")
+        todo += [a, c ^ a]
+    return sorted(out)
+
+
+def best_pair(xp, f, n: int, chunk: int = 1 << 24) -> tuple[float, int]:
+    """max over nonempty C not holding agent n-1 of f[C] + f[N \\ C], and that C (0: none better than f[N])."""
+    full = (1 << n) - 1
+    best, best_c = float(f[full]), 0
+    for lo in range(1, 1 << (n - 1), chunk):
+        c = xp.arange(lo, min(lo + chunk, 1 << (n - 1)), dtype=xp.int64)
+        s = f[c] + f[full ^ c]
+        i = int(s.argmax())
+        if float(s[i]) > best:
+            best, best_c = float(s[i]), lo + i
+    return best, best_c
+
+
+def size_maxima(xp, x, n: int, chunk: int = 1 << 24) -> list[float]:
+    """max of x over the coalitions of each size 0..n."""
+    out = [-math.inf] * (n + 1)
+    for lo in range(0, x.size, chunk):
+        part = x[lo:lo + chunk]
+        sizes = popcount(xp, xp.arange(lo, lo + part.size, dtype=xp.int64))
+        for s in range(n + 1):
+            out[s] = max(out[s], float(xp.where(sizes == s, part, -math.inf).max()))
+    return out
+
+
+# -- solving -------------------------------------------------------------------
+
+@dataclass
+class Options:
+    algorithm: str = "idp"
+    device: str = "auto"
+    precision: str = "single"
+    time_limit: float | None = None
+    mem_limit: int | None = None  # host bytes; None: available RAM
+    gpu_mem_limit: int | None = None  # device bytes; None: free device memory
+
+
+@dataclass
+class Result:
+    file: str
+    task: str
+    status: str  # optimal | bounded
+    lower_bound: float
+    upper_bound: float
+    structure: list[list[int]]  # coalitions as sorted agent indices (agent i = bit i of a mask)
+    value: float  # the structure's value, summed from the input in float64
+    n: int
+    algorithm: str
+    precision: str
+    time_s: float
+    phases: dict[str, float] = field(default_factory=dict)
+    engine: str = ""
+    device_note: str = ""
+    levels_done: int = 0  # sizes whose every coalition has been evaluated
+    splits: int = 0  # split evaluations done
+    splits_per_s: float = 0.0
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+    trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def pick_device(device: str, n: int):
+    """(array module, engine name, note) for --device."""
+    import numpy as np
+    from .engines import DeviceError, gpu_unavailable_reason
+    if device == "cpu":
+        return np, "numpy", "cpu requested"
+    if device == "auto" and n < AUTO_GPU_AGENTS:
+        return np, "numpy", f"auto: {n} agents, below the {AUTO_GPU_AGENTS} where the GPU starts to gain"
+    reason = gpu_unavailable_reason()
+    if reason:
+        if device == "gpu":
+            raise DeviceError(f"--device gpu: {reason}")
+        return np, "numpy", f"GPU not used: {reason}; running on the CPU"
+    import cupy
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return cupy, "cupy", ("gpu requested" if device == "gpu" else "auto") + f"; {name}"
+
+
+def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | None = None,
+          progress: Callable[[int], Callable[[int], None]] | None = None,
+          stop: Callable[[], bool] | None = None) -> Result:
+    """The best coalition structure for `values` (2^n floats, mask order), with bounds on the optimum.
+
+    Raises BudgetError (memory), DeviceError (--device gpu without one), CSGError. With a time
+    limit or a stop request the DP ends after the launch in progress and the answer is `bounded`.
+    """
+    import numpy as np
+    from .solve import available_memory
+    t0 = time.perf_counter()
+    phases = dict(phases or {})
+    n = values.size.bit_length() - 1
+    check_agents(n)
+    if options.algorithm not in ALGORITHMS:
+        raise CSGError(f"unknown algorithm {options.algorithm!r}")
+    deadline = None if options.time_limit is None else t0 + options.time_limit
+    stopped = (lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline))
+    xp, engine, note = pick_device(options.device, n)
+    on_gpu = xp is not np
+    device_budget = None
+    if on_gpu:
+        free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
+        device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
+    host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
+    need = check_memory(n, options.precision, on_gpu, host_budget, device_budget)
+    dtype = PRECISIONS[options.precision]
+
+    t = time.perf_counter()
+    f = xp.empty(1 << n, dtype=dtype)
+    for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
+        f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(dtype))
+    v_stored = lambda c: float(np.dtype(dtype).type(values[c]))  # noqa: E731  (v as f holds it)
+    sizes = None if on_gpu else np.empty(1 << n, dtype=np.uint8)  # the CPU engine finds levels by size
+    for lo in range(0, 0 if on_gpu else 1 << n, GEN_CHUNK):
+        sizes[lo:lo + GEN_CHUNK] = popcount(np, np.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=np.int64))
+    if on_gpu:
+        xp.cuda.get_current_stream().synchronize()
+    phases["setup"] = time.perf_counter() - t
+
+    total = total_splits(n, options.algorithm)
+    advance = progress(total) if progress else None
+    t = time.perf_counter()
+    done, splits = 1, 0
+    for k in range(2, n + 1):
+        if stopped():
+            break
+        if on_gpu:
+            complete = cuda_level(f, n, k, options.algorithm, stopped, advance)
+        else:
+            complete = level_step(np, f, level_masks(np, sizes, k), n, k, options.algorithm, stop=stopped,
+                                  advance=advance)
+        if not complete:
+            break
+        done = k
+        splits += math.comb(n, k) * level_splits(n, k, options.algorithm)
+    if on_gpu:
+        xp.cuda.get_current_stream().synchronize()
+    phases["dp"] = time.perf_counter() - t
+    del sizes
+
+    t = time.perf_counter()
+    full = (1 << n) - 1
+    candidates = [[full], [1 << i for i in range(n)]]
+    if done < n:
+        _, c = best_pair(xp, f, n)
+        if c:
+            candidates.append(structure_of(xp, f, v_stored, c) + structure_of(xp, f, v_stored, full ^ c))
+    else:
+        candidates.append(structure_of(xp, f, v_stored, full))
+    worth = [math.fsum(float(values[c]) for c in cs) for cs in candidates]
+    best = int(np.argmax(worth))
+    masks_best, value = sorted(candidates[best]), worth[best]
+    phases["recover"] = time.perf_counter() - t
+
+    unit = float(np.finfo(dtype).eps) / 2
+    # a structure has at most n coalitions: its DP sum, n - 1 roundings of stored (rounded) values
+    rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
+    f_full = float(f[full])
+    if done == n:
+        status, upper = "optimal", max(value, f_full + rounding)
+        if abs(f_full - value) > rounding:
+            raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
+                               f"by more than the rounding allowance {rounding:.3g}")
+    else:
+        status = "bounded"
+        # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
+        # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
+        upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
+    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate"))
+    return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
+                  structure=[[i for i in range(n) if c >> i & 1] for c in masks_best], value=value, n=n,
+                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
+                  engine=engine, device_note=note, levels_done=done, splits=splits,
+                  splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0, peak_bytes=need,
+                  trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]])
