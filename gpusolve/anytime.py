@@ -285,7 +285,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     continue
                 bounds.raise_lower(lower, label)
                 bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
-                if plan.exact:
+                if plan.exact and not on.relaxed:
                     bounds.prove(label)
                 if guide is None or lower >= guide[4]:  # neither plain nor shifted MBE wins everywhere
                     guide = (on, plan, tables, messages, lower)
@@ -353,11 +353,13 @@ ROLLOUTS = 1024
 
 
 def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+    from .globals import propagators
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
     on, plan, _, messages, _ = guide
-    s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop)
+    s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop,
+                    propagators=propagators(on))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))

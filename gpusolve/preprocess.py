@@ -3,7 +3,9 @@
 A value is removed when it takes part in no assignment cheaper than top:
 its unary costs add up to top, or some cost function forbids every tuple
 that gives the variable this value (and only live values to the others).
-Removals propagate until nothing changes (AC-3 on the functions). This
+Removals propagate until nothing changes (AC-3 on the functions, Régin's GAC on every hard
+AllDifferent, in turn until neither removes a value); then the global constraints' tables
+are added where they fit (globals.decompose). This
 never changes the optimum, shrinks the domains that size every table, and
 detects an emptied domain (the problem is infeasible) before any
 elimination. Value indices change: `Reduced.expand` maps an assignment back
@@ -11,10 +13,11 @@ to the file's value indices.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .globals import decompose, gac, hard
 from .model import CostFunction, Problem, Variable
 
 
@@ -51,6 +54,40 @@ def preprocess(problem: Problem) -> Reduced:
             watching.setdefault(v, []).append(i)
     queue = [i for i, f in enumerate(problem.functions) if f.scope]
     queued = set(queue)
+    alldiffs = hard(problem)
+    matches: list = [None] * len(alldiffs)
+    while queue or alldiffs:
+        if not _revise(problem, live, watching, queue, queued):
+            return infeasible
+        sizes = [int(m.sum()) for m in live]
+        for j, g in enumerate(alldiffs):  # GAC on each hard AllDifferent, then AC again where it removed
+            matches[j] = gac(g, live, matches[j])
+            if matches[j] is None:
+                return infeasible
+        changed = [v for v, m in enumerate(live) if m.sum() < sizes[v]]
+        if not changed:
+            break
+        queued.update(i for v in changed for i in watching.get(v, ()))
+        queue.extend(queued)
+    values = [np.flatnonzero(m) for m in live]
+    removed = sum(int((~m).sum()) for m in live)
+    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
+                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
+    functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
+                              if f.scope else f.table) for f in problem.functions] if removed else problem.functions
+    if problem.globals:  # their tables, where they fit (globals.decompose), merge with the file's
+        decomposed = decompose(problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals]))
+        functions, globals_ = decomposed.functions, decomposed.globals
+    else:
+        globals_ = []
+    merged = merge_scopes(functions, problem)
+    if not removed and len(merged) == len(problem.functions) and globals_ == problem.globals:
+        return Reduced(problem, values)
+    return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
+
+
+def _revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
+    """AC-3 on the tables until the queue empties; False when a domain empties."""
     while queue:
         i = queue.pop()
         queued.discard(i)
@@ -65,23 +102,12 @@ def preprocess(problem: Problem) -> Reduced:
             if (live[u] & ~supported).any():
                 live[u] &= supported
                 if not live[u].any():
-                    return infeasible
+                    return False
                 for j in watching[u]:
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
-    values = [np.flatnonzero(m) for m in live]
-    removed = sum(int((~m).sum()) for m in live)
-    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
-                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
-    functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
-                              if f.scope else f.table) for f in problem.functions] if removed else problem.functions
-    merged = merge_scopes(functions, problem)
-    if not removed and len(merged) == len(problem.functions):
-        return Reduced(problem, values)
-    reduced = Problem(problem.name, variables, merged, problem.integer, problem.top, problem.offset,
-                      problem.sense, problem.task, dict(problem.evidence))
-    return Reduced(reduced, values, removed=removed)
+    return True
 
 
 def merge_scopes(functions: list[CostFunction], problem: Problem) -> list[CostFunction]:
@@ -108,5 +134,4 @@ def lower_top(problem: Problem, top: int) -> Problem:
     """The integer problem with every cost >= top forbidden (top <= problem.top): an
     assignment cheaper than top keeps its cost, every other one becomes forbidden."""
     functions = [CostFunction(f.scope, np.minimum(f.table, top)) for f in problem.functions]
-    return Problem(problem.name, problem.variables, functions, problem.integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence))
+    return problem.like(functions, top=top, globals=[replace(g, cost=min(g.cost, top)) for g in problem.globals])
