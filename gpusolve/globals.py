@@ -8,8 +8,8 @@ one into binary tables (cost c on each pair sharing a value: exact), a soft `var
 variable to change, which no set of binary tables expresses) into its one n-ary table. One whose
 tables do not fit stays in `globals`: the tables then describe a relaxation, elimination on them
 gives lower bounds only, and search adds the constraint's cost exactly through its propagator.
-In search every hard AllDifferent propagates (GAC) and every soft one left global adds a lower
-bound on its cost, exact once its scope is assigned.
+In search every hard AllDifferent propagates (GAC) and every soft one left global adds, at each
+of its variables, what that variable's value adds to its cost.
 """
 from __future__ import annotations
 
@@ -65,8 +65,10 @@ def hard(problem: Problem) -> list[AllDifferent]:
     return [g for g in problem.globals if g.cost >= problem.top]
 
 
-def decompose(problem: Problem, limit: int = DECOMPOSE_ENTRIES) -> Problem:
-    """Tables for the globals whose decomposition fits `limit` entries (in all), marked `tabled`."""
+def decompose(problem: Problem, limit: int | None = None) -> Problem:
+    """Tables for the globals whose decomposition fits `limit` entries in all (default
+    DECOMPOSE_ENTRIES), marked `tabled`."""
+    limit = DECOMPOSE_ENTRIES if limit is None else limit
     functions, globals_, used = list(problem.functions), [], 0
     for g in problem.globals:
         doms = [problem.variables[v].domain for v in g.scope]
@@ -109,9 +111,9 @@ class AllDifferentPropagator:
     """The search's view of one AllDifferent (search.Propagator).
 
     Hard: GAC given the values above, so a value survives only if the scope's unassigned
-    variables can still all be matched; the matching carries over from call to call. Soft: a
-    lower bound of cost x violation over the variables assigned, exact at the scope's last one
-    (more variables can only add violation).
+    variables can still all be matched; the matching carries over from call to call. Soft: the
+    violation var's value adds to the scope variables above it, times the cost; along a path
+    these add up to the constraint's cost (violation only grows as variables are assigned).
     """
 
     def __init__(self, g: AllDifferent, top, xp=None):
@@ -126,12 +128,9 @@ class AllDifferentPropagator:
         taken = np.array([self.ids[self.pos[u]][value[u]] for u in above], dtype=np.int64)
         counts = np.bincount(taken, minlength=self.m)
         mine = counts[self.ids[k]]  # for each value of var: how many above already use its column
-        if not self.hard:
-            if self.g.semantics == "dec":
-                base, extra = int((counts * (counts - 1) // 2).sum()), mine
-            else:
-                base, extra = int(np.maximum(counts - 1, 0).sum()), (mine > 0).astype(np.int64)
-            return np.minimum((base + extra) * self.g.cost, self.top).astype(np.int64)
+        if not self.hard:  # what var's value adds: one more clash (var) or one per equal value above (dec)
+            extra = mine if self.g.semantics == "dec" else (mine > 0).astype(np.int64)
+            return np.minimum(extra * self.g.cost, self.top).astype(np.int64)
         out = np.full(len(self.ids[k]), self.top, dtype=np.int64)
         if (counts > 1).any():
             return out

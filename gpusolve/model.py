@@ -42,7 +42,7 @@ class CostFunction:
         return len(self.scope)
 
 
-@dataclass
+@dataclass(eq=False)  # arrays inside: compared by identity
 class AllDifferent:
     """A global AllDifferent over `scope`, kept whole: its binary decomposition is made only where it fits.
 

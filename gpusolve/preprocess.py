@@ -81,7 +81,8 @@ def preprocess(problem: Problem) -> Reduced:
     else:
         globals_ = []
     merged = merge_scopes(functions, problem)
-    if not removed and len(merged) == len(problem.functions) and globals_ == problem.globals:
+    same_globals = all(a is b for a, b in zip(globals_, problem.globals))
+    if not removed and len(merged) == len(problem.functions) and same_globals:
         return Reduced(problem, values)
     return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
 

@@ -142,8 +142,8 @@ class Propagator(Protocol):
     scope: tuple[int, ...]
 
     def lower(self, var: int, above: tuple[int, ...], value: np.ndarray) -> np.ndarray:
-        """Over var's domain, given value[u] for the scope variables `above` var: a lower bound on
-        the constraint's cost (top: forbidden), exact when var is the scope's last variable."""
+        """Over var's domain, given value[u] for the scope variables `above` var: the cost var's
+        value adds (top: forbidden). Summed over the scope along a path, the constraint's cost."""
 
 
 @dataclass(frozen=True)
