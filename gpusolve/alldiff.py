@@ -123,8 +123,10 @@ def closure(xp, adj, kind: str = "squaring"):
     eye = xp.eye(size, dtype=bool)
     if kind == "warshall":
         return unpack(xp, warshall_packed(xp, pack(xp, adj | eye)), size)
-    # Path lengths double per product; float32 counts of up to `size` paths stay exact (< 2^24).
-    dtype = xp.float16 if xp is not np and size < 2048 else xp.float32
+    # Path lengths double per product. Entries are 0/1 again after each product, so a product entry
+    # counts at most `size` paths: float16 (tensor cores) holds that exactly below 2048 and at worst
+    # rounds it (or overflows to inf) above, never to zero; the host has no fast float16 product.
+    dtype = xp.float16 if xp is not np else xp.float32
     reach = (adj | eye).astype(dtype)
     for _ in range(max(int(size).bit_length(), 1)):
         nxt = (reach @ reach) > 0

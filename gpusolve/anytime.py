@@ -341,7 +341,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
 
     def stalled() -> bool:
         now = time.perf_counter()
-        return stop() or until_stall and now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
+        return stop() or bounds.closed or until_stall and now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
                               should_stop=stalled, on_improve=improved)
