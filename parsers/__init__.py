@@ -1,6 +1,7 @@
 """Input readers: `read(path)` picks the format from the file name.
 
-.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1), each
+.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE), .xml (XCSP 2.1 or XCSP3) and .fzn
+(FlatZinc), each
 optionally compressed as .gz, .xz or .bz2. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line. A
 reader's module is imported when a file of its format is read.
@@ -17,7 +18,7 @@ from .source import COMPRESSIONS, split_compression
 if TYPE_CHECKING:
     from gpusolve.model import Problem
 
-READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp"}  # format -> module of its reader
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".fzn": "fzn"}  # format -> module of its reader
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
 __all__ = ["ParseError", "SUPPORTED_SUFFIXES", "read"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -25,9 +24,8 @@ from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Pr
 
 from .errors import ParseError
 from .source import read_lines, split_compression
-from .tables import too_large
+from .tables import COMPARE, linear_sum, too_large
 
-MAX_SUM_TABLE = 1 << 24  # entries of the table a `sum` constraint becomes; larger ones are refused
 MAX_DOMAIN = 1 << 24
 TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][\w.]*(?:\[[^\]]*\])*)|([(),]))")
 REF = re.compile(r"([A-Za-z_][\w.]*)((?:\[[^\]]*\])*)")
@@ -303,14 +301,6 @@ class _Reader:
         self.globals.append(AllDifferent(tuple(scope), tuple(values), FORBIDDEN, "var", exempt))
 
     def _sum(self, c) -> None:
-        scope, grid = self._linear(c)
-        op, right = self._condition(self._child_text(c, "condition"))
-        shape = tuple(self.variables[v].domain for v in scope)
-        holds = _compare(op, grid, right)
-        self._table(scope, np.where(np.broadcast_to(holds, shape), 0, FORBIDDEN).astype(np.int64))
-
-    def _linear(self, c) -> tuple[list[int], np.ndarray]:
-        """(scope, the weighted sum on the grid of its domains) of a <list> and optional <coeffs>."""
         scope = self._list(self._child_text(c, "list"))
         coeffs_text = self._child_text(c, "coeffs", required=False)
         coeffs = [self._int(w) for w in _expand_coeffs(coeffs_text)] if coeffs_text else [1] * len(scope)
@@ -319,15 +309,15 @@ class _Reader:
         merged: dict[int, int] = {}
         for v, a in zip(scope, coeffs):
             merged[v] = merged.get(v, 0) + a
-        scope = list(merged)
-        shape = tuple(self.variables[v].domain for v in scope)
-        if c.tag == "sum" and math.prod(shape) > MAX_SUM_TABLE:
-            raise self.error(f"sum over {len(scope)} variables: its table ({math.prod(shape):.3g} entries) "
-                             f"is too large (at most 2^24)")
-        total = np.zeros((1,) * len(scope), dtype=np.int64)
-        for k, v in enumerate(scope):
-            total = total + merged[v] * self._axis(k, len(scope), v)
-        return scope, total
+        total = linear_sum([self.values[v] for v in merged], list(merged.values()))
+        if isinstance(total, str):
+            raise self.error(total)
+        op, right = self._condition(self._child_text(c, "condition"))
+        if op in ("in", "notin"):
+            holds = np.isin(total, right) == (op == "in")
+        else:
+            holds = COMPARE[op](total, right)
+        self._table(list(merged), np.where(holds, 0, FORBIDDEN).astype(np.int64))
 
     def _condition(self, text: str) -> tuple[str, object]:
         m = re.fullmatch(r"\s*\(\s*(\w+)\s*,\s*([^)]*?)\s*\)\s*", text)
@@ -497,13 +487,6 @@ def _expand_coeffs(text: str) -> list[str]:
         else:
             out.append(w)
     return out
-
-
-def _compare(op: str, left, right):
-    if op in ("in", "notin"):
-        hit = np.isin(left, right)
-        return hit if op == "in" else ~hit
-    return OPS[op][1](left, right)
 
 
 def _div(a, b):

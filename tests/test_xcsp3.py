@@ -148,3 +148,78 @@ def test_other_xml_formats_are_refused(tmp_path):
     path.write_text('<instance format="XCSP4"><variables/></instance>\n')
     with pytest.raises(ParseError, match="unknown XCSP format 'XCSP4'"):
         read(path)
+
+
+# ------------------------------------------------------------------ FlatZinc
+
+FZN = """\
+% a model as MiniZinc flattens it
+int: n = 4;
+array [1..2] of int: c = [1, -1];
+array [1..4] of var 1..4: q :: output_array([1..4]);
+var 0..3: d1 :: is_defined_var;
+var {1, 3, 5}: s;
+var bool: b;
+var 1..4: alias = q[2];
+constraint all_different_int(q);
+constraint int_lin_eq([1, -1, -1], [d1, alias, 3], -4) :: defines_var(d1);
+constraint int_ne(q[1], 2);
+constraint int_le(s, q[3]);
+constraint int_lin_le(c, [q[1], q[4]], 0);
+constraint int_lin_ne([1, 1], [b, q[1]], 2);
+solve :: int_search(q, input_order, indomain_min, complete) maximize d1;
+"""
+
+
+def test_flatzinc_model_solves_to_the_enumerated_optimum(tmp_path):
+    path = tmp_path / "m.fzn"
+    path.write_text(FZN)
+
+    def feasible(a):
+        q, d1, s, b = a[:4], a[4], a[5], a[6]
+        return len(set(q)) == 4 and d1 - q[1] - 3 == -4 and q[0] != 2 and s <= q[2] and q[0] <= q[3] \
+            and b + q[0] != 2
+
+    domains = [range(1, 5)] * 4 + [range(4), (1, 3, 5), range(2)]
+    assert solved(path) == enumerate_best(domains, feasible, lambda a: a[4], maximize=True)
+
+
+def flat_queens(n: int) -> str:
+    """N-queens as MiniZinc flattens alldifferent(q), alldifferent(q[i] + i), alldifferent(q[i] - i)."""
+    lines = [f"array [1..{n}] of var 1..{n}: q :: output_array([1..{n}]);"]
+    for sign, tag in ((1, "u"), (-1, "d")):
+        for i in range(1, n + 1):
+            lo, hi = 1 + sign * i, n + sign * i
+            lines.append(f"var {min(lo, hi)}..{max(lo, hi)}: {tag}{i} :: var_is_introduced :: is_defined_var;")
+            lines.append(f"constraint int_lin_eq([1, -1], [{tag}{i}, q[{i}]], {sign * i}) :: defines_var({tag}{i});")
+        lines.append(f"constraint all_different_int([{', '.join(f'{tag}{i}' for i in range(1, n + 1))}]);")
+    lines.append("constraint all_different_int(q);")
+    lines.append("solve satisfy;")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("n, status", [(3, "infeasible"), (6, "optimal")])
+def test_flatzinc_queens(tmp_path, n, status):
+    path = tmp_path / f"q{n}.fzn"
+    path.write_text(flat_queens(n))
+    problem = read(path)
+    r = solve(problem, Options(device="cpu"))
+    assert r.status == status
+    if status == "optimal":
+        q = [int(problem.variables[v].labels[r.assignment[v]]) for v in range(n)]
+        assert len({x + i for i, x in enumerate(q)}) == len({x - i for i, x in enumerate(q)}) == len(set(q)) == n
+
+
+@pytest.mark.parametrize("change, line, fragment", [
+    ("constraint int_ne(q[1], 2);", 11, "constraint int_times is not supported"),
+    ("var {1, 3, 5}: s;", 6, "var int without a domain is not supported"),
+    ("var bool: b;", 7, "unknown identifier x"),
+])
+def test_flatzinc_refusals(tmp_path, change, line, fragment):
+    replacement = {"constraint int_ne(q[1], 2);": "constraint int_times(q[1], q[2], q[3]);",
+                   "var {1, 3, 5}: s;": "var int: s;", "var bool: b;": "var bool: b = x;"}[change]
+    path = tmp_path / "bad.fzn"
+    path.write_text(FZN.replace(change, replacement))
+    with pytest.raises(ParseError) as info:
+        read(path)
+    assert str(info.value).startswith(f"{path}:{line}:") and fragment in str(info.value)
