@@ -10,6 +10,8 @@ lists (alldiff.scc); GPU: the transitive closure by float16 matrix squaring and 
 Warshall (alldiff.closure), the matching staying on the host as in the seed. Prints and writes
 seconds per call and the CPU/GPU ratio to bench/results/alldiff-<device>-<date>.json. The CPU
 column is skipped (null) above --cpu-max-edges edges: its adjacency lists outgrow memory.
+With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
+CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve.alldiff import CLOSURES, filter_domains  # noqa: E402
-from gpusolve.generate import queens  # noqa: E402
-from gpusolve.globals import value_ids  # noqa: E402
+from gpusolve.alldiff import CLOSURES, filter_domains
+from gpusolve.generate import langford, queens
+from gpusolve.globals import value_ids
+from gpusolve.mac import Mac
+from gpusolve.search import Stopped
 
 
 def queens_graphs(n: int) -> list[np.ndarray]:
@@ -76,6 +80,22 @@ def timed(fn, repeat: int, sync=lambda: None) -> tuple[float, object]:
     return best, out
 
 
+def solve_first(spec: str, xp, limit: float) -> dict:
+    """MAC's first solution of `queens:N` or `langford:N`: seconds, nodes, whether it was found."""
+    kind, n = spec.split(":")
+    problem = queens(int(n)) if kind == "queens" else langford(int(n))
+    t = time.perf_counter()
+    m = Mac(problem, should_stop=lambda: time.perf_counter() - t > limit, xp=xp)
+    try:
+        found = m.run()
+        status = "infeasible" if found is None else "solved"
+        assert found is None or problem.evaluate(found) == 0
+    except Stopped:
+        status = "time limit"
+    return {"instance": spec, "device": "gpu" if xp is not None else "cpu", "status": status,
+            "seconds": time.perf_counter() - t, **m.stats.to_json()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000, 2000, 4000, 8000])
@@ -83,9 +103,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cpu-max-edges", type=float, default=2e7)
     ap.add_argument("--no-gpu", action="store_true", help="CPU only, even where CuPy imports")
+    ap.add_argument("--solve", nargs="*", default=[], metavar="queens:N|langford:N",
+                    help="first solutions by MAC search, CPU and GPU")
+    ap.add_argument("--solve-limit", type=float, default=60.0, help="seconds per first solution")
+    ap.add_argument("--no-propagation", action="store_true", help="only the --solve part")
     ap.add_argument("--quick", action="store_true", help="sizes 40 and 80, one repeat (the tests)")
     args = ap.parse_args()
     sizes, repeat = ([40, 80], 1) if args.quick else (args.sizes, args.repeat)
+    solves = ["queens:12", "langford:8"] if args.quick else args.solve
+    if args.no_propagation:
+        sizes = []
     cp = None
     if not args.no_gpu:
         try:
@@ -124,8 +151,16 @@ def main() -> None:
             cpu = f"{row['cpu_s']:>10.4g}" if row["cpu_s"] is not None else f"{'skipped':>10}"
             ratio = f"{row['ratio']:>9.2f}" if row.get("ratio") else f"{'-':>9}"
             print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cpu}{cells}{ratio}", flush=True)
+    firsts = []
+    for spec in solves:
+        for xp in ([None] + ([cp] if cp is not None else [])):
+            firsts.append(solve_first(spec, xp, args.solve_limit))
+            f = firsts[-1]
+            print(f"first solution {spec} on the {f['device']}: {f['status']} in {f['seconds']:.3g} s, "
+                  f"{f['nodes']} nodes, {f['failures']} failures", flush=True)
     device = gpu_name() if cp is not None else cpu_name()
-    write_result("alldiff", device, cpu=cpu_name(), quick=args.quick, density=args.density, rows=rows)
+    write_result("alldiff", device, cpu=cpu_name(), quick=args.quick, density=args.density, rows=rows,
+                 first_solutions=firsts)
 
 
 if __name__ == "__main__":

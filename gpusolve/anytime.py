@@ -7,7 +7,9 @@ last: MBE at a small z (a lower bound, and the greedy assignment as an
 incumbent), local search from rollouts guided by its messages (incumbents),
 cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
 (a tighter lower bound and the search heuristic), then AND/OR branch and
-bound (search.py), whose completion proves the incumbent optimal.
+bound (search.py), whose completion proves the incumbent optimal. A satisfaction problem (costs
+0 or forbidden) that BE cannot take runs one phase instead: depth-first search maintaining arc
+consistency and GAC (mac.py), whose first solution is optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
 every instance, so the tighter of the two guides the last phases; shifting
 is skipped where FGLP cannot raise the bound (problems ruled by hard
@@ -26,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from .mac import satisfaction
 from .model import Problem
 from .plan import Plan, build_plan, choose_plan
 
@@ -45,7 +48,8 @@ FGLP_ITERATIONS = 100
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
-TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search"}
+TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search",
+         "mac": "search"}
 
 
 class Stop:
@@ -123,7 +127,7 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Phase:
-    name: str  # be | mbe | fglp | local-search | search | bounded-sparse
+    name: str  # be | mbe | fglp | local-search | search | bounded-sparse | mac
     plan: Plan | None = None  # the elimination this phase runs
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
@@ -183,6 +187,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     limit = math.inf if time_limit is None else time_limit
     if exact is not None and z is None and (not search or predict_s(exact, engine) <= 0.8 * limit):
         return Schedule((Phase("be", exact, predict_s(exact, engine)),), engine)
+    if search and z is None and satisfaction(problem):  # any solution is optimal: MAC finds one first
+        return Schedule((Phase("mac", seconds=math.inf),), engine)
     if not search:
         fitting = choose_plan(problem, order, z, budget, n_components)
         phases = (Phase("mbe", fitting, predict_s(fitting, engine)),)
@@ -299,6 +305,8 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
             elif phase.name == "search":
                 _search(on, order, guide, engine, bounds, stop, out)
+            elif phase.name == "mac":
+                _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
                 found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
                                                  n_components)
@@ -370,3 +378,18 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if assignment is not None:
         bounds.offer(assignment, "AND/OR search")
     bounds.prove("AND/OR search")
+
+
+def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+    """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
+    from .mac import Mac
+    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.name == "cupy" else None)
+    try:
+        assignment = m.run()
+    finally:
+        out.search = {"method": "MAC", **m.stats.to_json()}
+    if assignment is None:
+        bounds.raise_lower(problem.top, "MAC")
+    else:
+        bounds.offer(assignment, "MAC")
+    bounds.prove("MAC")

@@ -13,6 +13,7 @@ of its variables, what that variable's value adds to its cost.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import replace
@@ -26,24 +27,23 @@ from .model import AllDifferent, CostFunction, Problem
 DECOMPOSE_ENTRIES = 1 << 25
 
 
+@functools.lru_cache(maxsize=256)  # AllDifferents hash by identity; search asks for the same ones often
 def value_ids(g: AllDifferent) -> tuple[list[np.ndarray], int]:
     """(per scope variable: the column of each domain index in the variable-value graph, columns).
 
     Equal values share a column; an exempt value gets a column of its own per variable, so any
     number of variables can take it."""
-    shared: dict[int, int] = {}
-    ids, count = [], 0
-    for vals in g.values:
-        col = np.empty(len(vals), dtype=np.int64)
-        for a, x in enumerate(vals.tolist()):
-            if x in g.exempt:
-                col[a], count = count, count + 1
-            else:
-                if x not in shared:
-                    shared[x], count = count, count + 1
-                col[a] = shared[x]
-        ids.append(col)
-    return ids, count
+    flat = np.concatenate([np.asarray(v, dtype=np.int64) for v in g.values]) if g.values else np.zeros(0, np.int64)
+    shared, cols = np.unique(flat, return_inverse=True)
+    cols = cols.astype(np.int64).reshape(-1)
+    if g.exempt:
+        private = np.isin(flat, list(g.exempt))
+        cols[private] = len(shared) + np.arange(int(private.sum()))
+        count = len(shared) + int(private.sum())
+    else:
+        count = len(shared)
+    bounds = np.cumsum([0] + [len(v) for v in g.values])
+    return [cols[a:b] for a, b in zip(bounds[:-1], bounds[1:])], count
 
 
 def gac(g: AllDifferent, live: list[np.ndarray], match: np.ndarray | None = None, xp=None) -> np.ndarray | None:

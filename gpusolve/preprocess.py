@@ -57,7 +57,7 @@ def preprocess(problem: Problem) -> Reduced:
     alldiffs = hard(problem)
     matches: list = [None] * len(alldiffs)
     while queue or alldiffs:
-        if not _revise(problem, live, watching, queue, queued):
+        if not revise(problem, live, watching, queue, queued):
             return infeasible
         sizes = [int(m.sum()) for m in live]
         for j, g in enumerate(alldiffs):  # GAC on each hard AllDifferent, then AC again where it removed
@@ -87,7 +87,7 @@ def preprocess(problem: Problem) -> Reduced:
     return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
 
 
-def _revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
+def revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
     """AC-3 on the tables until the queue empties; False when a domain empties."""
     while queue:
         i = queue.pop()

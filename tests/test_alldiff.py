@@ -165,6 +165,39 @@ def test_propagator_costs_add_up_to_the_constraint_along_the_scope():
             assert min(added, problem.top) == full
 
 
+def test_mac_finds_a_solution_exactly_when_one_exists():
+    """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
+    the schedule's phase when elimination is not asked for (a given z)."""
+    from gpusolve.mac import Mac, satisfaction
+    checked = 0
+    for seed in range(150):
+        problem = random_global_problem(seed)
+        for f in problem.functions:
+            f.table = np.where(f.table >= 5, problem.top, 0)
+        for g in problem.globals:
+            g.cost = problem.top
+        assert satisfaction(problem)
+        best, _ = brute_force(decomposed_by_hand(problem))
+        found = Mac(problem).run()
+        assert (found is not None) == (best < problem.top), seed
+        if found is not None:
+            assert problem.evaluate(found) == 0
+        r = solve(problem, Options(device="cpu", z=2))
+        assert r.status == ("optimal" if best < problem.top else "infeasible"), seed
+        checked += best < problem.top
+    assert checked >= 30
+
+
+def test_queens_and_langford_first_solutions():
+    from gpusolve.generate import langford, queens
+    for problem, status in [(queens(3), "infeasible"), (queens(30), "optimal"), (langford(5), "infeasible"),
+                            (langford(8), "optimal")]:
+        r = solve(problem, Options(device="cpu"))
+        assert r.status == status
+        if status == "optimal":
+            assert problem.evaluate(r.assignment) == 0 and r.search["method"] == "MAC"
+
+
 # ------------------------------------------------------------------ the wcsp keywords
 
 def write(tmp_path, name, text):
