@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
 
 from .errors import ParseError
-from .source import read_lines, split_compression
-from .tables import COMPARE, linear_sum, too_large
+from .source import read_lines
+from .tables import COMPARE, constraint_problem, linear_sum, too_large
 
 ANNOTATION = re.compile(r"::\s*[\w]+(\s*\((?:[^()]|\([^()]*\))*\))?")
 VAR = re.compile(r"var\s+(.+?)\s*:\s*(\w+)\s*(?:=\s*(.+))?", re.S)
@@ -65,13 +65,7 @@ class _Reader:
                 self._var(item)
             else:
                 self._param(item)
-        name = split_compression(self.path)[0].removesuffix(".fzn")
-        problem = Problem(name, self.variables, self.functions, integer=True, sense=self.sense, task="WCSP",
-                          globals=self.globals)
-        try:
-            return finalize_integer(problem, None)
-        except ModelError as err:
-            raise ParseError(self.path, None, str(err)) from None
+        return constraint_problem(self.path, self.variables, self.functions, self.sense, self.globals)
 
     # --- declarations -------------------------------------------------------------------------
     def _domain(self, text: str) -> np.ndarray:

@@ -1,9 +1,13 @@
-"""Dense-table helpers shared by the readers: the size guard and tuple assignment."""
+"""Helpers shared by the readers: the size guard, tuple assignment, linear tables, the CSP/COP problem."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gpusolve.model import Problem
 
 MAX_TABLE = 1 << 31  # dense tables beyond this many entries are refused before allocation
 
@@ -48,3 +52,17 @@ def linear_sum(values: list[np.ndarray], coeffs: list[int]) -> np.ndarray | str:
         shape[k] = -1
         total = total + int(a) * vals.reshape(shape)
     return np.broadcast_to(total, tuple(len(v) for v in values))
+
+
+def constraint_problem(path, variables, functions, sense: int, globals_) -> "Problem":
+    """The problem of a CP model (XCSP3, FlatZinc): hard tables, an objective, its exact top."""
+    from gpusolve.model import ModelError, Problem, finalize_integer
+
+    from .errors import ParseError
+    from .source import split_compression
+    name = split_compression(path)[0].rsplit(".", 1)[0]
+    problem = Problem(name, variables, functions, integer=True, sense=sense, task="WCSP", globals=globals_)
+    try:
+        return finalize_integer(problem, None)
+    except ModelError as err:
+        raise ParseError(path, None, str(err)) from None

@@ -20,11 +20,11 @@ from xml.parsers import expat
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
 
 from .errors import ParseError
-from .source import read_lines, split_compression
-from .tables import COMPARE, linear_sum, too_large
+from .source import read_lines
+from .tables import COMPARE, constraint_problem, linear_sum, too_large
 
 MAX_DOMAIN = 1 << 24
 TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][\w.]*(?:\[[^\]]*\])*)|([(),]))")
@@ -101,13 +101,7 @@ class _Reader:
                 self._objectives(child)
             elif child.tag not in ("annotations",):
                 raise self.error(f"<{child.tag}> is not supported")
-        name = split_compression(self.path)[0].removesuffix(".xml")
-        problem = Problem(name, self.variables, self.functions, integer=True, sense=self.sense, task="WCSP",
-                          globals=self.globals)
-        try:
-            return finalize_integer(problem, None)
-        except ModelError as err:
-            raise ParseError(self.path, None, str(err)) from None
+        return constraint_problem(self.path, self.variables, self.functions, self.sense, self.globals)
 
     def _declare(self, v) -> None:
         if v.tag not in ("var", "array"):
