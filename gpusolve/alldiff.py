@@ -157,8 +157,8 @@ def warshall_packed(xp, rows):
     rows = rows.copy()
     one = xp.uint64(1)
     for k in range(rows.shape[0]):
-        has_k = ((rows[:, k // 64] >> xp.uint64(k % 64)) & one).astype(bool)
-        rows |= xp.where(has_k[:, None], rows[k][None, :], xp.uint64(0))
+        has_k = (rows[:, k // 64] >> xp.uint64(k % 64)) & one  # 0 or 1 per row
+        rows |= has_k[:, None] * rows[k][None, :]
     return rows
 
 
