@@ -106,6 +106,8 @@ def main() -> None:
     ap.add_argument("--solve", nargs="*", default=[], metavar="queens:N|langford:N",
                     help="first solutions by MAC search, CPU and GPU")
     ap.add_argument("--solve-limit", type=float, default=60.0, help="seconds per first solution")
+    ap.add_argument("--solve-on", nargs="+", choices=("cpu", "gpu"), default=["cpu", "gpu"],
+                    help="where first solutions are searched (gpu: where CuPy imports)")
     ap.add_argument("--no-propagation", action="store_true", help="only the --solve part")
     ap.add_argument("--quick", action="store_true", help="sizes 40 and 80, one repeat (the tests)")
     args = ap.parse_args()
@@ -153,7 +155,7 @@ def main() -> None:
             print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cpu}{cells}{ratio}", flush=True)
     firsts = []
     for spec in solves:
-        for xp in ([None] + ([cp] if cp is not None else [])):
+        for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):
             firsts.append(solve_first(spec, xp, args.solve_limit))
             f = firsts[-1]
             print(f"first solution {spec} on the {f['device']}: {f['status']} in {f['seconds']:.3g} s, "
