@@ -9,7 +9,9 @@ cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
 (a tighter lower bound and the search heuristic), JGLP cost shifting on the
 join graph of the tighter of those two runs (a lower bound never below
 theirs), then AND/OR branch and bound (search.py), whose completion proves
-the incumbent optimal.
+the incumbent optimal. A satisfaction problem (costs 0 or forbidden) that BE
+cannot take runs one phase instead: depth-first search maintaining arc
+consistency and GAC (mac.py), whose first solution is optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
 every instance, so the tighter of the two guides the last phases; shifting
 and JGLP are skipped where FGLP cannot raise the bound (problems ruled by
@@ -28,6 +30,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .mac import satisfaction
 from .model import Problem
 from .plan import Plan, build_plan, choose_plan
 
@@ -51,7 +54,8 @@ FGLP_ITERATIONS = 100
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
-TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search"}
+TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search",
+         "mac": "search"}
 
 
 class Stop:
@@ -129,7 +133,7 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Phase:
-    name: str  # be | mbe | fglp | jglp | local-search | search | bounded-sparse
+    name: str  # be | mbe | fglp | jglp | local-search | search | bounded-sparse | mac
     plan: Plan | None = None  # the elimination this phase runs
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
@@ -191,7 +195,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
                   n_components: int = 1, tables: str = "auto") -> Schedule:
     """Phases for an optimisation task (WCSP, MPE).
 
-    `exact` is the exact plan when it fits the memory budget (None otherwise). Exact BE runs
+    `exact` is the exact plan when it fits the memory budget (None otherwise). A satisfaction
+    problem runs MAC search alone unless exact BE is predicted instant. Exact BE runs
     alone when its predicted time fits the limit (or search is off). Otherwise: a first cheap
     MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
     predicted time fits a share of the limit — local search (right after the first MBE with a
@@ -200,6 +205,11 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     for integer problems by bounded sparse BE, as before search existed.
     """
     limit = math.inf if time_limit is None else time_limit
+    # A satisfaction problem's first solution is optimal: MAC search unless BE is instant (donald:
+    # 0.07 s against 6 s of BE).
+    if search and z is None and satisfaction(problem) and \
+            (exact is None or predict_s(exact, engine) > FIRST_BOUND_S):
+        return Schedule((Phase("mac", seconds=math.inf),), engine)
     if exact is not None and z is None and (not search or predict_s(exact, engine) <= 0.8 * limit):
         return Schedule((Phase("be", exact, predict_s(exact, engine)),), engine)
     if not search:
@@ -319,7 +329,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     continue
                 bounds.raise_lower(lower, label)
                 bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
-                if plan.exact:
+                if plan.exact and not on.relaxed:
                     bounds.prove(label)
                 if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
                     guide = Run(on, plan, tables, messages, lower, matched)
@@ -343,6 +353,8 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
             elif phase.name == "search":
                 _search(on, order, guide, engine, bounds, stop, out)
+            elif phase.name == "mac":
+                _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
                 found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
                                                  n_components, progress_factory)
@@ -389,12 +401,13 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
         return now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=lambda: stop() or stalled(), on_improve=improved)
+                              should_stop=lambda: stop() or bounds.closed or stalled(), on_improve=improved)
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
-    if bounds.assignment is not None and not problem.is_forbidden(bounds.upper):
+    # (Not with global constraints: their subproblems are not conditioned.)
+    if bounds.assignment is not None and not problem.is_forbidden(bounds.upper) and not problem.globals:
         last[0] = time.perf_counter()
         local_search.lns(problem, bounds.assignment, engine, rng, start + seconds,
-                         lambda: stop() or until_stall and stalled(), improved)
+                         lambda: stop() or bounds.closed or until_stall and stalled(), improved)
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
@@ -403,10 +416,12 @@ ROLLOUTS = 1024
 
 
 def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+    from .globals import propagators
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
-    s = AndOrSearch(guide.problem, order, Heuristic.from_run(guide.plan, engine, guide.messages), should_stop=stop)
+    s = AndOrSearch(guide.problem, order, Heuristic.from_run(guide.plan, engine, guide.messages), should_stop=stop,
+                    propagators=propagators(guide.problem))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
@@ -417,3 +432,18 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if assignment is not None:
         bounds.offer(assignment, "AND/OR search")
     bounds.prove("AND/OR search")
+
+
+def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+    """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
+    from .mac import Mac
+    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.name == "cupy" else None)
+    try:
+        assignment = m.run()
+    finally:
+        out.search = {"method": "MAC", **m.stats.to_json()}
+    if assignment is None:
+        bounds.raise_lower(problem.top, "MAC")
+    else:
+        bounds.offer(assignment, "MAC")
+    bounds.prove("MAC")

@@ -25,7 +25,7 @@ from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 
-FORMATS = ("wcsp", "uai", "xml", "cfn")  # as gpusolve.parsers.FORMATS, without importing the readers
+FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
     from .solve import Options, Result
 
@@ -259,7 +259,7 @@ def interruptible():
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
-    """Solve FILE (.wcsp, .uai, .xml, .cfn, optionally .gz/.xz/.bz2; - reads standard input).
+    """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
     Exit 0 when solved or bounded, 130 (143) when Ctrl-C (SIGTERM) stopped it after printing the
     best result held."""

@@ -100,3 +100,32 @@ def markov_grid(side: int, d: int = 2, seed: int = 0, p_zero: float = 0.0) -> Pr
             f.table = -np.log10(f.table)
     return Problem(f"grid{side}x{side}-d{d}-s{seed}", [Variable(f"x{i}", d) for i in range(n)], functions,
                    integer=False, top=np.inf, sense=-1, task="MPE")
+
+
+def queens(n: int) -> Problem:
+    """N-queens as three AllDifferents over the rows x_i, the diagonals x_i + i and x_i - i."""
+    import numpy as np
+
+    from .model import FORBIDDEN, AllDifferent, Problem, Variable, finalize_integer
+    rows = np.arange(n, dtype=np.int64)
+    globals_ = [AllDifferent(tuple(range(n)), tuple(rows + shift * i for i in range(n)), FORBIDDEN)
+                for shift in (0, 1, -1)]
+    problem = Problem(f"queens-{n}", [Variable(f"q{i}", n) for i in range(n)], [], globals=globals_)
+    return finalize_integer(problem, None)
+
+
+def langford(n: int) -> Problem:
+    """Langford's L(2, n): the positions of the two copies of each digit d (1..n) in 2n places,
+    d other digits between them: p[2(d-1)+1] = p[2(d-1)] + d + 1, all positions different."""
+    import numpy as np
+
+    from .model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
+    size = 2 * n
+    places = np.arange(size, dtype=np.int64)
+    functions = [CostFunction((2 * (d - 1), 2 * (d - 1) + 1),
+                              np.where(places[:, None] + d + 1 == places[None, :], 0, FORBIDDEN))
+                 for d in range(1, n + 1)]
+    globals_ = [AllDifferent(tuple(range(size)), tuple(places for _ in range(size)), FORBIDDEN)]
+    problem = Problem(f"langford-2-{n}", [Variable(f"p{d // 2 + 1}{'ab'[d % 2]}", size) for d in range(size)],
+                      functions, globals=globals_)
+    return finalize_integer(problem, None)

@@ -8,7 +8,7 @@ forbidden. ``sense`` maps an internal cost back to the file's own objective.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,6 +42,43 @@ class CostFunction:
         return len(self.scope)
 
 
+@dataclass(eq=False)  # arrays inside: compared by identity
+class AllDifferent:
+    """A global AllDifferent over `scope`, kept whole: its binary decomposition is made only where it fits.
+
+    `values[k]` maps the domain indices of scope variable k to the values compared (N-queens'
+    diagonals are AllDifferents over x_i + i); `exempt` values may be shared (XCSP3 `except`).
+    `cost` per unit of violation, >= top (the model's) for a hard constraint. Violation, as toulbar2
+    defines it: `var` counts the variables to change (variables on a non-exempt value minus the
+    distinct such values), `dec` the pairs of variables that share a non-exempt value.
+    """
+
+    scope: tuple[int, ...]
+    values: tuple[np.ndarray, ...]
+    cost: int
+    semantics: str = "var"  # var | dec
+    exempt: frozenset = frozenset()
+    tabled: bool = False  # its decomposition is among the problem's tables (globals.decompose)
+
+    def violation(self, taken) -> int:
+        """Violation of the values `taken` (one per scope variable, domain indices)."""
+        seen = [int(self.values[k][int(a)]) for k, a in enumerate(taken)]
+        seen = [x for x in seen if x not in self.exempt]
+        counts = np.unique(np.array(seen, dtype=np.int64), return_counts=True)[1]
+        if self.semantics == "dec":
+            return int((counts * (counts - 1) // 2).sum())
+        return int((counts - 1).sum())
+
+    def worst(self) -> int:
+        """The largest violation (all variables on one value)."""
+        n = len(self.scope)
+        return n * (n - 1) // 2 if self.semantics == "dec" else max(n - 1, 0)
+
+    def restrict(self, kept: list[np.ndarray]) -> "AllDifferent":
+        """The same constraint after preprocessing kept the domain indices `kept[v]` of each variable."""
+        return replace(self, values=tuple(vals[kept[v]] for v, vals in zip(self.scope, self.values)))
+
+
 @dataclass
 class Problem:
     name: str
@@ -54,6 +91,9 @@ class Problem:
     task: str = "WCSP"  # WCSP | MPE
     evidence: dict[int, int] = field(default_factory=dict)  # variable -> observed value
     precision: int = 0  # decimals of the file's integer-scaled costs (CFN): file value = cost / 10^precision
+    # Global constraints (integer problems only). One not `tabled` makes the tables a relaxation,
+    # which elimination bounds and search completes (gpusolve/globals.py).
+    globals: list[AllDifferent] = field(default_factory=list)
 
     @property
     def dtype(self):
@@ -62,6 +102,11 @@ class Problem:
     @property
     def domains(self) -> list[int]:
         return [v.domain for v in self.variables]
+
+    @property
+    def relaxed(self) -> bool:
+        """Some global constraint is missing from the tables: elimination alone proves nothing."""
+        return any(not g.tabled for g in self.globals)
 
     def is_forbidden(self, cost) -> bool:
         return cost >= self.top
@@ -96,7 +141,20 @@ class Problem:
             total = total + f.table[tuple(int(assignment[v]) for v in f.scope)]
             if total >= self.top:
                 return self.top
+        for g in self.globals:
+            if g.tabled:
+                continue
+            total = total + min(g.cost * g.violation([assignment[v] for v in g.scope]), self.top)
+            if total >= self.top:
+                return self.top
         return total
+
+    def like(self, functions: list[CostFunction], variables: list[Variable] | None = None,
+             top=None, globals: list[AllDifferent] | None = None) -> "Problem":
+        """A problem with this one's objective, new tables (and optionally variables, top, globals)."""
+        return Problem(self.name, self.variables if variables is None else variables, functions, self.integer,
+                       self.top if top is None else top, self.offset, self.sense, self.task, dict(self.evidence),
+                       self.precision, list(self.globals if globals is None else globals))
 
 
 # Readers mark forbidden integer entries with this before `finalize_integer`.
@@ -122,6 +180,8 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
             finite = finite - low
         f.table = t
         worst += int(finite.max()) if finite.size else 0
+    for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
+        worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
     top = worst + 1
     if file_top is not None:
         top = min(top, max(int(file_top) - int(problem.offset), 0))
@@ -129,6 +189,8 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
         raise ModelError(f"costs too large: the sum of finite costs ({worst}) exceeds 2^62")
     for f in problem.functions:
         f.table = np.minimum(f.table, top).astype(np.int64, copy=False)
+    for g in problem.globals:
+        g.cost = min(g.cost, top)
     problem.top = top
     return problem
 
@@ -144,5 +206,7 @@ def condition(problem: Problem, evidence: dict[int, int]) -> Problem:
         functions.append(CostFunction(scope, np.array(f.table[index])))  # a copy; 0-d when all observed
     merged = dict(problem.evidence)
     merged.update(evidence)
+    if problem.globals:
+        raise ModelError("evidence with global constraints is not supported")
     return Problem(problem.name, problem.variables, functions, problem.integer, problem.top,
                    problem.offset, problem.sense, problem.task, merged, problem.precision)

@@ -3,7 +3,9 @@
 A value is removed when it takes part in no assignment cheaper than top:
 its unary costs add up to top, or some cost function forbids every tuple
 that gives the variable this value (and only live values to the others).
-Removals propagate until nothing changes (AC-3 on the functions). This
+Removals propagate until nothing changes (AC-3 on the functions, Régin's GAC on every hard
+AllDifferent, in turn until neither removes a value); then the global constraints' tables
+are added where they fit (globals.decompose). This
 never changes the optimum, shrinks the domains that size every table, and
 detects an emptied domain (the problem is infeasible) before any
 elimination. Value indices change: `Reduced.expand` maps an assignment back
@@ -11,10 +13,11 @@ to the file's value indices.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .globals import decompose, gac, hard
 from .model import CostFunction, Problem, Variable
 
 
@@ -35,7 +38,7 @@ def preprocess(problem: Problem) -> Reduced:
 
     A variable in no scope keeps only its first value (any value is optimal), an observed one all
     its values (the evidence picks one): their domains, which may be huge, are never materialised."""
-    scoped = {v for f in problem.functions for v in f.scope}
+    scoped = {v for f in problem.functions for v in f.scope} | {v for g in problem.globals for v in g.scope}
     live = [np.ones(d, dtype=bool) if v in scoped else None for v, d in enumerate(problem.domains)]
     infeasible = Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
     if sum(f.table[()] for f in problem.functions if not f.scope) >= problem.top:
@@ -55,6 +58,42 @@ def preprocess(problem: Problem) -> Reduced:
             watching.setdefault(v, []).append(i)
     queue = [i for i, f in enumerate(problem.functions) if f.scope]
     queued = set(queue)
+    alldiffs = hard(problem)
+    matches: list = [None] * len(alldiffs)
+    while queue or alldiffs:
+        if not revise(problem, live, watching, queue, queued):
+            return infeasible
+        sizes = [int(m.sum()) if m is not None else 0 for m in live]
+        for j, g in enumerate(alldiffs):  # GAC on each hard AllDifferent, then AC again where it removed
+            matches[j] = gac(g, live, matches[j])
+            if matches[j] is None:
+                return infeasible
+        changed = [v for v, m in enumerate(live) if m is not None and m.sum() < sizes[v]]
+        if not changed:
+            break
+        queued.update(i for v in changed for i in watching.get(v, ()))
+        queue.extend(queued)
+    values = [np.flatnonzero(m) if m is not None else range(d if v in problem.evidence else 1)
+              for v, (m, d) in enumerate(zip(live, problem.domains))]
+    removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
+    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
+                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
+    functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
+                              if f.scope else f.table) for f in problem.functions] if removed else problem.functions
+    if problem.globals:  # their tables, where they fit (globals.decompose), merge with the file's
+        decomposed = decompose(problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals]))
+        functions, globals_ = decomposed.functions, decomposed.globals
+    else:
+        globals_ = []
+    merged = merge_scopes(functions, problem)
+    same_globals = all(a is b for a, b in zip(globals_, problem.globals))
+    if not removed and len(merged) == len(problem.functions) and same_globals:
+        return Reduced(problem, values)
+    return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
+
+
+def revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
+    """AC-3 on the tables until the queue empties; False when a domain empties."""
     while queue:
         i = queue.pop()
         queued.discard(i)
@@ -69,24 +108,12 @@ def preprocess(problem: Problem) -> Reduced:
             if (live[u] & ~supported).any():
                 live[u] &= supported
                 if not live[u].any():
-                    return infeasible
+                    return False
                 for j in watching[u]:
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
-    values = [np.flatnonzero(m) if m is not None else range(d if v in problem.evidence else 1)
-              for v, (m, d) in enumerate(zip(live, problem.domains))]
-    removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
-    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
-                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
-    functions = [CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*(values[u] for u in f.scope))])
-                              if f.scope else f.table) for f in problem.functions] if removed else problem.functions
-    merged = merge_scopes(functions, problem)
-    if not removed and len(merged) == len(problem.functions):
-        return Reduced(problem, values)
-    reduced = Problem(problem.name, variables, merged, problem.integer, problem.top, problem.offset,
-                      problem.sense, problem.task, dict(problem.evidence), problem.precision)
-    return Reduced(reduced, values, removed=removed)
+    return True
 
 
 def merge_scopes(functions: list[CostFunction], problem: Problem) -> list[CostFunction]:
@@ -113,5 +140,4 @@ def lower_top(problem: Problem, top: int) -> Problem:
     """The integer problem with every cost >= top forbidden (top <= problem.top): an
     assignment cheaper than top keeps its cost, every other one becomes forbidden."""
     functions = [CostFunction(f.scope, np.minimum(f.table, top)) for f in problem.functions]
-    return Problem(problem.name, problem.variables, functions, problem.integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence), problem.precision)
+    return problem.like(functions, top=top, globals=[replace(g, cost=min(g.cost, top)) for g in problem.globals])

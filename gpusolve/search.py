@@ -133,7 +133,7 @@ class SearchStats:
 
 
 class Propagator(Protocol):
-    """A constraint that filters values during search (AllDifferent and other global constraints).
+    """A constraint that filters values or adds costs during search (AllDifferent, globals.py).
 
     Its scope joins the pseudo tree like a cost function's, so the variables it couples lie on one
     path; at an OR node of one of them, every variable above it is assigned.
@@ -141,8 +141,9 @@ class Propagator(Protocol):
 
     scope: tuple[int, ...]
 
-    def allowed(self, var: int, above: tuple[int, ...], value: np.ndarray) -> np.ndarray:
-        """Boolean mask over var's domain given value[u] for the scope variables `above` var."""
+    def lower(self, var: int, above: tuple[int, ...], value: np.ndarray) -> np.ndarray:
+        """Over var's domain, given value[u] for the scope variables `above` var: the cost var's
+        value adds (top: forbidden). Summed over the scope along a path, the constraint's cost."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ class AndOrSearch:
         costs = self._evaluate(v, value)
         for prop, above in self.watch[v]:
             costs = costs.copy() if costs is self.lookups[v].zeros else costs
-            costs[0, ~prop.allowed(v, above, value)] = self.top
+            costs[0] = np.minimum(costs[0] + prop.lower(v, above, value), self.top)
         kids = self.tree.children[v]
         if not kids:  # a leaf: its cheapest value
             x = int(costs[0].argmin())

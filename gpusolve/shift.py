@@ -219,8 +219,7 @@ def _extract(xp, problem: Problem, groups, scopes, tables, unary, const) -> Prob
     if integer:
         total = min(total, int(top))
     functions.insert(0, CostFunction((), np.array(total, dtype=problem.dtype)))
-    return Problem(problem.name, problem.variables, functions, integer, top, problem.offset,
-                   problem.sense, problem.task, dict(problem.evidence), problem.precision)
+    return problem.like(functions, top=top)
 
 
 def match_bucket(xp, problem: Problem, plan, var: int, tables, messages, check=None) -> dict[int, object]:

@@ -166,7 +166,7 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
                   engine: str) -> Schedule:
     """The anytime schedule for these options; raises BudgetError when no bound fits the budget."""
     exact = None
-    if options.z is None:
+    if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
         exact = plan_within(problem, order, None, budget, n_comp, options.tables)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
                          n_comp, options.tables)

@@ -1,11 +1,15 @@
-"""Dense-table helpers shared by the readers: the size guard and tuple assignment."""
+"""Helpers shared by the readers: the size guard, tuple assignment, linear tables, the CSP/COP problem."""
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gpusolve.model import Problem
 
 MAX_TABLE = 1 << 31  # dense tables beyond this many entries are refused before allocation
 ENTRY_BYTES = 8  # int64 or float64
@@ -66,3 +70,39 @@ def assign_tuples(table: np.ndarray, rows: np.ndarray, costs: np.ndarray) -> Non
     _, first_from_end = np.unique(flat[::-1], return_index=True)
     last = len(flat) - 1 - first_from_end
     table.reshape(-1)[flat[last]] = costs[last]
+
+
+# Entries of the table a linear constraint (XCSP3 `sum`, FlatZinc `int_lin_*`) becomes; larger ones
+# are refused: no model-level linear constraint exists yet.
+MAX_LINEAR = 1 << 24
+COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+           "eq": np.equal, "ne": np.not_equal}
+
+
+def linear_sum(values: list[np.ndarray], coeffs: list[int]) -> np.ndarray | str:
+    """sum_k coeffs[k] * values[k] on the grid of the domains (one axis per term: the values of each
+    domain index), or the error message when that table would exceed MAX_LINEAR entries."""
+    size = math.prod(len(v) for v in values)
+    if size > MAX_LINEAR:
+        return (f"linear constraint over {len(values)} variables: its table ({size:.3g} entries) is too "
+                f"large (at most 2^24)")
+    total = np.zeros((1,) * len(values), dtype=np.int64)
+    for k, (vals, a) in enumerate(zip(values, coeffs)):
+        shape = [1] * len(values)
+        shape[k] = -1
+        total = total + int(a) * vals.reshape(shape)
+    return np.broadcast_to(total, tuple(len(v) for v in values))
+
+
+def constraint_problem(path, variables, functions, sense: int, globals_) -> "Problem":
+    """The problem of a CP model (XCSP3, FlatZinc): hard tables, an objective, its exact top."""
+    from gpusolve.model import ModelError, Problem, finalize_integer
+
+    from .errors import ParseError
+    from .source import split_compression
+    name = split_compression(path)[0].rsplit(".", 1)[0]
+    problem = Problem(name, variables, functions, integer=True, sense=sense, task="WCSP", globals=globals_)
+    try:
+        return finalize_integer(problem, None)
+    except ModelError as err:
+        raise ParseError(path, None, str(err)) from None

@@ -10,6 +10,11 @@ a negative tuple count `-k` reuses shared table k whole, its default
 included: the reusing function's own default cost is ignored, as toulbar2
 does (checked with pytoulbar2 in tests/test_formats.py). Duplicate tuples: the last
 one wins, as in toulbar2.
+Global cost functions (`arity scope -1 keyword ...`):
+`salldiff var|dec|decbi cost` (a soft AllDifferent, cost per variable to change or
+per pair of equal variables; hard when cost >= ub) and `alldiff k v1 .. vk` (hard,
+values v1..vk exempt, as toulbar2 writes it) are kept whole (model.AllDifferent);
+other global keywords are refused by name.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError
 from .source import read_lines
@@ -26,6 +31,13 @@ from .tokens import INT64_MAX, Tokens
 
 MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s sums) inside int64
 ARITHMETIC = (">=", ">", "<=", "<", "=", "disj")
+# toulbar2's global cost functions: the ones read, then the ones refused by name.
+GLOBALS = ("salldiff", "alldiff")
+OTHER_GLOBALS = ("sgcc", "ssame", "sregular", "sregulardp", "sgrammar", "sgrammardp", "samong", "samongdp",
+                 "salldiffdp", "sgccdp", "max", "smaxdp", "MST", "smstdp", "wregular", "walldiff", "wgcc",
+                 "wsame", "wsamegcc", "wamong", "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse",
+                 "whdiverse", "wtdiverse", "knapsack", "knapsackp", "knapsackc", "knapsackv", "clique",
+                 "cfnconstraint", "slinear", "sdisj")
 
 
 def read(path: str | Path) -> Problem:
@@ -45,6 +57,7 @@ def read(path: str | Path) -> Problem:
         domains.append(d)
 
     functions: list[CostFunction] = []
+    globals_: list[AllDifferent] = []
     shared: list[np.ndarray] = []  # tables of the shared definitions, in order
     offset = 0
     for _ in range(e):
@@ -59,7 +72,11 @@ def read(path: str | Path) -> Problem:
         if default == -1:
             if is_shared:
                 raise t.error("cost functions in intension cannot be shared")
-            table = _intension(t, scope, domains, ub)
+            keyword = t.word("cost function keyword")
+            if keyword in GLOBALS:
+                globals_.append(_alldiff(t, keyword, scope, domains, ub))
+                continue
+            table = _intension(t, keyword, scope, domains, ub)
         elif default < 0:
             raise t.error("negative costs are not supported")
         else:
@@ -70,7 +87,8 @@ def read(path: str | Path) -> Problem:
     t.expect_end(f"unexpected data after the last cost function (the header announces {e})")
 
     variables = [Variable(f"x{i}", d) for i, d in enumerate(domains)]
-    problem = Problem(name, variables, functions, integer=True, offset=offset, sense=1, task="WCSP")
+    problem = Problem(name, variables, functions, integer=True, offset=offset, sense=1, task="WCSP",
+                      globals=globals_)
     try:
         return finalize_integer(problem, ub)
     except ModelError as err:
@@ -138,8 +156,23 @@ def _extension(t: Tokens, scope, domains, default: int, ub: int, shared: list, i
     return table
 
 
-def _intension(t: Tokens, scope, domains, ub: int) -> np.ndarray:
-    keyword = t.word("cost function keyword")
+def _alldiff(t: Tokens, keyword: str, scope, domains, ub: int) -> AllDifferent:
+    """`salldiff var|dec|decbi cost` or `alldiff k v1 .. vk`; the values are the domain indices."""
+    values = tuple(np.arange(domains[v], dtype=np.int64) for v in scope)
+    if keyword == "alldiff":
+        count = t.int("number of exempt values", low=0)
+        exempt = frozenset(t.int("exempt value") for _ in range(count))
+        return AllDifferent(scope, values, FORBIDDEN, "var", exempt)
+    metric = t.word("salldiff metric (var, dec or decbi)")
+    if metric not in ("var", "dec", "decbi"):
+        raise t.error(f"salldiff metric {metric!r} is none of var, dec, decbi")
+    cost = _cost(t, "salldiff cost")
+    return AllDifferent(scope, values, FORBIDDEN if cost >= ub else cost, "var" if metric == "var" else "dec")
+
+
+def _intension(t: Tokens, keyword: str, scope, domains, ub: int) -> np.ndarray:
+    if keyword in OTHER_GLOBALS:
+        raise t.error(f"global cost function {keyword} is not supported (only salldiff and alldiff)")
     if keyword not in ARITHMETIC:
         raise t.error(f"unsupported cost function keyword {keyword}")
     if len(scope) != 2:

@@ -32,15 +32,19 @@ def write_wcsp(problem: Problem, path: str | Path) -> None:
 
     Written for integer problems whose top is the file's upper bound; a negative
     offset (from negative costs) is spread as a constant the format allows: none
-    below zero, so it raises.
+    below zero, so it raises. AllDifferents left out of the tables become
+    toulbar2 global cost functions (`salldiff`, cost top when hard; `alldiff`
+    for a hard one with exempt values); ValueError for one toulbar2 cannot
+    express (values other than the domain indices).
     """
     _integer_minimisation(problem, ".wcsp")
     if problem.offset < 0:
         raise ValueError(".wcsp has no negative costs: write this problem as .cfn")
     top = int(problem.top) + int(problem.offset)
+    globals_ = [_global(g, problem.top, top) for g in problem.globals if not g.tabled]
     lines = [f"{problem.name} {len(problem.variables)} {max(problem.domains, default=0)} "
-             f"{len(problem.functions) + (1 if problem.offset else 0)} {top}",
-             " ".join(str(d) for d in problem.domains)]
+             f"{len(problem.functions) + len(globals_) + (1 if problem.offset else 0)} {top}",
+             " ".join(str(d) for d in problem.domains)] + globals_
     for f in problem.functions:
         lines.append(f"{f.arity} {' '.join(map(str, f.scope))} 0 {f.table.size}")
         for values in itertools.product(*(range(s) for s in f.table.shape)):
@@ -108,6 +112,17 @@ def _plain(name: str) -> bool:
 def _number(text: str):
     """A CFN cost as a JSON number (int when it has no decimals)."""
     return int(text) if "." not in text else float(text)
+
+
+def _global(g, internal_top, top: int) -> str:
+    if any(not np.array_equal(vals, np.arange(len(vals))) for vals in g.values):
+        raise ValueError("an AllDifferent over values other than the domain indices has no .wcsp form")
+    head = f"{len(g.scope)} {' '.join(map(str, g.scope))} -1"
+    if g.exempt:
+        if g.cost < internal_top:
+            raise ValueError("a soft AllDifferent with exempt values has no .wcsp form")
+        return f"{head} alldiff {len(g.exempt)}" + "".join(f" {v}" for v in sorted(g.exempt))
+    return f"{head} salldiff {g.semantics} {top if g.cost >= internal_top else g.cost}"
 
 
 def write_uai_result(path: str | Path, task: str, log10_value, assignment=None, marginals=None) -> None:

@@ -1,5 +1,7 @@
 """XCSP 2.1 reader for extensional instances, including FRODO's DCOP flavour.
 
+A root `<instance format="XCSP3">` is handed to xcsp3.py; any other format is refused.
+
 Supported: domains (`0..9`, value lists, mixes), variables (a FRODO `agent`
 is ignored), relations with semantics `soft` (`cost:tuple|tuple|cost:tuple`,
 a cost applying to the following tuples until the next one; `defaultCost`;
@@ -94,7 +96,12 @@ class Relation:
     costs: np.ndarray  # internal int64 cost of each listed tuple
 
 
+class _Xcsp3(Exception):
+    """The root says format="XCSP3": the file goes to the XCSP3 reader."""
+
+
 def read(path: str | Path) -> Problem:
+    """An XCSP 2.1 instance, or an XCSP3 one (handed to xcsp3.py); any other XML is refused."""
     reader = _Reader(path)
     parser = ET.XMLPullParser(events=("start", "end"))
     try:
@@ -105,6 +112,9 @@ def read(path: str | Path) -> Problem:
         parser.close()
     except ET.ParseError as err:
         raise ParseError(path, err.position[0], f"malformed XML: {expat.ErrorString(err.code)}") from None
+    except _Xcsp3:
+        from .xcsp3 import read as read_xcsp3
+        return read_xcsp3(path)
     return reader.finish()
 
 
@@ -158,6 +168,11 @@ class _Reader:
         if not self.open:
             if tag != "instance":
                 raise self.error(line, f"not an XCSP instance: the root element is <{tag}>, not <instance>")
+            fmt = elem.get("format")
+            if fmt is not None and fmt.replace(" ", "").upper() == "XCSP3":
+                raise _Xcsp3
+            if fmt is not None:
+                raise self.error(line, f"unknown XCSP format {fmt!r} (XCSP 2.1 or XCSP3 are read)")
         elif tag in ("predicates", "functions"):
             raise self.error(line, f"intensional constraints (<{tag}>) are not supported")
         elif tag == "presentation":
@@ -191,6 +206,9 @@ class _Reader:
     def _presentation(self, elem: ET.Element, line: int) -> None:
         if self.relations:
             raise self.error(line, "<presentation> must come before the relations")
+        fmt = elem.get("format")
+        if fmt is not None and not fmt.replace(" ", "").upper().startswith("XCSP2.1"):
+            raise self.error(line, f"<presentation format={fmt!r}>: only XCSP 2.1 (or XCSP3) is read")
         maximize = elem.get("maximize", "false").lower()
         if maximize not in ("true", "false"):
             raise self.error(line, f"maximize={maximize!r} is neither true nor false")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "startup", "unique", "csg")
+CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "startup", "unique", "csg",
+       "alldiff")
 GPU = ("gpu_kernel", "gpu_largest", "gpu_streaming", "gpu_end_to_end")
 
 

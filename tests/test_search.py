@@ -98,10 +98,10 @@ class AllDifferent:
     def __init__(self, scope, domain):
         self.scope, self.domain = tuple(scope), domain
 
-    def allowed(self, var, above, value):
-        mask = np.ones(self.domain, dtype=bool)
-        mask[value[list(above)]] = False
-        return mask
+    def lower(self, var, above, value):
+        costs = np.zeros(self.domain, dtype=np.int64)
+        costs[value[list(above)]] = 10_000
+        return costs
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -1,0 +1,169 @@
+"""AllDifferent propagation alone (Régin's GAC), CPU against GPU, as in the seed paper.
+
+For each size (variables in the AllDifferent): N-queens at the root (its three AllDifferents:
+rows, x_i + i, x_i - i), Langford L(2, n) at the root (one AllDifferent over the 2n positions),
+and a random domain-reduced instance (each value kept with probability --density, a planted
+permutation so that a matching exists). One timed call is one propagation as search makes it:
+a few values were just removed, the matching of the previous call is passed in (incremental),
+then matching, residual graph, SCCs / closure, filtering. CPU: Tarjan's SCCs over adjacency
+lists (alldiff.scc); GPU: the transitive closure by float16 matrix squaring and by bit-packed
+Warshall (alldiff.closure), the matching staying on the host as in the seed. Prints and writes
+seconds per call and the CPU/GPU ratio to bench/results/alldiff-<device>-<date>.json. The CPU
+column is skipped (null) above --cpu-max-edges edges: its adjacency lists outgrow memory.
+With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
+CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from common import cpu_name, gpu_name, write_result
+
+from gpusolve.alldiff import CLOSURES, filter_domains, max_matching
+from gpusolve.generate import langford, queens
+from gpusolve.globals import value_ids
+from gpusolve.mac import Mac
+from gpusolve.search import Stopped
+
+
+def queens_graphs(n: int) -> list[np.ndarray]:
+    """The variable-value graphs of N-queens' three AllDifferents (full domains)."""
+    graphs = []
+    for g in queens(n).globals:
+        ids, m = value_ids(g)
+        dom = np.zeros((n, m), dtype=bool)
+        for k, col in enumerate(ids):
+            dom[k, col] = True
+        graphs.append(dom)
+    return graphs
+
+
+def langford_graph(n: int) -> np.ndarray:
+    """L(2, n) after arc consistency on p_b = p_a + d + 1: the first copy of d in 0..2n-d-2, the
+    second in d+1..2n-1."""
+    size = 2 * n
+    dom = np.zeros((size, size), dtype=bool)
+    for d in range(1, n + 1):
+        dom[2 * (d - 1), : size - d - 1] = True
+        dom[2 * (d - 1) + 1, d + 1:] = True
+    return dom
+
+
+def random_graph(n: int, density: float, rng) -> np.ndarray:
+    dom = rng.random((n, n)) < density
+    dom[np.arange(n), rng.permutation(n)] = True
+    return dom
+
+
+def one_call(dom: np.ndarray, rng, removals: int):
+    """(domains after `removals` random values were removed, the matching from before): one search step."""
+    match = max_matching(dom)
+    after = dom.copy()
+    rows = rng.choice(dom.shape[0], size=min(removals, dom.shape[0]), replace=False)
+    for x in rows:
+        vals = np.flatnonzero(after[x])
+        if vals.size > 1:
+            after[x, rng.choice(vals)] = False
+    return after, match
+
+
+def timed(fn, repeat: int, sync=lambda: None) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        sync()
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def solve_first(spec: str, xp, limit: float) -> dict:
+    """MAC's first solution of `queens:N` or `langford:N`: seconds, nodes, whether it was found."""
+    kind, n = spec.split(":")
+    problem = queens(int(n)) if kind == "queens" else langford(int(n))
+    t = time.perf_counter()
+    m = Mac(problem, should_stop=lambda: time.perf_counter() - t > limit, xp=xp)
+    try:
+        found = m.run()
+        status = "infeasible" if found is None else "solved"
+        assert found is None or problem.evaluate(found) == 0
+    except Stopped:
+        status = "time limit"
+    return {"instance": spec, "device": "gpu" if xp is not None else "cpu", "status": status,
+            "seconds": time.perf_counter() - t, **m.stats.to_json()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000, 2000, 4000, 8000])
+    ap.add_argument("--density", type=float, default=0.1, help="random instances: share of values kept")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cpu-max-edges", type=float, default=2e7)
+    ap.add_argument("--no-gpu", action="store_true", help="CPU only, even where CuPy imports")
+    ap.add_argument("--solve", nargs="*", default=[], metavar="queens:N|langford:N",
+                    help="first solutions by MAC search, CPU and GPU")
+    ap.add_argument("--solve-limit", type=float, default=60.0, help="seconds per first solution")
+    ap.add_argument("--solve-on", nargs="+", choices=("cpu", "gpu"), default=["cpu", "gpu"],
+                    help="where first solutions are searched (gpu: where CuPy imports)")
+    ap.add_argument("--no-propagation", action="store_true", help="only the --solve part")
+    ap.add_argument("--quick", action="store_true", help="sizes 40 and 80, one repeat (the tests)")
+    args = ap.parse_args()
+    sizes, repeat = ([40, 80], 1) if args.quick else (args.sizes, args.repeat)
+    solves = ["queens:12", "langford:8"] if args.quick else args.solve
+    if args.no_propagation:
+        sizes = []
+    cp = None
+    if not args.no_gpu:
+        try:
+            import cupy as cp
+            cp.cuda.runtime.getDeviceCount()
+        except Exception:  # no CuPy or no device: CPU only
+            cp = None
+    sync = cp.cuda.Device().synchronize if cp is not None else (lambda: None)
+    rng = np.random.default_rng(1)
+    rows = []
+    print(f"{'instance':<22}{'vars':>6}{'edges':>11}{'cpu s':>10}" +
+          "".join(f"{'gpu ' + c + ' s':>18}" for c in CLOSURES) + f"{'cpu/gpu':>9}")
+    for n in sizes:
+        cases = [(f"queens-{n} #{k}", g) for k, g in enumerate(queens_graphs(n))]
+        cases += [(f"langford-2-{n // 2}", langford_graph(n // 2)),
+                  (f"random-{n}-p{args.density}", random_graph(n, args.density, rng))]
+        for name, dom in cases:
+            after, match = one_call(dom, rng, max(1, n // 100))
+            edges = int(after.sum())
+            row = {"instance": name, "variables": after.shape[0], "values": after.shape[1], "edges": edges}
+            ref = None
+            if edges <= args.cpu_max_edges:
+                row["cpu_s"], ref = timed(lambda: filter_domains(after, match), repeat)
+            else:
+                row["cpu_s"] = None
+            if cp is not None:
+                for kind in CLOSURES:
+                    filter_domains(after, match, cp, kind)  # warm-up: kernels compiled, memory pooled
+                    row[f"gpu_{kind}_s"], got = timed(lambda: filter_domains(after, match, cp, kind), repeat, sync)
+                    if ref is not None:
+                        assert (got[0] == ref[0]).all(), f"{name}: GPU ({kind}) and CPU filtering differ"
+                best = min(row[f"gpu_{k}_s"] for k in CLOSURES)
+                row["ratio"] = row["cpu_s"] / best if row["cpu_s"] else None
+            rows.append(row)
+            cells = "".join(f"{row.get(f'gpu_{c}_s', float('nan')):>18.4g}" for c in CLOSURES)
+            cpu = f"{row['cpu_s']:>10.4g}" if row["cpu_s"] is not None else f"{'skipped':>10}"
+            ratio = f"{row['ratio']:>9.2f}" if row.get("ratio") else f"{'-':>9}"
+            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cpu}{cells}{ratio}", flush=True)
+    firsts = []
+    for spec in solves:
+        for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):
+            firsts.append(solve_first(spec, xp, args.solve_limit))
+            f = firsts[-1]
+            print(f"first solution {spec} on the {f['device']}: {f['status']} in {f['seconds']:.3g} s, "
+                  f"{f['nodes']} nodes, {f['failures']} failures", flush=True)
+    device = gpu_name() if cp is not None else cpu_name()
+    write_result("alldiff", device, cpu=cpu_name(), quick=args.quick, density=args.density, rows=rows,
+                 first_solutions=firsts)
+
+
+if __name__ == "__main__":
+    main()

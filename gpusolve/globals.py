@@ -1,0 +1,160 @@
+"""Global constraints in the pipeline: filtering before planning, tables for elimination, propagators
+for search.
+
+An `AllDifferent` (model.py) stays whole in `Problem.globals`. Before planning, `gac` filters the
+domains of the hard ones (Régin's GAC, alldiff.py) alongside arc consistency on the tables. Then
+`decompose` turns each one into tables where they fit in DECOMPOSE_ENTRIES: a hard one or a `dec`
+one into binary tables (cost c on each pair sharing a value: exact), a soft `var` one (cost c per
+variable to change, which no set of binary tables expresses) into its one n-ary table. One whose
+tables do not fit stays in `globals`: the tables then describe a relaxation, elimination on them
+gives lower bounds only, and search adds the constraint's cost exactly through its propagator.
+In search every hard AllDifferent propagates (GAC) and every soft one left global adds, at each
+of its variables, what that variable's value adds to its cost.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from .alldiff import Infeasible, filter_domains
+from .model import AllDifferent, CostFunction, Problem
+
+# Entries of the tables a decomposition may add, over all globals: 256 MiB of int64.
+DECOMPOSE_ENTRIES = 1 << 25
+
+
+@functools.lru_cache(maxsize=256)  # AllDifferents hash by identity; search asks for the same ones often
+def value_ids(g: AllDifferent) -> tuple[list[np.ndarray], int]:
+    """(per scope variable: the column of each domain index in the variable-value graph, columns).
+
+    Equal values share a column; an exempt value gets a column of its own per variable, so any
+    number of variables can take it."""
+    flat = np.concatenate([np.asarray(v, dtype=np.int64) for v in g.values]) if g.values else np.zeros(0, np.int64)
+    shared, cols = np.unique(flat, return_inverse=True)
+    cols = cols.astype(np.int64).reshape(-1)
+    if g.exempt:
+        private = np.isin(flat, list(g.exempt))
+        cols[private] = len(shared) + np.arange(int(private.sum()))
+        count = len(shared) + int(private.sum())
+    else:
+        count = len(shared)
+    bounds = np.cumsum([0] + [len(v) for v in g.values])
+    return [cols[a:b] for a, b in zip(bounds[:-1], bounds[1:])], count
+
+
+def gac(g: AllDifferent, live: list[np.ndarray], match: np.ndarray | None = None, xp=None) -> np.ndarray | None:
+    """Filter the live values of g's scope in place (GAC); the matching, or None when infeasible."""
+    ids, m = value_ids(g)
+    dom = np.zeros((len(g.scope), m), dtype=bool)
+    for k, v in enumerate(g.scope):
+        dom[k, ids[k][live[v]]] = True
+    try:
+        kept, match = filter_domains(dom, match, xp)
+    except Infeasible:
+        return None
+    for k, v in enumerate(g.scope):
+        live[v] &= kept[k, ids[k]]
+    return match
+
+
+def hard(problem: Problem) -> list[AllDifferent]:
+    return [g for g in problem.globals if g.cost >= problem.top]
+
+
+def decompose(problem: Problem, limit: int | None = None) -> Problem:
+    """Tables for the globals whose decomposition fits `limit` entries in all (default
+    DECOMPOSE_ENTRIES), marked `tabled`."""
+    limit = DECOMPOSE_ENTRIES if limit is None else limit
+    functions, globals_, used = list(problem.functions), [], 0
+    for g in problem.globals:
+        doms = [problem.variables[v].domain for v in g.scope]
+        if g.semantics == "var" and g.cost < problem.top:
+            size = math.prod(doms)
+        else:
+            size = sum(a * b for a, b in itertools.combinations(doms, 2))
+        if g.tabled or used + size > limit:
+            globals_.append(g)
+            continue
+        used += size
+        functions += _tables(g, problem.top)
+        globals_.append(replace(g, tabled=True))
+    return problem.like(functions, globals=globals_)
+
+
+def _tables(g: AllDifferent, top) -> list[CostFunction]:
+    if g.semantics == "var" and g.cost < top:
+        grids = np.meshgrid(*(np.asarray(v) for v in g.values), indexing="ij")
+        stacked = np.stack([x.reshape(-1) for x in grids], axis=1)
+        exempt = np.isin(stacked, list(g.exempt)) if g.exempt else np.zeros(stacked.shape, dtype=bool)
+        counted = np.where(exempt, np.iinfo(np.int64).min, stacked)
+        ordered = np.sort(counted, axis=1)
+        repeats = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != np.iinfo(np.int64).min)).sum(axis=1)
+        table = np.minimum(repeats.astype(np.int64) * g.cost, top).reshape(grids[0].shape)
+        return [CostFunction(g.scope, table)]
+    out = []
+    cost = min(g.cost, top)
+    for i, j in itertools.combinations(range(len(g.scope)), 2):
+        a, b = np.asarray(g.values[i])[:, None], np.asarray(g.values[j])[None, :]
+        clash = a == b
+        if g.exempt:
+            clash &= ~np.isin(a, list(g.exempt))
+        if clash.any():
+            out.append(CostFunction((g.scope[i], g.scope[j]), np.where(clash, cost, 0).astype(np.int64)))
+    return out
+
+
+class AllDifferentPropagator:
+    """The search's view of one AllDifferent (search.Propagator).
+
+    Hard: GAC given the values above, so a value survives only if the scope's unassigned
+    variables can still all be matched; the matching carries over from call to call. Soft: the
+    violation var's value adds to the scope variables above it, times the cost; along a path
+    these add up to the constraint's cost (violation only grows as variables are assigned).
+    """
+
+    def __init__(self, g: AllDifferent, top, xp=None):
+        self.g, self.scope, self.top, self.xp = g, g.scope, top, xp
+        self.hard = g.cost >= top
+        self.ids, self.m = value_ids(g)
+        self.pos = {v: k for k, v in enumerate(g.scope)}
+        self.last = np.full(len(g.scope), -1, dtype=np.int64)  # column matched to each variable last time
+
+    def lower(self, var: int, above: tuple[int, ...], value: np.ndarray) -> np.ndarray:
+        k = self.pos[var]
+        taken = np.array([self.ids[self.pos[u]][value[u]] for u in above], dtype=np.int64)
+        counts = np.bincount(taken, minlength=self.m)
+        mine = counts[self.ids[k]]  # for each value of var: how many above already use its column
+        if not self.hard:  # what var's value adds: one more clash (var) or one per equal value above (dec)
+            extra = mine if self.g.semantics == "dec" else (mine > 0).astype(np.int64)
+            return np.minimum(extra * self.g.cost, self.top).astype(np.int64)
+        out = np.full(len(self.ids[k]), self.top, dtype=np.int64)
+        if (counts > 1).any():
+            return out
+        free = counts == 0
+        rest = [j for j, u in enumerate(self.scope) if u != var and u not in above]
+        if not rest:
+            out[free[self.ids[k]]] = 0
+            return out
+        rows = [k] + rest
+        dom = np.zeros((len(rows), self.m), dtype=bool)
+        for r, j in enumerate(rows):
+            dom[r, self.ids[j]] = True
+        dom &= free[None, :]
+        try:
+            kept, match = filter_domains(dom, self.last[rows], self.xp)
+        except Infeasible:
+            return out
+        self.last[rows] = match
+        out[kept[0, self.ids[k]]] = 0
+        return out
+
+
+def propagators(problem: Problem, xp=None) -> list[AllDifferentPropagator]:
+    """Search's propagators: GAC for every hard AllDifferent (tabled or not), costs for the soft
+    ones left out of the tables (a tabled one's tables already count its cost)."""
+    return [AllDifferentPropagator(g, problem.top, xp) for g in problem.globals
+            if g.cost >= problem.top or not g.tabled]

@@ -1,0 +1,270 @@
+"""AllDifferent: Régin's GAC against brute force, the global in preprocessing, decomposition and search
+against brute force and the binary decomposition, the wcsp keywords, the toulbar2 instances."""
+import csv
+import itertools
+
+import numpy as np
+import pytest
+
+from gpusolve import globals as gl
+from gpusolve.alldiff import Infeasible, filter_domains, max_matching
+from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.preprocess import preprocess
+from gpusolve.solve import Options, solve
+from gpusolve.parsers import read
+
+from helpers import brute_force
+
+
+def brute_force_gac(dom: np.ndarray) -> np.ndarray:
+    """The values taken in some injective assignment, by enumeration (tiny inputs)."""
+    out = np.zeros_like(dom)
+    for values in itertools.product(*(np.flatnonzero(row) for row in dom)):
+        if len(set(values)) == len(values):
+            out[np.arange(len(values)), list(values)] = True
+    return out
+
+
+def random_domains(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    m = int(rng.integers(max(n - 1, 1), n + 3))
+    return rng.random((n, m)) < rng.uniform(0.2, 0.9)
+
+
+def gac_or_empty(dom, **kw):
+    try:
+        return filter_domains(dom, **kw)[0]
+    except Infeasible:
+        return np.zeros_like(dom)
+
+
+@pytest.mark.parametrize("kw", [{}, {"xp": np}, {"xp": np, "closure_kind": "warshall"}],
+                         ids=["tarjan", "squaring", "warshall"])
+def test_gac_equals_brute_force_on_300_random_graphs(kw):
+    for seed in range(300):
+        dom = random_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, **kw), brute_force_gac(dom), err_msg=f"seed {seed}")
+
+
+def test_gac_equals_arc_consistency_of_the_binary_decomposition_where_that_is_complete():
+    """On domains of size <= 2 plus singletons GAC can prune more, never less, than the != network."""
+    for seed in range(200):
+        dom = random_domains(seed)
+        ref = brute_force_gac(dom)
+        ac = dom.copy()  # arc consistency of x != y: a singleton removes its value elsewhere, to a fixpoint
+        while True:
+            singles = {int(np.flatnonzero(r)[0]) for r in ac if r.sum() == 1}
+            new = ac.copy()
+            for x, row in enumerate(ac):
+                if row.sum() > 1:
+                    new[x, list(singles)] = False
+            if (new == ac).all():
+                break
+            ac = new
+        if ref.any():
+            assert (ref <= ac).all()
+
+
+def test_matching_is_incremental():
+    """The previous matching passed in stays where its edges survive; the result is a matching."""
+    rng = np.random.default_rng(3)
+    dom = rng.random((40, 50)) < 0.3
+    dom[np.arange(40), rng.permutation(50)[:40]] = True
+    first = max_matching(dom)
+    dom2 = dom.copy()
+    dom2[np.arange(0, 40, 4), first[::4]] = False
+    second = max_matching(dom2, first)
+    assert len(set(second.tolist())) == 40 and dom2[np.arange(40), second].all()
+    kept = dom2[np.arange(40), first]
+    assert (second[kept] == first[kept]).sum() >= kept.sum() - 10  # augmenting paths move few
+
+
+def test_infeasible_when_no_matching_covers_all_variables():
+    with pytest.raises(Infeasible):
+        filter_domains(np.array([[1, 1, 0], [1, 1, 0], [1, 1, 0]], dtype=bool))
+
+
+# ------------------------------------------------------------------ the global in the solver
+
+def random_global_problem(seed: int, plain: bool = False) -> Problem:
+    """Random tables plus AllDifferents: hard or soft (var, dec), value maps, exempt values; `plain`:
+    over four variables or more, on the domain indices, none exempt (what pytoulbar2 reads)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4 if plain else 3, 7))
+    d = int(rng.integers(3 if plain else 2, 5))
+    variables = [Variable(f"x{i}", d) for i in range(n)]
+    functions = []
+    for _ in range(int(rng.integers(0, 5))):
+        scope = tuple(int(v) for v in rng.choice(n, int(rng.integers(1, 3)), replace=False))
+        table = rng.integers(0, 10, size=(d,) * len(scope)).astype(np.int64)
+        table[rng.random(table.shape) < 0.1] = FORBIDDEN
+        functions.append(CostFunction(scope, table))
+    globals_ = []
+    for _ in range(int(rng.integers(1, 3))):
+        k = int(rng.integers(4 if plain else 2, max(min(n, d + 1), 4 if plain else 2) + 1))
+        scope = tuple(int(v) for v in rng.choice(n, k, replace=False))
+        shift = rng.random() < 0.3 and not plain  # N-queens-like: compare x_i + i
+        values = tuple(np.arange(d, dtype=np.int64) + (i if shift else 0) for i in range(k))
+        sem = str(rng.choice(["var", "dec"]))
+        cost = FORBIDDEN if rng.random() < 0.5 else int(rng.integers(1, 8))
+        exempt = frozenset({0}) if rng.random() < 0.2 and not plain else frozenset()
+        globals_.append(AllDifferent(scope, values, cost, sem, exempt))
+    problem = Problem("alldiff", variables, functions, globals=globals_)
+    return finalize_integer(problem, int(rng.integers(20, 200)))
+
+
+def decomposed_by_hand(problem: Problem) -> Problem:
+    """The reference: every AllDifferent as explicit tables over its scope (enumerated)."""
+    functions = list(problem.functions)
+    for g in problem.globals:
+        shape = tuple(problem.variables[v].domain for v in g.scope)
+        table = np.zeros(shape, dtype=np.int64)
+        for taken in itertools.product(*(range(s) for s in shape)):
+            table[taken] = min(g.cost * g.violation(taken), problem.top)
+        functions.append(CostFunction(g.scope, table))
+    return problem.like(functions, globals=[])
+
+
+@pytest.mark.parametrize("limit, count", [(None, 200), (0, 60)], ids=["tables", "search"])
+def test_solver_with_globals_equals_brute_force_on_random_problems(limit, count, monkeypatch):
+    """With the decomposition (tables for BE) and without (globals left to search's propagators)."""
+    if limit is not None:
+        monkeypatch.setattr(gl, "DECOMPOSE_ENTRIES", limit)
+    for seed in range(count):
+        problem = random_global_problem(seed)
+        best, _ = brute_force(decomposed_by_hand(problem))
+        r = solve(problem, Options(device="cpu"))
+        if best >= problem.top:
+            assert r.status == "infeasible", seed
+            continue
+        assert r.status == "optimal", (seed, r.status)
+        assert r.upper_bound - problem.offset == best and r.lower_bound == r.upper_bound, seed
+        assert problem.evaluate(r.assignment) == best, seed
+
+
+def test_preprocessing_applies_gac_and_keeps_the_optimum():
+    """Pigeonhole-like: three variables on two values and a third one only for x0."""
+    g = AllDifferent((0, 1, 2), tuple(np.arange(3) for _ in range(3)), FORBIDDEN)
+    functions = [CostFunction((1,), np.array([0, 0, FORBIDDEN])), CostFunction((2,), np.array([0, 0, FORBIDDEN]))]
+    problem = finalize_integer(Problem("p", [Variable(f"x{i}", 3) for i in range(3)], functions, globals=[g]), 10)
+    reduced = preprocess(problem)
+    assert [v.tolist() for v in reduced.values] == [[2], [0, 1], [0, 1]]
+    assert all(g.tabled for g in reduced.problem.globals)
+
+
+def test_propagator_costs_add_up_to_the_constraint_along_the_scope():
+    for seed in range(50):
+        problem = random_global_problem(seed)
+        rng = np.random.default_rng(seed)
+        value = rng.integers(0, problem.variables[0].domain, size=len(problem.variables))
+        for g in problem.globals:
+            prop = gl.AllDifferentPropagator(g, problem.top)
+            full = min(g.cost * g.violation([value[v] for v in g.scope]), problem.top)
+            added = sum(int(prop.lower(v, g.scope[:k], value)[value[v]]) for k, v in enumerate(g.scope))
+            assert min(added, problem.top) == full
+
+
+def test_mac_finds_a_solution_exactly_when_one_exists():
+    """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
+    the schedule's phase when elimination is not asked for (a given z)."""
+    from gpusolve.mac import Mac, satisfaction
+    checked = 0
+    for seed in range(150):
+        problem = random_global_problem(seed)
+        for f in problem.functions:
+            f.table = np.where(f.table >= 5, problem.top, 0)
+        for g in problem.globals:
+            g.cost = problem.top
+        assert satisfaction(problem)
+        best, _ = brute_force(decomposed_by_hand(problem))
+        found = Mac(problem).run()
+        assert (found is not None) == (best < problem.top), seed
+        if found is not None:
+            assert problem.evaluate(found) == 0
+        r = solve(problem, Options(device="cpu", z=2))
+        assert r.status == ("optimal" if best < problem.top else "infeasible"), seed
+        checked += best < problem.top
+    assert checked >= 30
+
+
+def test_queens_and_langford_first_solutions():
+    from gpusolve.generate import langford, queens
+    for problem, status in [(queens(3), "infeasible"), (queens(30), "optimal"), (langford(5), "infeasible"),
+                            (langford(8), "optimal")]:
+        r = solve(problem, Options(device="cpu"))
+        assert r.status == status
+        if status == "optimal":
+            assert problem.evaluate(r.assignment) == 0 and r.search["method"] == "MAC"
+
+
+# ------------------------------------------------------------------ the wcsp keywords
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_wcsp_salldiff_semantics(tmp_path):
+    text = "t 4 3 2 1000\n3 3 3 3\n4 0 1 2 3 -1 salldiff {} 5\n1 0 0 1\n0 7\n"
+    var = read(write(tmp_path, "v.wcsp", text.format("var")))
+    dec = read(write(tmp_path, "d.wcsp", text.format("dec")))
+    (gv,), (gd,) = var.globals, dec.globals
+    assert gv.violation([0, 0, 0, 1]) == 2 and gd.violation([0, 0, 0, 1]) == 3
+    assert var.evaluate([0, 0, 0, 1]) == 10 + 7 and dec.evaluate([0, 0, 0, 1]) == 15 + 7
+    assert solve(var, Options(device="cpu")).upper_bound == 5  # four variables, three values: one clash
+
+
+def test_wcsp_hard_alldiff_with_exempt_values(tmp_path):
+    p = read(write(tmp_path, "h.wcsp", "t 3 2 1 10\n2 2 2\n3 0 1 2 -1 alldiff 1 0\n"))
+    (g,) = p.globals
+    assert g.exempt == {0} and g.cost >= p.top
+    assert p.evaluate([0, 0, 1]) == 0 and p.evaluate([1, 1, 0]) >= p.top
+
+
+def test_written_globals_read_back(tmp_path):
+    from gpusolve.parsers.write import write_wcsp
+    for seed in range(10):
+        problem = random_global_problem(seed, plain=True)
+        path = tmp_path / f"g{seed}.wcsp"
+        write_wcsp(problem, path)
+        back = read(path)
+        for a in itertools.product(*(range(d) for d in problem.domains)):
+            assert min(back.evaluate(a), back.top) == min(problem.evaluate(a), problem.top) or \
+                (back.evaluate(a) >= back.top and problem.evaluate(a) >= problem.top)
+
+
+def test_toulbar2_agrees_on_soft_alldiff(tmp_path):
+    """pytoulbar2 reads our written salldiff (var and dec, arity >= 4) and finds the same optimum."""
+    from helpers import toulbar2_optimum
+    for seed in range(30):
+        problem = random_global_problem(seed, plain=True)
+        ours = solve(problem, Options(device="cpu"))
+        theirs = toulbar2_optimum(problem, tmp_path / f"t{seed}.wcsp")
+        assert (ours.upper_bound if ours.status == "optimal" else None) == theirs, seed
+
+
+def test_toulbar2_global_instances_solve_to_their_optima(shared_instances):
+    folder = shared_instances / "global"
+    with open(folder / "optima.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 5
+    for row in rows:
+        r = solve(read(folder / row["file"]), Options(device="cpu"))
+        assert r.status == "optimal" and r.upper_bound == int(row["optimum"]), row["file"]
+
+
+# ------------------------------------------------------------------ the GPU propagator
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["squaring", "warshall"])
+def test_gpu_gac_equals_cpu(cupy, kind):
+    for seed in range(300):
+        dom = random_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
+    rng = np.random.default_rng(0)
+    for n in (100, 700, 2100):  # float16 and float32 products, several words per packed row
+        dom = rng.random((n, n + 5)) < 8 / n
+        dom[np.arange(n), rng.permutation(n + 5)[:n]] = True
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
