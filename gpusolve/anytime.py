@@ -46,6 +46,10 @@ HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
 # what the user gets by then, a long limit is for the proof); without one, up to LOCAL_SEARCH_S,
 # ended once it stalls (the proof is what matters).
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
+# Large neighbourhood steps take tens of milliseconds: LNS gives up after (seconds, share of its time)
+# without a gain; with a time limit, later (the incumbent is what the user gets), without one sooner
+# (search proves; on CELAR6-SUB0 the chains' incumbent is already optimal).
+LNS_STALL_TIMED, LNS_STALL = (1.0, 0.5), (0.3, 0.25)
 # JGLP (cost shifting on the join graph of the tightest MBE run) raises only the lower bound, not the
 # search heuristic: this share of a time limit, and never longer than the eliminations before it took.
 JGLP_SHARE = 0.1
@@ -138,7 +142,7 @@ class Phase:
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
     seconds: float | None = None  # a time slice (local search)
-    until_stall: bool = False  # the slice ends early once improvements stop coming
+    stall: tuple[float, float] = (0.0, 0.0)  # local search: LNS ends after max(s, share of its time) without gain
 
     @property
     def label(self) -> str:
@@ -159,8 +163,8 @@ class Phase:
             what += ", on the cost-shifted problem"
         if self.seconds is not None:
             what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
-        if self.until_stall:
-            what += " at most, until improvements stop"
+        if self.name == "local-search":
+            what += f" at most, until improvements stop (LNS: none for {self.stall[0]:g} s or {self.stall[1]:.0%} of its time)"
         if self.name == "jglp":
             what += (" at most," if self.seconds is not None else ",") + \
                 " no longer than the eliminations before it, from the tighter MBE run"
@@ -248,8 +252,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     # the rollouts), before the heuristic's larger z takes its share. Without one, the proof matters:
     # local search follows the tightest MBE, whose messages guide it best, and stops once it stalls.
     timed = math.isfinite(limit)
-    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)) if timed else \
-        Phase("local-search", seconds=LOCAL_SEARCH_S, until_stall=True)
+    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL_TIMED) \
+        if timed else Phase("local-search", seconds=LOCAL_SEARCH_S, stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
         phases += [Phase("mbe", first, predict_s(first, engine))] + ([local] if timed else [])
@@ -350,7 +354,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                              min(budget // 4, JGLP_BYTES), time.perf_counter() + seconds)
                 bounds.raise_lower(lower, f"JGLP(z={guide.plan.z})")
             elif phase.name == "local-search":
-                _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
+                _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
                 _search(on, order, guide, engine, bounds, stop, out)
             elif phase.name == "mac":
@@ -376,10 +380,11 @@ def _constant(problem: Problem):
     return problem.total(f.table[()] for f in problem.functions if not f.scope)
 
 
-def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float, until_stall: bool) -> None:
+def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float,
+                  lns_stall: tuple[float, float]) -> None:
     """Chains on the engine's array module, seeded by rollouts from the guiding messages and the
-    incumbent, until they stall; then large neighbourhood search from the incumbent for the rest of
-    the slice, which with `until_stall` ends early once improvements stop coming."""
+    incumbent, until they stall; then large neighbourhood search from the incumbent until it
+    stalls too, within the slice."""
     from . import local_search
     xp = engine.xp
     start = time.perf_counter()
@@ -396,18 +401,21 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
         if bounds.offer(assignment, "local search"):
             last[0] = time.perf_counter()
 
-    def stalled() -> bool:
-        now = time.perf_counter()
-        return now - last[0] > max(STALL_S, STALL_SHARE * (now - start))
+    def stalled(since: float, floor: float, share: float):
+        """A stop test: no improvement for `floor` seconds, or for `share` of the time since `since`."""
+        def test() -> bool:
+            now = time.perf_counter()
+            return stop() or bounds.closed or now - last[0] > max(floor, share * (now - since))
+        return test
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=lambda: stop() or bounds.closed or stalled(), on_improve=improved)
+                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved)
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
     # (Not with global constraints: their subproblems are not conditioned.)
     if bounds.assignment is not None and not problem.is_forbidden(bounds.upper) and not problem.globals:
         last[0] = time.perf_counter()
         local_search.lns(problem, bounds.assignment, engine, rng, start + seconds,
-                         lambda: stop() or bounds.closed or until_stall and stalled(), improved)
+                         stalled(last[0], *lns_stall), improved)
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
