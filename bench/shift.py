@@ -41,14 +41,21 @@ VARIANTS = ("plain", "fglp", "mm", "fglp+mm")
 COLUMNS = VARIANTS + ("jglp", "schedule")
 
 
-def instances(quick: bool):
-    """(name, problem, file optimum or None), preprocessed as the solver does."""
+def instances(quick: bool, only: str | None = None):
+    """(name, problem, file optimum or None) of every shared instance with an optimum and a few generated
+    networks; `only`: those whose name contains it."""
+    for name, problem, optimum in _all_instances(quick):
+        if only is None or only in name:
+            yield name, problem, optimum
+
+
+def _all_instances(quick: bool):
     known = {}
     if SHARED.is_dir() and not quick:
         with open(SHARED / "optima.csv") as f:
             known = {r["file"]: float(r["optimum"]) for r in csv.DictReader(f)}
         for name in sorted(known):
-            if name.endswith((".wcsp", ".uai")):
+            if name.endswith((".wcsp", ".uai", ".xml")):
                 yield name, parsers.read(SHARED / name), known[name]
     nets = [("grid", 16, 5, 0.3, 0.5)] if quick else [
         ("grid", 100, 10, 0.3, 0.5), ("random", 40, 10, 0.1, 0.5), ("random", 60, 5, 0.08, 0.2)]
@@ -83,10 +90,12 @@ def main():
     ap.add_argument("--zs", type=int, default=7, help="z values per instance, from the largest arity up")
     ap.add_argument("--max-joint", type=float, default=1.5e9, help="skip plans with more joint entries")
     ap.add_argument("--iterations", type=int, default=100, help="FGLP sweeps at most")
+    ap.add_argument("--only", default=None, help="substring: only the instances whose name contains it")
+    ap.add_argument("--name", default="shift", help="result file prefix (several runs on one day)")
     args = ap.parse_args()
     rows = []
     print(f"{'instance':34} {'z':>3} {'optimum':>12} " + " ".join(f"{v:>18}" for v in COLUMNS))
-    for name, problem, optimum in instances(args.quick):
+    for name, problem, optimum in instances(args.quick, args.only):
         reduced = preprocess(problem)
         if reduced.infeasible:
             print(f"{name:34} infeasible (preprocessing)")
@@ -127,7 +136,7 @@ def main():
     pairs = sum(1 for r in rows if r["z"] is not None)
     print(f"(instance, z) pairs: {pairs}; above plain MBE: {wins}; below: {losses}")
     pr = partition_rows(args)
-    write_result("shift", cpu_name(),
+    write_result(args.name, cpu_name(),
                  engine="numpy, one thread", fglp_iterations=args.iterations, max_joint=args.max_joint,
                  units="internal cost (minimised, offset excluded; .uai MPE: -log10 p)",
                  summary={"pairs": pairs, "above_plain": wins, "below_plain": losses}, rows=rows,
@@ -142,7 +151,8 @@ def trivial(problem) -> float:
 def partition_rows(args):
     """PR on the shared .uai files: lower bounds on -log10 Z, one sum and K-1 maxima against WMB."""
     rows = []
-    names = [] if args.quick or not SHARED.is_dir() else sorted(f.name for f in SHARED.glob("*.uai"))
+    names = [] if args.quick or not SHARED.is_dir() else sorted(f.name for f in SHARED.glob("*.uai")
+                                                                if args.only is None or args.only in f.name)
     if names:
         print(f"\n{'PR instance':34} {'z':>3} {'-log10 Z':>12} {'one sum':>18} {'WMB':>18}")
     for name in names:
