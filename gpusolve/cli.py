@@ -1,4 +1,4 @@
-"""Command line: solve, info, generate, batch.
+"""Command line: solve, info, generate, dcop, batch.
 
 Errors the user can fix print one line and exit 2 (bad input or usage), 3
 (memory budget) or 4 (time limit with no bound); never a traceback.
@@ -364,6 +364,73 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
     path = output or f"{problem.name}.wcsp"
     write_wcsp(problem, path)
     err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
+
+
+@main.command("dcop")
+@click.argument("file")
+@click.option("--algo", type=click.Choice(("dpop", "adpop")), default="dpop", show_default=True,
+              help="dpop: exact; adpop: UTIL messages of at most --max-dim variables, lower and upper bounds.")
+@click.option("--max-dim", type=click.IntRange(min=0), default=None, help="ADPOP: separator variables per UTIL message.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+              help="Engine of each UTIL computation, on the worker that runs it.")
+@click.option("--scheduler", default=None,
+              help="Dask scheduler to join (tcp://host:8786); 'inline' runs every agent in this process without "
+                   "Dask; default: an embedded LocalCluster.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Workers of the embedded LocalCluster (default: one per CPU core).")
+@click.option("--latency", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds per message between agents, for the simulated runtime.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, as_json):
+    """Solve the DCOP in FILE (FRODO XCSP, pyDCOP YAML, or any format solve reads: one agent per
+    variable) with DPOP or ADPOP, each agent's computation a Dask task."""
+    import parsers
+    from parsers.errors import ParseError
+
+    from .dcop import DcopError, solve_dcop
+    try:
+        problem = parsers.read(file)
+        with progress_bar(not as_json, "agents") as (factory, _):
+            progress = None if factory is None else (lambda total: functools.partial(factory(total), 1))
+            result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress)
+    except ParseError as e:
+        _fail(file, str(e), EXIT_INPUT, as_json)
+    except (DcopError, DeviceError) as e:
+        _fail(file, f"{file}: {e}", EXIT_INPUT, as_json)
+    except Exception as e:  # a worker's failure or a bug: one line (GPUSOLVE_DEBUG=1 shows the traceback)
+        if os.environ.get("GPUSOLVE_DEBUG"):
+            raise
+        _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
+    if as_json:
+        print(json.dumps(result.to_json()))
+        return
+    from rich.table import Table
+    r, m = result, result.messages
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("file", r.file)
+    t.add_row("algorithm", "DPOP" if r.max_dim is None else f"ADPOP (max-dim {r.max_dim})")
+    t.add_row("status", r.status)
+    t.add_row("lower bound", _fmt(r.lower_bound))
+    t.add_row("upper bound", _fmt(r.upper_bound))
+    t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
+    t.add_row("messages", f"{m['util']} UTIL ({m['util_entries']:,} entries, largest {m['largest_util']:,}), "
+                          f"{m['value']} VALUE ({m['value_entries']:,} values)")
+    t.add_row("executor", f"{r.executor}, started in {r.cluster_s:.2f} s; engines {', '.join(r.engines)}")
+    t.add_row("time", f"wall {r.wall_s:.3f} s, simulated {r.simulated_s:.6f} s (UTIL phase {r.util_simulated_s:.6f} s, "
+                      f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
+                      f"pseudo tree {r.pseudo_tree_s:.3f} s")
+    if r.assignment is not None:
+        t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
+    out().print(t)
+
+
+def _fail(file: str, message: str, code: int, as_json: bool):
+    if as_json:
+        print(json.dumps({"file": file, "status": "error", "message": message}))
+    err().print(message, markup=False, soft_wrap=True)
+    sys.exit(code)
 
 
 @main.command("batch")

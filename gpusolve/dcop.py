@@ -232,7 +232,7 @@ def executor(scheduler: str | None, workers: int | None, threads: bool):
             client.close()
         return
     n = workers or default_workers()
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=None,
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         yield client, f"LocalCluster, {n} {'threads' if threads else 'processes'}", time.perf_counter() - t0
 
@@ -321,7 +321,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
 
     `progress(total)` returns a callback called once per computation finished.
     """
-    from .solve import _file_bounds
+    from .solve import _file_bounds, _same
     t0 = time.perf_counter()
     dp = plan_dcop(problem, algo, max_dim)
     tree_s = time.perf_counter() - t0
@@ -356,7 +356,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
     if problem.is_forbidden(lower):
         status, lo, hi, assignment = "infeasible", None, None, None
     else:
-        status = "optimal" if lower == upper else "bounded"
+        status = "optimal" if _same(lower, upper, problem) else "bounded"
         lo, hi = _file_bounds(problem, lower, None if problem.is_forbidden(upper) else upper)
     simulated, util_end = simulated_runtime(dp, util_s, value_s, latency)
     return DcopResult(

@@ -1,9 +1,9 @@
 """Input readers: `read(path)` picks the format from the file name.
 
-.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE) and .xml (XCSP 2.1), each
-optionally compressed as .gz, .xz or .bz2. Every problem with the input
-surfaces as a ParseError naming the file and, when known, the line. A
-reader's module is imported when a file of its format is read.
+.wcsp (toulbar2), .uai (UAI MARKOV/BAYES, MPE), .xml (XCSP 2.1) and .yaml
+(pyDCOP), each optionally compressed as .gz, .xz or .bz2. Every problem with
+the input surfaces as a ParseError naming the file and, when known, the
+line. A reader's module is imported when a file of its format is read.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .source import COMPRESSIONS, split_compression
 if TYPE_CHECKING:
     from gpusolve.model import Problem
 
-READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp"}  # format -> module of its reader
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".yaml": "yamldcop", ".yml": "yamldcop"}  # format -> module of its reader
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
 __all__ = ["ParseError", "SUPPORTED_SUFFIXES", "read"]
