@@ -388,6 +388,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, as_json):
     from parsers.errors import ParseError
 
     from .dcop import DcopError, solve_dcop
+    from .scaleout import ClusterError
     try:
         problem = parsers.read(file)
         with progress_bar(not as_json, "agents") as (factory, _):
@@ -395,7 +396,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, as_json):
             result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress)
     except ParseError as e:
         _fail(file, str(e), EXIT_INPUT, as_json)
-    except (DcopError, DeviceError) as e:
+    except (DcopError, ClusterError, DeviceError) as e:
         _fail(file, f"{file}: {e}", EXIT_INPUT, as_json)
     except Exception as e:  # a worker's failure or a bug: one line (GPUSOLVE_DEBUG=1 shows the traceback)
         if os.environ.get("GPUSOLVE_DEBUG"):
@@ -437,7 +438,10 @@ def _fail(file: str, message: str, code: int, as_json: bool):
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
-def batch_cmd(folder, evidence, out_path, **solve_kw):
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Spread instances over a LocalCluster of this many Dask worker processes.")
+@click.option("--scheduler", default=None, help="Spread instances over a running Dask cluster (tcp://host:8786).")
+def batch_cmd(folder, evidence, out_path, workers, scheduler, **solve_kw):
     """Solve every instance under FOLDER, one JSON line each; re-running resumes."""
     import parsers
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -450,6 +454,15 @@ def batch_cmd(folder, evidence, out_path, **solve_kw):
     todo = [f for f in files if f not in done]
     records = [done[f] for f in files if f in done]
     err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
+    if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
+        from .scaleout import ClusterError, batch_on_dask
+        try:
+            records += batch_on_dask(todo, options, evidence or None, out_path, scheduler, workers, batch_record)
+        except ClusterError as e:
+            err().print(str(e), markup=False)
+            sys.exit(EXIT_INPUT)
+        print_summary(records)
+        return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
     with bar, open(out_path, "a") as sink:
@@ -458,17 +471,22 @@ def batch_cmd(folder, evidence, out_path, **solve_kw):
         task = bar.add_task("solving", total=len(todo))
         for f in todo:
             bar.update(task, description=os.path.basename(f))
-            try:
-                record = solve_file(f, options, evidence if evidence else None).to_json()
-            except Failure as e:
-                record = {"file": f, "status": e.status, "message": str(e)}
-            except Exception as e:  # a bug must not stop the batch; it is recorded
-                record = {"file": f, "status": "error", "message": f"{type(e).__name__}: {e}"}
+            record = batch_record(f, options, evidence if evidence else None)
             sink.write(json.dumps(record) + "\n")
             sink.flush()
             records.append(record)
             bar.advance(task)
     print_summary(records)
+
+
+def batch_record(f: str, options: Options, evidence: str | None) -> dict:
+    """One batch line: the result, or the failure recorded (a bug must not stop the batch)."""
+    try:
+        return solve_file(f, options, evidence).to_json()
+    except Failure as e:
+        return {"file": f, "status": e.status, "message": str(e)}
+    except Exception as e:
+        return {"file": f, "status": "error", "message": f"{type(e).__name__}: {e}"}
 
 
 def _ends_with_newline(path: str) -> bool:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -45,6 +44,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import scaleout
 from .engines import AUTO_MIN_JOINT, gpu_unavailable_reason, select_engine
 from .engines.sparse import slice_over
 from .graph import components, primal_graph
@@ -60,7 +60,7 @@ _RUNS = itertools.count()  # distinguishes the task keys of successive runs on o
 
 
 class DcopError(ValueError):
-    """A DCOP run that cannot start: bad --max-dim, no Dask, unreachable scheduler (exit code 2)."""
+    """A DCOP run that cannot start: unknown algorithm, bad --max-dim (exit code 2)."""
 
 
 def agent_of(problem: Problem) -> tuple[str, ...]:
@@ -202,39 +202,15 @@ class Inline:
         return [f.result() for f in futures]
 
 
-def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
 @contextmanager
 def executor(scheduler: str | None, workers: int | None, threads: bool):
-    """A Dask client on an embedded LocalCluster (scheduler None), a running cluster (its address),
-    or the inline executor ("inline"). Yields (client, what it is, seconds to start it)."""
-    t0 = time.perf_counter()
+    """The inline executor for "inline", else scaleout.executor's Dask client.
+    Yields (client, what it is, seconds it took to start)."""
     if scheduler == "inline":
         yield Inline(), "inline (this process, no Dask)", 0.0
         return
-    try:
-        import logging
-
-        from dask.distributed import Client, LocalCluster
-    except ImportError:
-        raise DcopError("Dask is not installed: pip install 'gpusolve[dask]', or pass --scheduler inline") from None
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout=10)
-        except (OSError, TimeoutError) as e:
-            raise DcopError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-        what = f"scheduler {scheduler} ({len(client.scheduler_info()['workers'])} workers)"
-        try:
-            yield client, what, time.perf_counter() - t0
-        finally:
-            client.close()
-        return
-    n = workers or default_workers()
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        yield client, f"LocalCluster, {n} {'threads' if threads else 'processes'}", time.perf_counter() - t0
+    with scaleout.executor(scheduler, workers, threads) as got:
+        yield got
 
 
 # --- a run ---------------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""batch over Dask workers (gpusolve/scaleout.py): same lines as the serial batch, and a worker killed
+mid-instance loses none."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from gpusolve.cli import main
+
+distributed = pytest.importorskip("dask.distributed")
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def generate(folder, topology, n, d, seeds):
+    folder.mkdir()
+    for s in seeds:
+        assert run("generate", topology, "-n", n, "-d", d, "--seed", s, "-o", folder / f"{topology}-{s}.wcsp").exit_code == 0
+
+
+def test_batch_on_a_local_cluster_matches_the_serial_batch(tmp_path):
+    generate(tmp_path / "in", "random", 10, 4, range(5))
+    serial, spread = tmp_path / "serial.jsonl", tmp_path / "spread.jsonl"
+    assert run("batch", tmp_path / "in", "--out", serial, "--device", "cpu").exit_code == 0
+    r = run("batch", tmp_path / "in", "--out", spread, "--device", "cpu", "--workers", 2)
+    assert r.exit_code == 0, r.output
+    key = lambda rec: (rec["file"], rec["status"], rec["lower_bound"], rec["upper_bound"])  # noqa: E731
+    assert sorted(map(key, lines(spread))) == sorted(map(key, lines(serial)))
+    r = run("batch", tmp_path / "in", "--out", spread, "--workers", 2)  # resumes: nothing left to do
+    assert r.exit_code == 0 and "5 already in" in r.stderr and len(lines(spread)) == 5
+
+
+def test_killing_a_worker_mid_instance_loses_no_line(tmp_path):
+    # grids 10x10 of domain 10 run until their time limit: long enough to be caught mid-instance
+    generate(tmp_path / "in", "grid", 100, 10, range(4))
+    out = tmp_path / "out.jsonl"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        batch = subprocess.Popen([sys.executable, "-m", "gpusolve", "batch", str(tmp_path / "in"), "--out", str(out),
+                                  "--device", "cpu", "--time-limit", "1.5", "--scheduler", cluster.scheduler_address],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        pids = client.run(os.getpid)
+        deadline = time.time() + 60
+        victim = None
+        while victim is None and time.time() < deadline:
+            busy = [w for w, keys in client.processing().items() if any("solve-" in str(k) for k in keys)]
+            if busy:
+                time.sleep(0.5)  # well inside the instance
+                victim = busy[0]
+            time.sleep(0.05)
+        assert victim is not None, "no instance started"
+        os.kill(pids[victim], signal.SIGKILL)
+        _, stderr = batch.communicate(timeout=120)
+    assert batch.returncode == 0, stderr
+    records = lines(out)
+    assert sorted(os.path.basename(r["file"]) for r in records) == [f"grid-{s}.wcsp" for s in range(4)]
+    assert all(r["status"] in ("bounded", "optimal") for r in records), records
