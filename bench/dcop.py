@@ -225,7 +225,8 @@ def main():
             print(f"{problem.name:<22} {ours.induced_width:>3} {str(ours.lower_bound):>8} {ours.wall_s:>10.4f} "
                   f"{ours.simulated_s:>10.4f} {_cell(ref.get('wall_s'), 10, 4)} {_cell(ref.get('simulated_s'), 10, 4)} "
                   f"{_cell(row.get('wall_ratio'), 8, 1)} {_cell(row.get('simulated_ratio'), 8, 1)}"
-                  + ("" if same else f"  MISMATCH {ref}"), flush=True)
+                  + (f"  reference {ref['failed']}" if "failed" in ref else "" if same else f"  MISMATCH {ref}"),
+                  flush=True)
     finally:
         if cluster is not None:
             cluster.close()

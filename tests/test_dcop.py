@@ -224,3 +224,16 @@ def test_dcop_command_usage_errors(tmp_path):
     assert r.exit_code == 2 and "--max-dim" in r.stderr
     r = run("dcop", path, "--algo", "adpop", "--max-dim", 0, "--scheduler", "inline")
     assert r.exit_code == 2 and "largest arity" in r.stderr
+
+
+@pytest.mark.gpu
+def test_util_computations_on_the_gpu_engine_match_the_cpu(cupy):
+    for topology, n, d in (("random", 14, 8), ("grid", 36, 6), ("scalefree", 30, 6)):
+        problem = generate(topology, n, d, 0.3, 0.3, seed=1)
+        gpu = dcop.solve_dcop(problem, device="gpu", scheduler="inline")
+        cpu = inline(problem)
+        assert gpu.engines == ["cupy"]
+        assert (gpu.status, gpu.lower_bound, gpu.assignment) == (cpu.status, cpu.lower_bound, cpu.assignment)
+        a_gpu = dcop.solve_dcop(problem, "adpop", 3, device="gpu", scheduler="inline")
+        a_cpu = inline(problem, "adpop", 3)
+        assert (a_gpu.lower_bound, a_gpu.upper_bound) == (a_cpu.lower_bound, a_cpu.upper_bound)
