@@ -251,8 +251,10 @@ class Outcome:
 
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
-                 stop: Stop, budget: int, progress_factory=None, n_components: int = 1) -> Outcome:
-    """Run the phases in order until the bounds close, the schedule ends or `stop()`."""
+                 stop: Stop, budget: int, progress_factory=None, n_components: int = 1,
+                 cluster: tuple[str | None, int | None] | None = None) -> Outcome:
+    """Run the phases in order until the bounds close, the schedule ends or `stop()`. With `cluster`
+    ((scheduler, workers) as scaleout.executor takes them) the search runs on Dask workers."""
     from . import eliminate, search
 
     out = Outcome()
@@ -298,7 +300,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.until_stall)
             elif phase.name == "search":
-                _search(on, order, guide, engine, bounds, stop, out)
+                _search(on, order, guide, engine, bounds, stop, out, cluster)
             elif phase.name == "bounded-sparse":
                 found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
                                                  n_components)
@@ -352,12 +354,16 @@ STALL_S, STALL_SHARE = 0.1, 0.25
 ROLLOUTS = 1024
 
 
-def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> None:
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
     on, plan, _, messages, _ = guide
-    s = AndOrSearch(on, order, Heuristic.from_run(plan, engine, messages), should_stop=stop)
+    heuristic = Heuristic.from_run(plan, engine, messages)
+    if cluster is not None:
+        _search_on_dask(on, order, heuristic, bounds, stop, out, cluster)
+        return
+    s = AndOrSearch(on, order, heuristic, should_stop=stop)
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
@@ -368,3 +374,18 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if assignment is not None:
         bounds.offer(assignment, "AND/OR search")
     bounds.prove("AND/OR search")
+
+
+def _search_on_dask(problem, order, heuristic, bounds: Bounds, stop: Stop, out: Outcome, cluster) -> None:
+    """The search phase with subproblems on Dask workers (scaleout.search_on_dask)."""
+    from .scaleout import executor, search_on_dask
+    t = time.perf_counter()
+    with executor(*cluster) as (client, what, _):
+        out.search = {"nodes": 0, "cache_hits": 0, "time_s": 0.0, "nodes_per_s": 0.0, "complete": False,
+                      "executor": what}  # as it stands if the search is stopped
+        cost, assignment, nodes = search_on_dask(client, problem, order, heuristic, bounds.assignment, stop)
+    took = time.perf_counter() - t
+    out.search.update(nodes=nodes, time_s=took, nodes_per_s=nodes / took if took else 0.0, complete=True)
+    if assignment is not None and cost < bounds.upper:
+        bounds.offer(assignment, "AND/OR search (Dask)")
+    bounds.prove("AND/OR search (Dask)")

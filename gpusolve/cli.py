@@ -187,6 +187,9 @@ def interruptible():
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="AND/OR search subproblems on a LocalCluster of this many Dask worker processes.")
+@click.option("--scheduler", default=None, help="AND/OR search subproblems on a running Dask cluster (tcp://host:8786).")
 def solve_cmd(file, evidence, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, optionally .gz/.xz/.bz2)."""
     from .solve import Options, write_solution

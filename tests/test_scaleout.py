@@ -7,12 +7,20 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from gpusolve import graph
 from gpusolve.cli import main
+from gpusolve.eliminate import run_plan
+from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.plan import build_plan
+from gpusolve.scaleout import search_on_dask
+from gpusolve.search import Heuristic
 
 distributed = pytest.importorskip("dask.distributed")
+from helpers import brute_force, random_problem  # noqa: E402
 
 
 def run(*args):
@@ -66,3 +74,30 @@ def test_killing_a_worker_mid_instance_loses_no_line(tmp_path):
     records = lines(out)
     assert sorted(os.path.basename(r["file"]) for r in records) == [f"grid-{s}.wcsp" for s in range(4)]
     assert all(r["status"] in ("bounded", "optimal") for r in records), records
+
+
+def test_search_subproblems_on_workers_find_the_optimum(tmp_path):
+    engine = NumpyEngine()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        for seed in range(25):
+            rng = np.random.default_rng(seed)
+            problem = random_problem(rng, n_max=7, d_max=4, f_max=10, arity_max=3, n_components=1 + seed % 3)
+            order = graph.elimination_order(problem)
+            plan = build_plan(problem, order, max(max((f.arity for f in problem.functions), default=1), 2))
+            _, _, messages = run_plan(problem, plan, engine)
+            best, some = brute_force(problem)
+            incumbent = list(some) if some is not None and seed % 2 else None  # with and without an incumbent
+            cost, values, _ = search_on_dask(client, problem, order, Heuristic.from_run(plan, engine, messages),
+                                             incumbent)
+            if problem.is_forbidden(best):
+                assert problem.is_forbidden(cost) and values is None
+            else:
+                assert cost == best == problem.evaluate(values)
+        path = tmp_path / "g.wcsp"
+        assert run("generate", "grid", "-n", 16, "-d", 4, "-o", path).exit_code == 0
+        plain = json.loads(run("solve", path, "--json", "--z", 2, "--device", "cpu").stdout)
+        spread = json.loads(run("solve", path, "--json", "--z", 2, "--device", "cpu",
+                                "--scheduler", cluster.scheduler_address).stdout)
+    assert spread["status"] == plain["status"] == "optimal" and spread["lower_bound"] == plain["lower_bound"]
+    assert spread["search"]["executor"].startswith("scheduler") and spread["search"]["complete"]
