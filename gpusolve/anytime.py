@@ -379,12 +379,12 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
 def _search_on_dask(problem, order, heuristic, bounds: Bounds, stop: Stop, out: Outcome, cluster) -> None:
     """The search phase with subproblems on Dask workers (scaleout.search_on_dask)."""
     from .scaleout import executor, search_on_dask
-    t = time.perf_counter()
-    with executor(*cluster) as (client, what, _):
+    with executor(*cluster) as (client, what, started):
         out.search = {"nodes": 0, "cache_hits": 0, "time_s": 0.0, "nodes_per_s": 0.0, "complete": False,
-                      "executor": what}  # as it stands if the search is stopped
+                      "executor": what, "cluster_s": started}  # as it stands if the search is stopped
+        t = time.perf_counter()
         cost, assignment, nodes = search_on_dask(client, problem, order, heuristic, bounds.assignment, stop)
-    took = time.perf_counter() - t
+        took = time.perf_counter() - t
     out.search.update(nodes=nodes, time_s=took, nodes_per_s=nodes / took if took else 0.0, complete=True)
     if assignment is not None and cost < bounds.upper:
         bounds.offer(assignment, "AND/OR search (Dask)")

@@ -462,7 +462,7 @@ def batch_cmd(folder, evidence, out_path, workers, scheduler, **solve_kw):
         try:
             records += batch_on_dask(todo, options, evidence or None, out_path, scheduler, workers, batch_record)
         except ClusterError as e:
-            err().print(str(e), markup=False)
+            err().print(str(e), markup=False, soft_wrap=True)
             sys.exit(EXIT_INPUT)
         print_summary(records)
         return

@@ -203,13 +203,14 @@ class Inline:
 
 
 @contextmanager
-def executor(scheduler: str | None, workers: int | None, threads: bool):
-    """The inline executor for "inline", else scaleout.executor's Dask client.
+def executor(scheduler: str | None, workers: int | None, threads: bool, device: str):
+    """The inline executor for "inline", else scaleout.executor's Dask client (one worker per GPU
+    for --device gpu).
     Yields (client, what it is, seconds it took to start)."""
     if scheduler == "inline":
         yield Inline(), "inline (this process, no Dask)", 0.0
         return
-    with scaleout.executor(scheduler, workers, threads) as got:
+    with scaleout.executor(scheduler, workers, threads and device != "gpu", gpus=device == "gpu") as got:
         yield got
 
 
@@ -303,7 +304,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
     tree_s = time.perf_counter() - t0
     joint = sum(mb.joint_entries for mb in dp.plan.minibuckets)
     threads = joint < THREADS_BELOW
-    with executor(scheduler, workers, threads) as (client, description, cluster_s):
+    with executor(scheduler, workers, threads, device) as (client, description, cluster_s):
         t1 = time.perf_counter()
         utils, values, roots = _submit(client, problem, dp, device)
         tick = progress(len(utils) + len(values)) if progress else None

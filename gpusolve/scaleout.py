@@ -34,10 +34,11 @@ def default_workers() -> int:
 
 
 @contextmanager
-def executor(scheduler: str | None, workers: int | None, threads: bool = False):
-    """A Dask client on a running cluster (`scheduler`, its address) or on an embedded LocalCluster
-    of `workers` single-threaded workers (processes unless `threads`). Yields (client, what it is,
-    seconds it took to start or join)."""
+def executor(scheduler: str | None, workers: int | None, threads: bool = False, gpus: bool = False):
+    """A Dask client on a running cluster (`scheduler`, its address) or on an embedded cluster of
+    `workers` single-threaded workers: processes unless `threads`; with `gpus`, one process per GPU
+    (worker i sees only GPU i, as dask-cuda's LocalCUDACluster arranges; default: every GPU).
+    Yields (client, what it is, seconds it took to start or join)."""
     t0 = time.perf_counter()
     try:
         from dask.distributed import Client, LocalCluster
@@ -54,10 +55,33 @@ def executor(scheduler: str | None, workers: int | None, threads: bool = False):
         finally:
             client.close()
         return
-    n = workers or default_workers()
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-        yield client, f"LocalCluster, {n} {'threads' if threads else 'processes'}", time.perf_counter() - t0
+    if gpus:
+        n, cluster = _gpu_cluster(workers)
+        what = f"local cluster, {n} processes, one GPU each"
+    else:
+        n = workers or default_workers()
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+        what = f"LocalCluster, {n} {'threads' if threads else 'processes'}"
+    with cluster, Client(cluster) as client:
+        yield client, what, time.perf_counter() - t0
+
+
+def _gpu_cluster(workers: int | None):
+    """(workers, cluster) with worker i restricted to GPU i by CUDA_VISIBLE_DEVICES."""
+    from dask.distributed import Nanny, Scheduler, SpecCluster
+
+    from .engines import gpu_unavailable_reason
+    reason = gpu_unavailable_reason()
+    if reason:
+        raise ClusterError(f"one worker per GPU: {reason}")
+    import cupy
+    count = cupy.cuda.runtime.getDeviceCount()
+    n = min(workers or count, count)
+    specs = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)},
+                                           "silence_logs": logging.ERROR}} for i in range(n)}
+    return n, SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+                          silence_logs=logging.ERROR)
 
 
 def batch_on_dask(files: list[str], options: Options, evidence: str | None, out_path: str,
@@ -70,7 +94,7 @@ def batch_on_dask(files: list[str], options: Options, evidence: str | None, out_
 
     from .cli import _ends_with_newline
     out: list[dict] = []
-    with executor(scheduler, workers) as (client, _, _), open(out_path, "a") as sink:
+    with executor(scheduler, workers, gpus=options.device == "gpu") as (client, _, _), open(out_path, "a") as sink:
         if sink.tell() and not _ends_with_newline(out_path):
             sink.write("\n")  # a line cut short by a killed run stays alone on its line
         futures = {client.submit(record, f, options, evidence, key=f"solve-{f}-{time.time_ns()}",

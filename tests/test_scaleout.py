@@ -101,3 +101,22 @@ def test_search_subproblems_on_workers_find_the_optimum(tmp_path):
                                 "--scheduler", cluster.scheduler_address).stdout)
     assert spread["status"] == plain["status"] == "optimal" and spread["lower_bound"] == plain["lower_bound"]
     assert spread["search"]["executor"].startswith("scheduler") and spread["search"]["complete"]
+
+
+def test_one_worker_per_gpu_needs_a_gpu(tmp_path):
+    generate(tmp_path / "in", "random", 6, 3, range(1))
+    r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2)
+    if r.exit_code == 0:
+        pytest.skip("this machine has a GPU")
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1].startswith("one worker per GPU: ")
+
+
+@pytest.mark.gpu
+def test_gpu_workers_each_see_their_own_device(cupy, tmp_path):
+    from gpusolve.scaleout import executor
+    with executor(None, None, gpus=True) as (client, what, _):
+        seen = sorted(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"]).values())
+    assert seen == [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())] and "one GPU each" in what
+    generate(tmp_path / "in", "random", 16, 8, range(4))
+    r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2)
+    assert r.exit_code == 0 and all(rec["engine"] == "cupy" for rec in lines(tmp_path / "o.jsonl"))
