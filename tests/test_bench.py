@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "dcop")
+CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "dcop", "scaleout")
 GPU = ("gpu_kernel", "gpu_largest", "gpu_streaming", "gpu_end_to_end")
 
 
