@@ -250,7 +250,8 @@ def simulated_runtime(dp: DcopPlan, util_s: dict[int, float], value_s: dict[int,
     agent computes one thing at a time, in the order its inputs arrive."""
     mbs = dp.plan.minibuckets
     tree = dp.tree
-    # task -> (agent, seconds, successors); ("u", i) a mini-bucket, ("v", var) a VALUE computation
+    # tasks: ("u", i) mini-bucket i's UTIL computation, ("v", var) var's VALUE computation;
+    # succ: task -> (task it feeds, delay of the message); waiting: inputs a task still lacks
     succ: dict[tuple, list[tuple[tuple, float]]] = {}
     waiting: dict[tuple, int] = {}
     for mb in mbs:
