@@ -383,22 +383,28 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
               help="Workers of the embedded LocalCluster (default: one per CPU core).")
 @click.option("--latency", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Seconds per message between agents, for the simulated runtime.")
+@click.option("--mem-limit", type=SizeParam(), default=None,
+              help="Memory the UTIL messages may take (e.g. 8G); default: available RAM.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, as_json):
+def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit, as_json):
     """Solve the DCOP in FILE (FRODO XCSP, pyDCOP YAML, or any format solve reads: one agent per
     variable) with DPOP or ADPOP, each agent's computation a Dask task."""
     import parsers
     from parsers.errors import ParseError
 
     from .dcop import DcopError, solve_dcop
+    from .plan import BudgetError
     from .scaleout import ClusterError
     try:
         problem = parsers.read(file)
         with progress_bar(not as_json, "agents") as (factory, _):
             progress = None if factory is None else (lambda total: functools.partial(factory(total), 1))
-            result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress)
+            result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress,
+                                mem_limit)
     except ParseError as e:
         _fail(file, str(e), EXIT_INPUT, as_json)
+    except BudgetError as e:
+        _fail(file, f"{file}: {e}", EXIT_MEMORY, as_json)
     except (DcopError, ClusterError, DeviceError) as e:
         _fail(file, f"{file}: {e}", EXIT_INPUT, as_json)
     except Exception as e:  # a worker's failure or a bug: one line (GPUSOLVE_DEBUG=1 shows the traceback)

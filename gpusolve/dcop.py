@@ -49,7 +49,7 @@ from .engines import AUTO_MIN_JOINT, gpu_unavailable_reason, select_engine
 from .engines.sparse import slice_over
 from .graph import components, primal_graph
 from .model import Problem
-from .plan import MiniBucket, Plan, build_plan
+from .plan import BudgetError, MiniBucket, Plan, build_plan, fmt_bytes
 from .search import PseudoTree, pseudo_tree
 
 ALGOS = ("dpop", "adpop")
@@ -294,15 +294,24 @@ def simulated_runtime(dp: DcopPlan, util_s: dict[int, float], value_s: dict[int,
 
 def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None, device: str = "auto",
                scheduler: str | None = None, workers: int | None = None, latency: float = 0.0,
-               file: str = "", progress: Callable[[int], Callable[[], None]] | None = None) -> DcopResult:
-    """Run DPOP or ADPOP on `problem`; raises DcopError for what the user can fix.
+               file: str = "", progress: Callable[[int], Callable[[], None]] | None = None,
+               mem_limit: int | None = None) -> DcopResult:
+    """Run DPOP or ADPOP on `problem`; raises DcopError for what the user can fix, BudgetError when
+    the UTIL messages (all kept until the VALUE phase) and a bucket's workspace exceed `mem_limit`
+    (default: this host's available memory; a cluster's workers together may hold more).
 
     `progress(total)` returns a callback called once per computation finished.
     """
-    from .solve import _file_bounds, _same
+    from .solve import _file_bounds, _same, available_memory
     t0 = time.perf_counter()
     dp = plan_dcop(problem, algo, max_dim)
     tree_s = time.perf_counter() - t0
+    budget = mem_limit if mem_limit is not None else available_memory()
+    if dp.plan.peak_bytes > budget:
+        big = dp.plan.largest()
+        raise BudgetError(f"{algo.upper()} needs {fmt_bytes(dp.plan.peak_bytes)} for its UTIL messages but the "
+                          f"memory budget is {fmt_bytes(budget)}; largest message: {len(big.scope)} separator "
+                          f"variables, {big.out_entries:,} entries (try --algo adpop --max-dim K, or --mem-limit)")
     joint = sum(mb.joint_entries for mb in dp.plan.minibuckets)
     threads = joint < THREADS_BELOW
     with executor(scheduler, workers, threads, device) as (client, description, cluster_s):

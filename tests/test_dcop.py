@@ -224,6 +224,8 @@ def test_dcop_command_usage_errors(tmp_path):
     assert r.exit_code == 2 and "--max-dim" in r.stderr
     r = run("dcop", path, "--algo", "adpop", "--max-dim", 0, "--scheduler", "inline")
     assert r.exit_code == 2 and "largest arity" in r.stderr
+    r = run("dcop", path, "--scheduler", "inline", "--mem-limit", "100")
+    assert r.exit_code == 3 and "try --algo adpop" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.gpu
