@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
 from gpusolve.dcop import solve_dcop  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
+from gpusolve.plan import BudgetError  # noqa: E402
 
 DRIVER = r'''
 import collections, collections.abc, json, sys, threading, time, types
@@ -201,7 +202,14 @@ def main():
             if args.only and topology != args.only:
                 continue
             problem = generate(topology, n, d, 0.3, 0.5, seed)
-            ours = solve_dcop(problem, device=args.device, scheduler=scheduler, latency=args.latency)
+            try:
+                ours = solve_dcop(problem, device=args.device, scheduler=scheduler, latency=args.latency)
+            except BudgetError as e:  # the reference is not run: it would need the same tables
+                rows.append({"instance": problem.name, "topology": topology, "agents": n, "domain": d,
+                             "status": "memory", "message": str(e), "reference": {"failed": "not run"},
+                             "same_optimum": False})
+                print(f"{problem.name:<22} ours: {e}", flush=True)
+                continue
             if args.pydcop_python and n >= gave_up.get((topology, d), n + 1):
                 ref = {"failed": f"skipped: failed at {gave_up[(topology, d)]} agents"}
             elif args.pydcop_python:
@@ -237,7 +245,7 @@ def main():
     device = gpu_name() if any("cupy" in r["engines"] for r in rows) else cpu_name()
     write_result("dcop", device, reference=reference, latency_s=args.latency, scheduler=args.scheduler or "LocalCluster",
                  quick=args.quick, rows=rows, summary=summary)
-    if not all(r["same_optimum"] or "failed" in r["reference"] for r in rows):
+    if not all(r["same_optimum"] or "failed" in r["reference"] for r in rows):  # a real mismatch
         sys.exit(1)
 
 
