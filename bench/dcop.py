@@ -242,7 +242,7 @@ def main():
     for topology, s in summary.items():
         print(f"{topology}: {s['both']} instances both finished, simulated-runtime ratio median {s['median_sim']}, "
               f"min {s['min_sim']}; wall ratio median {s['median_wall']}; reference failed on {s['ref_failed']}")
-    device = gpu_name() if any("cupy" in r["engines"] for r in rows) else cpu_name()
+    device = gpu_name() if any("cupy" in r.get("engines", ()) for r in rows) else cpu_name()
     write_result("dcop", device, reference=reference, latency_s=args.latency, scheduler=args.scheduler or "LocalCluster",
                  quick=args.quick, rows=rows, summary=summary)
     if not all(r["same_optimum"] or "failed" in r["reference"] for r in rows):  # a real mismatch
