@@ -297,8 +297,10 @@ class Outcome:
 
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
-                 stop: Stop, budget: int, progress_factory=None, n_components: int = 1) -> Outcome:
-    """Run the phases in order until the bounds close, the schedule ends or `stop()`."""
+                 stop: Stop, budget: int, progress_factory=None, n_components: int = 1,
+                 cluster: tuple[str | None, int | None] | None = None) -> Outcome:
+    """Run the phases in order until the bounds close, the schedule ends or `stop()`. With `cluster`
+    ((scheduler, workers) as scaleout.executor takes them) the search runs on Dask workers."""
     from . import eliminate, search
 
     out = Outcome()
@@ -356,7 +358,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
-                _search(on, order, guide, engine, bounds, stop, out)
+                _search(on, order, guide, engine, bounds, stop, out, cluster)
             elif phase.name == "mac":
                 _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
@@ -423,13 +425,16 @@ STALL_S, STALL_SHARE = 0.1, 0.25
 ROLLOUTS = 1024
 
 
-def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> None:
     from .globals import propagators
     from .search import AndOrSearch, Heuristic
     if guide is None:
         return
-    s = AndOrSearch(guide.problem, order, Heuristic.from_run(guide.plan, engine, guide.messages), should_stop=stop,
-                    propagators=propagators(guide.problem))
+    heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
+    if cluster is not None:
+        _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
+        return
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=stop, propagators=propagators(guide.problem))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
@@ -455,3 +460,18 @@ def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
     else:
         bounds.offer(assignment, "MAC")
     bounds.prove("MAC")
+
+
+def _search_on_dask(problem, order, heuristic, bounds: Bounds, stop: Stop, out: Outcome, cluster) -> None:
+    """The search phase with subproblems on Dask workers (scaleout.search_on_dask)."""
+    from .scaleout import executor, search_on_dask
+    with executor(*cluster) as (client, what, started):
+        out.search = {"nodes": 0, "cache_hits": 0, "time_s": 0.0, "nodes_per_s": 0.0, "complete": False,
+                      "executor": what, "cluster_s": started}  # as it stands if the search is stopped
+        t = time.perf_counter()
+        cost, assignment, nodes = search_on_dask(client, problem, order, heuristic, bounds.assignment, stop)
+        took = time.perf_counter() - t
+    out.search.update(nodes=nodes, time_s=took, nodes_per_s=nodes / took if took else 0.0, complete=True)
+    if assignment is not None and cost < bounds.upper:
+        bounds.offer(assignment, "AND/OR search (Dask)")
+    bounds.prove("AND/OR search (Dask)")

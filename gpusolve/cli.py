@@ -1,4 +1,4 @@
-"""Command line: solve, info, generate, batch, csg.
+"""Command line: solve, info, generate, batch, dcop, csg.
 
 Errors the user can fix print one line and exit 2 (bad input or usage), 3
 (memory budget) or 4 (time limit with no bound); never a traceback.
@@ -25,7 +25,7 @@ from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 
-FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn")  # as gpusolve.parsers.FORMATS, without importing the readers
+FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
     from .solve import Options, Result
 
@@ -258,6 +258,9 @@ def interruptible():
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="AND/OR search subproblems on a LocalCluster of this many Dask worker processes.")
+@click.option("--scheduler", default=None, help="AND/OR search subproblems on a running Dask cluster (tcp://host:8786).")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
@@ -521,16 +524,95 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
     err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
 
 
+@main.command("dcop")
+@click.argument("file")
+@click.option("--algo", type=click.Choice(("dpop", "adpop")), default="dpop", show_default=True,
+              help="dpop: exact; adpop: UTIL messages of at most --max-dim variables, lower and upper bounds.")
+@click.option("--max-dim", type=click.IntRange(min=0), default=None, help="ADPOP: separator variables per UTIL message.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+              help="Engine of each UTIL computation, on the worker that runs it.")
+@click.option("--scheduler", default=None,
+              help="Dask scheduler to join (tcp://host:8786); 'inline' runs every agent in this process without "
+                   "Dask; default: an embedded LocalCluster.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Workers of the embedded LocalCluster (default: one per CPU core).")
+@click.option("--latency", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds per message between agents, for the simulated runtime.")
+@click.option("--mem-limit", type=SizeParam(), default=None,
+              help="Memory the UTIL messages may take (e.g. 8G); default: available RAM.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
+def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit, as_json):
+    """Solve the DCOP in FILE (FRODO XCSP, pyDCOP YAML, or any format solve reads: one agent per
+    variable) with DPOP or ADPOP, each agent's computation a Dask task."""
+    from . import parsers
+    from .dcop import DcopError, solve_dcop
+    from .parsers.errors import ParseError
+    from .plan import BudgetError
+    from .scaleout import ClusterError
+    try:
+        problem = parsers.read(file)
+        with progress_bar(not as_json, "agents") as (factory, _):
+            progress = None if factory is None else (lambda total: functools.partial(factory(total), 1))
+            result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress,
+                                mem_limit)
+    except ParseError as e:
+        _fail(file, str(e), EXIT_INPUT, as_json)
+    except BudgetError as e:
+        _fail(file, f"{file}: {e}", EXIT_MEMORY, as_json)
+    except (DcopError, ClusterError, DeviceError) as e:
+        _fail(file, f"{file}: {e}", EXIT_INPUT, as_json)
+    except Exception as e:  # a worker's failure or a bug: one line (GPUSOLVE_DEBUG=1 shows the traceback)
+        if os.environ.get("GPUSOLVE_DEBUG"):
+            raise
+        _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
+    if as_json:
+        from .report import record
+        fields = {k: v for k, v in result.to_json().items() if k not in ("file", "status")}
+        print(json.dumps(record(result.file, result.status, **{**fields, "task": "DCOP"})))
+        return
+    from rich.table import Table
+    r, m = result, result.messages
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("file", r.file)
+    t.add_row("algorithm", "DPOP" if r.max_dim is None else f"ADPOP (max-dim {r.max_dim})")
+    t.add_row("status", r.status)
+    t.add_row("lower bound", _fmt(r.lower_bound))
+    t.add_row("upper bound", _fmt(r.upper_bound))
+    t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
+    t.add_row("messages", f"{m['util']} UTIL ({m['util_entries']:,} entries, largest {m['largest_util']:,}), "
+                          f"{m['value']} VALUE ({m['value_entries']:,} values)")
+    t.add_row("executor", f"{r.executor}, started in {r.cluster_s:.2f} s; engines {', '.join(r.engines)}")
+    t.add_row("time", f"wall {r.wall_s:.3f} s, simulated {r.simulated_s:.6f} s (UTIL phase {r.util_simulated_s:.6f} s, "
+                      f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
+                      f"pseudo tree {r.pseudo_tree_s:.3f} s")
+    if r.assignment is not None:
+        t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
+    out().print(t)
+
+
+def _fail(file: str, message: str, code: int, as_json: bool):
+    if as_json:
+        from .report import record
+        print(json.dumps(record(file, "error", message=message)))
+    err().print(message, markup=False, soft_wrap=True)
+    sys.exit(code)
+
+
 @main.command("batch")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Spread instances over a LocalCluster of this many Dask worker processes.")
+@click.option("--scheduler", default=None, help="Spread instances over a running Dask cluster (tcp://host:8786).")
 @click.option("--resume", is_flag=True, help="Skip instances already in --out whatever options solved them.")
 @click.option("--retry-errors", is_flag=True, help="Solve again the instances recorded as error or timeout.")
 @click.option("--budget", type=Seconds(), default=None,
               help="Total seconds for the batch: no instance starts after it, each gets at most what is left.")
 @click.option("--csv", "as_csv", is_flag=True, help="Also write the summary as CSV beside --out (same name, .csv).")
-def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, **solve_kw):
+def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, workers, scheduler, **solve_kw):
     """Solve every instance under FOLDER, one JSON line each (the schema of solve --json).
 
     Re-running resumes: an instance is skipped when --out holds its resolved path solved with the
@@ -541,7 +623,6 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import parsers
-    from .report import record
     from .solve import Options
     if evidence:
         raise click.UsageError("--evidence applies to one file: in batch each FILE.uai.evid beside its "
@@ -559,6 +640,20 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     records = [done[f] for f in files if f in done]
     err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
     start = time.perf_counter()
+    if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
+        if budget is not None:
+            raise click.UsageError("--budget applies to a batch solved here, not over Dask workers")
+        from .scaleout import ClusterError, batch_on_dask
+        try:
+            with _appender(out_path) as sink:
+                records += batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
+        except ClusterError as e:
+            err().print(str(e), markup=False, soft_wrap=True)
+            sys.exit(EXIT_INPUT)
+        print_summary(records, time.perf_counter() - start)
+        if as_csv:
+            write_csv(Path(out_path).with_suffix(".csv"), records)
+        return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
     with bar, _appender(out_path) as sink:
@@ -571,13 +666,7 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
                 break
             limit = options.time_limit if left is None else min(options.time_limit or left, left)
             bar.update(task, description=os.path.basename(f))
-            try:
-                rec = solve_file(f, dataclasses.replace(options, time_limit=limit)).to_json()
-            except Failure as e:
-                rec = record(f, e.status, message=str(e))
-            except Exception as e:  # a bug must not stop the batch; it is recorded
-                rec = record(f, "error", message=f"internal error: {type(e).__name__}: {e}")
-            rec["options"] = settings  # the batch's options, not the per-instance share of --budget
+            rec = batch_record(f, dataclasses.replace(options, time_limit=limit), settings)
             sink.write(json.dumps(rec) + "\n")
             sink.flush()
             records.append(rec)
@@ -605,6 +694,20 @@ def _appender(path: str):
         raise click.UsageError(f"--out {path}: {e.strerror or e}") from None
     with sink:
         yield sink
+
+
+def batch_record(f: str, options, settings: dict) -> dict:
+    """One batch line: the result, or the failure recorded (a bug must not stop the batch), stamped
+    with the batch's `settings` (not the per-instance share of --budget)."""
+    from .report import record
+    try:
+        rec = solve_file(f, options).to_json()
+    except Failure as e:
+        rec = record(f, e.status, message=str(e))
+    except Exception as e:
+        rec = record(f, "error", message=f"internal error: {type(e).__name__}: {e}")
+    rec["options"] = settings
+    return rec
 
 
 def _already_done(path: str) -> dict[str, dict]:

@@ -25,6 +25,7 @@ class Variable:
     name: str
     domain: int
     labels: tuple[str, ...] | None = None  # value names, when the file gives them
+    agent: str | None = None  # DCOP files: the agent holding the variable (None: an agent of its own)
 
     def label(self, index: int) -> str:
         return self.labels[index] if self.labels else str(index)

@@ -277,6 +277,11 @@ class AndOrSearch:
             return None
         return {}
 
+    def root_costs(self, r: int) -> np.ndarray:
+        """(1 + children, d) at root r: its bucket functions, then each child's heuristic, for every
+        value of r. A distributed search splits on these (scaleout.search_on_dask)."""
+        return self._evaluate(r, np.zeros(len(self.dom), dtype=np.int64))
+
     # --- evaluation of one OR node ------------------------------------------------------------
     def _evaluate(self, v: int, value: np.ndarray) -> np.ndarray:
         """(1 + children, d) costs: row 0 the bucket functions of v, row 1+k child k's heuristic.

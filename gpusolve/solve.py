@@ -41,6 +41,8 @@ class Options:
     tables: str = "auto"  # auto | dense | sparse: table kind per mini-bucket (engines/sparse.py)
     gpu_mem_limit: int | None = None  # bytes of device memory before the GPU engine streams; None: free memory
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
+    scheduler: str | None = None  # AND/OR search subproblems on this Dask cluster (scaleout.search_on_dask)
+    workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
 
 
 @dataclass
@@ -126,7 +128,8 @@ def solve(problem: Problem, options: Options, file: str = "",
             on_bounds(*_file_bounds(problem, b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
-    out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp)
+    cluster = (options.scheduler, options.workers) if options.scheduler or options.workers else None
+    out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
     upper = None if bounds.assignment is None else bounds.upper

@@ -1,8 +1,8 @@
 """Input readers: `read(path)` picks the format from the file name.
 
-.wcsp and .cfn (toulbar2), .uai (UAI MARKOV/BAYES, MPE), .xml (XCSP 2.1 or XCSP3)
-and .fzn (FlatZinc), each optionally compressed as .gz, .xz or .bz2; "-" reads
-standard input in the format named. Every problem with the input
+.wcsp and .cfn (toulbar2), .uai (UAI MARKOV/BAYES, MPE), .xml (XCSP 2.1 or XCSP3),
+.fzn (FlatZinc) and .yaml (pyDCOP), each optionally compressed as .gz, .xz or .bz2;
+"-" reads standard input in the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line. A
 reader's module is imported when a file of its format is read.
 """
@@ -19,7 +19,8 @@ from .tables import reading_budget
 if TYPE_CHECKING:
     from gpusolve.model import Problem
 
-READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn": "fzn"}  # format -> reader module
+READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn": "fzn", ".yaml": "yamldcop",
+           ".yml": "yamldcop"}  # format -> reader module
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 

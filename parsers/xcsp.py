@@ -3,9 +3,10 @@
 A root `<instance format="XCSP3">` is handed to xcsp3.py; any other format is refused.
 
 Supported: domains (`0..9`, value lists, mixes), variables (a FRODO `agent`
-is ignored), relations with semantics `soft` (`cost:tuple|tuple|cost:tuple`,
-a cost applying to the following tuples until the next one; `defaultCost`;
-`infinity`), `supports` and `conflicts`, and constraints referencing them.
+is kept as the variable's agent, for `gpusolve dcop`), relations with
+semantics `soft` (`cost:tuple|tuple|cost:tuple`, a cost applying to the
+following tuples until the next one; `defaultCost`; `infinity`), `supports`
+and `conflicts`, and constraints referencing them.
 `maximalCost` is the forbidden threshold (like a wcsp ub) and `initialCost`
 a constant. FRODO's `<presentation maximize="true">` turns utilities u into
 costs -u with sense -1. Intensional predicates/functions and global
@@ -285,7 +286,7 @@ class _Reader:
             raise self.error(line, f"random variable {name} is not supported")
         labels = self.domains[domain].labels
         self.var_index[name] = len(self.variables)
-        self.variables.append(Variable(name, len(labels), labels))
+        self.variables.append(Variable(name, len(labels), labels, elem.get("agent")))
         self.var_domain.append(domain)
 
     def _relation(self, elem: ET.Element, line: int) -> None:
