@@ -119,11 +119,14 @@ def test_put_many_is_one_buffer(cupy):
 
 
 def assert_same(a, b, problem=None):
-    """Equal results. Where local search ran (its random streams are the array module's), two optimal
-    assignments of equal cost may differ: then each must cost its upper bound."""
+    """Equal results. Two optimal assignments of equal cost may differ where the engines took
+    different ways to them: local search (its random streams are the array module's), or a
+    satisfaction problem that the GPU's predicted speed sends to exact BE and the CPU's to MAC
+    search (gpube-8queens); then both are proven optimal and each costs its upper bound."""
     assert (a.status, a.lower_bound, a.upper_bound, a.z) == (b.status, b.lower_bound, b.upper_bound, b.z)
     if a.assignment != b.assignment:
-        assert problem is not None and a.search is not None and b.search is not None, (a, b)
+        assert problem is not None and (a.search is not None or b.search is not None), (a, b)
+        assert a.status == b.status == "optimal", (a, b)
         for r in (a, b):
             assert problem.to_file_value(problem.evaluate(r.assignment)) == r.upper_bound
 
