@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # NumPy, rich, the readers and the solver load inside the commands that use them:
 # `--help` and `--version` answer without them, and a small solve pays only what it runs.
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
-EXIT_INTERRUPT = 130  # 128 + SIGINT, as shells report it; SIGTERM gives 143
+EXIT_INTERRUPT = 130  # 128 + SIGINT, as shells report it (SIGTERM: 0, a stop as at a time limit)
 
 
 @functools.cache
@@ -232,7 +232,7 @@ def progress_bar(enabled: bool, label: str):
 @contextmanager
 def interruptible():
     """Ctrl-C and SIGTERM ask the solver to stop and report what it holds (`stop.interrupted` keeps
-    the signal's number: the command exits 128 + it); a second Ctrl-C aborts."""
+    the signal's number: after Ctrl-C the command exits 130); a second Ctrl-C aborts."""
     from .anytime import Stop
     stop = Stop()
 
@@ -264,8 +264,8 @@ def interruptible():
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
-    Exit 0 when solved or bounded, 130 (143) when Ctrl-C (SIGTERM) stopped it after printing the
-    best result held."""
+    Exit 0 when solved or bounded (SIGTERM stops it as a time limit does), 130 when Ctrl-C stopped
+    it after printing the best result held."""
     from dataclasses import asdict
 
     from .report import record
@@ -298,8 +298,8 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
     if failed:  # the answer is printed above: only the file is lost
         err().print(failed, markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
-    if stop.interrupted:
-        sys.exit(128 + int(stop.interrupted))
+    if stop.interrupted == signal.SIGINT:  # SIGTERM (a batch system's stop) ends as a time limit does: 0
+        sys.exit(EXIT_INTERRUPT)
 
 
 def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: str | None) -> str | None:
