@@ -49,8 +49,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
     shifts: dict[int, object] = {}
     for mb in plan.minibuckets:
         check()
-        inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-        inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+        inputs = plan.inputs(problem, mb, tables, messages)
         if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
             shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages, check)
             if matched is not None:
@@ -86,9 +85,7 @@ def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> li
         costs = xp.zeros(dom[var], dtype=problem.dtype)
         for m in plan.buckets.get(var, ()):
             mb = plan.minibuckets[m]
-            parts = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-            parts += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
-            for table, scope in parts:
+            for table, scope in plan.inputs(problem, mb, tables, messages):
                 costs = costs + sparse.slice_over(xp, table, scope, var, value, problem.top)
                 if problem.integer:
                     costs = xp.minimum(costs, problem.top)

@@ -88,9 +88,7 @@ def rollouts(problem: Problem, plan, engine, tables, messages, n: int, rng, hot:
         costs = xp.zeros((n, dom[var]), dtype=xp.float64)
         for m in plan.buckets.get(var, ()):
             mb = plan.minibuckets[m]
-            parts = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-            parts += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
-            for table, scope in parts:
+            for table, scope in plan.inputs(problem, mb, tables, messages):
                 costs += sparse.slice_rows(xp, table, scope, var, values, problem.top)
         costs = xp.minimum(costs, float(problem.top))
         values[:, var] = xp.argmin(costs - temp * _gumbel(xp, g, costs.shape), axis=1)

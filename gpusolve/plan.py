@@ -111,6 +111,11 @@ class Plan:
         largest = max((mb.joint_entries for mb in self.minibuckets), default=0)
         return self.original_bytes + 2 * self.message_bytes + 2 * largest * self.itemsize
 
+    def inputs(self, problem: Problem, mb: MiniBucket, tables, messages) -> list[tuple[object, tuple[int, ...]]]:
+        """The (table, scope) pairs mini-bucket `mb` joins: its functions and the messages it receives."""
+        return ([(tables[i], problem.functions[i].scope) for i in mb.functions]
+                + [(messages[j], self.minibuckets[j].scope) for j in mb.messages])
+
     def largest(self) -> MiniBucket | None:
         return max(self.minibuckets, key=lambda mb: mb.out_entries, default=None)
 

@@ -162,8 +162,7 @@ def weighted_bound(problem: Problem, plan: Plan, engine: Engine) -> float:
     messages: dict[int, object] = {}
     for mb in plan.minibuckets:
         w = 1.0 / len(plan.buckets[mb.var])
-        inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-        inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+        inputs = plan.inputs(problem, mb, tables, messages)
         if w < 1:
             inputs = [(getattr(t, "host", t) / w, s) for t, s in inputs]  # a HostTable scales on the host
         out = engine.eliminate(mb, inputs, dom, problem.top, False, None, "lse")

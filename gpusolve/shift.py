@@ -20,7 +20,7 @@ from collections import defaultdict
 import numpy as np
 
 from . import graph
-from .engines.base import aligned, join_dense, min_marginal_dense
+from .engines.base import aligned, host_or_table, join_dense, min_marginal_dense
 from .engines.sparse import SparseTable, scalar, to_module
 from .model import CostFunction, Problem
 
@@ -238,11 +238,10 @@ def match_bucket(xp, problem: Problem, plan, var: int, tables, messages, check=N
     mus = {}
     for m in plan.buckets[var]:
         mb = plan.minibuckets[m]
-        inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-        inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
+        inputs = plan.inputs(problem, mb, tables, messages)
         if mb.sparse or any(isinstance(t, SparseTable) for t, _ in inputs):
             continue
-        inputs = [(to_module(xp, getattr(t, "host", t)), s) for t, s in inputs]
+        inputs = [(to_module(xp, host_or_table(t)), s) for t, s in inputs]
         mus[m] = min_marginal_dense(xp, var, mb.scope, inputs, dom, top, integer, check)
     if len(mus) < 2:
         return {}
@@ -323,8 +322,10 @@ def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget:
                 _match_edge(xp, problem, plan.minibuckets[members[0]], plan.minibuckets[members[1]], regions)
         value = bound()
         # Float bounds creep up by ever smaller steps: a sweep that adds under 1e-6 is a stall.
-        progress = _rises(best, value, integer) and (integer or _rises(best + 1e-6 * max(1.0, abs(best)), value, False))
-        best = value if _rises(best, value, integer) else best
+        progress = False
+        if _rises(best, value, integer):
+            progress = integer or _rises(best + 1e-6 * max(1.0, abs(best)), value, False)
+            best = value
         stale = 0 if progress else stale + 1
         if stale >= patience:
             break
@@ -333,19 +334,18 @@ def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget:
 
 def _inputs(problem: Problem, plan, mb, tables, messages, matched):
     """What run_plan summed for `mb`: its functions, the messages it received, its matching unary."""
-    inputs = [(tables[i], problem.functions[i].scope) for i in mb.functions]
-    inputs += [(messages[j], plan.minibuckets[j].scope) for j in mb.messages]
-    return inputs + ([(matched[mb.index], (mb.var,))] if mb.index in matched else [])
+    unary = [(matched[mb.index], (mb.var,))] if mb.index in matched else []
+    return plan.inputs(problem, mb, tables, messages) + unary
 
 
 def _region(xp, problem: Problem, mb, inputs, messages, root: bool):
     """F_r as a dense table over (var,) + scope: the join minus the message it sent (top stays top)."""
     dom, integer, top = problem.domains, problem.integer, problem.top
-    inputs = [(to_module(xp, getattr(t, "host", t)), s) for t, s in inputs]
+    inputs = [(to_module(xp, host_or_table(t)), s) for t, s in inputs]
     joint = join_dense(xp, mb.var, mb.scope, inputs, dom, top, integer)
     if root:
         return joint
-    sent = to_module(xp, getattr(messages[mb.index], "host", messages[mb.index]))[None]
+    sent = to_module(xp, host_or_table(messages[mb.index]))[None]
     dead = joint >= top if integer else xp.isinf(joint)  # where the message is forbidden, all of its rows are
     joint -= xp.where(sent >= top, 0, sent) if integer else xp.where(xp.isinf(sent), 0.0, sent)
     joint[dead] = top
