@@ -42,9 +42,8 @@ BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # (at least HEURISTIC_MIN_S).
 FIRST_BOUND_S = 0.05
 HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
-# Local search: with a time limit, this share of it in full, at most LOCAL_SEARCH_S (the incumbent is
-# what the user gets by then, a long limit is for the proof); without one, up to LOCAL_SEARCH_S,
-# ended once it stalls (the proof is what matters).
+# Local search: with a time limit, at most this share of it and at most LOCAL_SEARCH_S (a long limit
+# is for the proof); without one, at most LOCAL_SEARCH_S. Either way it ends once it stalls.
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
 # Large neighbourhood steps take tens of milliseconds: LNS gives up after (seconds, share of its time)
 # without a gain; with a time limit, later (the incumbent is what the user gets), without one sooner
@@ -164,7 +163,8 @@ class Phase:
         if self.seconds is not None:
             what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
         if self.name == "local-search":
-            what += f" at most, until improvements stop (LNS: none for {self.stall[0]:g} s or {self.stall[1]:.0%} of its time)"
+            floor, share = self.stall
+            what += f" at most, until improvements stop (LNS: none for {floor:g} s or {share:.0%} of its time)"
         if self.name == "jglp":
             what += (" at most," if self.seconds is not None else ",") + \
                 " no longer than the eliminations before it, from the tighter MBE run"
@@ -413,8 +413,7 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
                               should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved)
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
-    # (Not with global constraints: their subproblems are not conditioned.)
-    if bounds.assignment is not None and not problem.is_forbidden(bounds.upper) and not problem.globals:
+    if bounds.assignment is not None:  # a feasible incumbent: Bounds takes no other
         last[0] = time.perf_counter()
         local_search.lns(problem, bounds.assignment, engine, rng, start + seconds,
                          stalled(last[0], *lns_stall), improved)

@@ -380,6 +380,8 @@ def lns(problem: Problem, assignment, engine, rng, deadline: float | None = None
     from .model import condition
     from .plan import build_plan
     best, cost = list(assignment), problem.evaluate(assignment)
+    if problem.globals:  # model.condition does not condition global constraints: no neighbourhood to solve
+        return best, cost
     dom = problem.domains
     adjacency = {v: nb for v, nb in graph.primal_graph(problem).items()
                  if dom[v] > 1 and v not in problem.evidence}
