@@ -566,9 +566,8 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
             raise
         _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
     if as_json:
-        from .report import record
-        fields = {k: v for k, v in result.to_json().items() if k not in ("file", "status")}
-        print(json.dumps(record(result.file, result.status, **{**fields, "task": "DCOP"})))
+        from .report import of_result
+        print(json.dumps(of_result(result, task="DCOP")))
         return
     from rich.table import Table
     r, m = result, result.messages
@@ -780,14 +779,11 @@ def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
     """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""
     from . import csg
     from .parsers.errors import ParseError
-    from .report import record
-    name = file or f"{distribution}-n{n}-s{seed}"
+    from .report import of_result
+    name = file or (f"{distribution}-n{n}-s{seed}" if distribution else "")
 
-    def fail(message, code, status="error"):
-        if as_json:
-            print(json.dumps(record(name, status, message=message)))
-        err().print(message, markup=False, soft_wrap=True)
-        sys.exit(code)
+    def fail(message, code):
+        _fail(name, message, code, as_json)
 
     if (file is None) == (distribution is None):
         fail("csg: give a FILE or --generate DISTRIBUTION (one of them)", EXIT_INPUT)
@@ -816,10 +812,9 @@ def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
             raise
         fail(f"{name}: internal error: {type(e).__name__}: {e}", 1)
     if as_json:
-        fields = {k: v for k, v in result.to_json().items() if k not in ("file", "status")}
         # The schema's peak_bytes is one figure: the larger side; both sides follow as peak_bytes_by_memory.
-        fields.update(peak_bytes=max(result.peak_bytes.values(), default=0), peak_bytes_by_memory=result.peak_bytes)
-        print(json.dumps(record(result.file, result.status, **fields)))
+        print(json.dumps(of_result(result, peak_bytes=max(result.peak_bytes.values(), default=0),
+                                   peak_bytes_by_memory=result.peak_bytes)))
         return
     from rich.table import Table
     t = Table(show_header=False, box=None, pad_edge=False)

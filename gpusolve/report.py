@@ -32,3 +32,9 @@ def record(file: str, status: str, **known) -> dict:
     out = dict.fromkeys(fields())
     out.update(known, schema_version=SCHEMA_VERSION, gpusolve_version=__version__, file=file, status=status)
     return out
+
+
+def of_result(result, **override) -> dict:
+    """record() of a command's result object (its to_json(), with `override` on top)."""
+    fields = {**result.to_json(), **override}
+    return record(fields.pop("file"), fields.pop("status"), **fields)
