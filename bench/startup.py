@@ -4,7 +4,8 @@ Medians (with min and max) of --repeat fresh processes each:
 - `python -c "import gpusolve.cli"`;
 - `gpusolve solve tiny.wcsp --device cpu` (10 variables, domain 10, generated);
 - `--device gpu` with CuPy's kernel cache warm (a primed CUPY_CACHE_DIR) and
-  empty (a new one per run, as on a new machine);
+  empty (a new one per run, as on a new machine): as users meet it (a plan this small
+  stays on the host, see --host-max) and forced onto the device (--host-max 0);
 - the GPU's fixed costs alone: `import cupy`, then device count, then a
   CUDA context (memGetInfo), each in a fresh process.
 Also the ten slowest imports of `import gpusolve.cli` (python -X importtime,
@@ -87,9 +88,12 @@ def main():
         def env(cache: Path):
             return dict(os.environ, CUPY_CACHE_DIR=str(cache))
 
-        wall(gpu, env(warm_cache))  # primes the warm cache
+        on_device = gpu + ["--host-max", "0"]
+        wall(on_device, env(warm_cache))  # primes the warm cache
         rows["solve_gpu_warm_cache"] = repeated(gpu, repeat, lambda i: env(warm_cache))
         rows["solve_gpu_empty_cache"] = repeated(gpu, repeat, lambda i: env(work / f"empty-{i}"))
+        rows["solve_gpu_on_device_warm_cache"] = repeated(on_device, repeat, lambda i: env(warm_cache))
+        rows["solve_gpu_on_device_empty_cache"] = repeated(on_device, repeat, lambda i: env(work / f"dev-empty-{i}"))
         for name, code in STAGES.items():
             rows[name] = repeated([sys.executable, "-c", code], repeat)
     width = max(len(k) for k in rows)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from gpusolve import graph
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
-from gpusolve.plan import build_plan
+from gpusolve.plan import MiniBucket, build_plan
 
 
 def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,
@@ -87,3 +88,34 @@ def toulbar2_optimum(problem: Problem, path):
     except pytoulbar2.pytb2.Contradiction:  # toulbar2's preprocessing proved it infeasible
         return None
     return None if res is None else round(res[1])
+
+
+def random_bucket(rng, max_arity=5, integer=True):
+    """A mini-bucket over a random separator with inputs of random scopes (each holds var)."""
+    n = int(rng.integers(1, 8))
+    domains = [int(rng.choice([1, 2, 3, 4, 5, 7, 10, 17, 32])) for _ in range(n)]
+    var = int(rng.integers(0, n))
+    others = [u for u in range(n) if u != var]
+    if integer:
+        top = int(rng.choice([60, 1 << 40, (1 << 62) - 1]))
+    else:
+        top = np.inf
+    inputs, covered = [], set()
+    for _ in range(int(rng.integers(1, 7))):
+        k = int(rng.integers(0, min(max_arity - 1, len(others)) + 1))
+        scope = tuple(int(u) for u in rng.permutation([var] + list(rng.choice(others, k, replace=False))))
+        covered.update(scope)
+        shape = tuple(domains[u] for u in scope)
+        if integer:
+            table = rng.integers(0, min(top, 1 << 61) // 2, size=shape, dtype=np.int64)
+            table[rng.random(shape) < 0.2] = top
+        else:
+            table = rng.random(shape) * 3.0
+            table[rng.random(shape) < 0.2] = np.inf
+        if table.ndim > 1 and rng.random() < 0.3:
+            table = np.asfortranarray(table)
+        inputs.append((table, scope))
+    sep = tuple(int(u) for u in rng.permutation(sorted(covered - {var})))
+    out = math.prod(domains[u] for u in sep)
+    mb = MiniBucket(0, var, (), (), sep, out, out * domains[var])
+    return mb, inputs, domains, top

@@ -5,18 +5,17 @@ kernels are compared with the NumPy reference `eliminate_dense` bit for bit
 (float sums keep its order), whole solves with the NumPy engine, and forced
 streaming (a tiny device budget) with both.
 """
-import math
 
 import numpy as np
 import pytest
-from helpers import random_problem
+from helpers import random_bucket, random_problem
 
 from gpusolve import graph
 from gpusolve.engines.base import eliminate_dense
 from gpusolve.engines.cupy_engine import HostTable
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.model import CostFunction, Problem, Variable, condition
-from gpusolve.plan import MiniBucket, build_plan
+from gpusolve.plan import build_plan
 from gpusolve.eliminate import assign, run_plan
 from gpusolve.solve import Options, solve
 
@@ -26,37 +25,6 @@ pytestmark = pytest.mark.gpu
 def engine(**kw):
     from gpusolve.engines.cupy_engine import CupyEngine
     return CupyEngine(**kw)
-
-
-def random_bucket(rng, max_arity=5, integer=True):
-    """A mini-bucket over a random separator with inputs of random scopes (each holds var)."""
-    n = int(rng.integers(1, 8))
-    domains = [int(rng.choice([1, 2, 3, 4, 5, 7, 10, 17, 32])) for _ in range(n)]
-    var = int(rng.integers(0, n))
-    others = [u for u in range(n) if u != var]
-    if integer:
-        top = int(rng.choice([60, 1 << 40, (1 << 62) - 1]))
-    else:
-        top = np.inf
-    inputs, covered = [], set()
-    for _ in range(int(rng.integers(1, 7))):
-        k = int(rng.integers(0, min(max_arity - 1, len(others)) + 1))
-        scope = tuple(int(u) for u in rng.permutation([var] + list(rng.choice(others, k, replace=False))))
-        covered.update(scope)
-        shape = tuple(domains[u] for u in scope)
-        if integer:
-            table = rng.integers(0, min(top, 1 << 61) // 2, size=shape, dtype=np.int64)
-            table[rng.random(shape) < 0.2] = top
-        else:
-            table = rng.random(shape) * 3.0
-            table[rng.random(shape) < 0.2] = np.inf
-        if table.ndim > 1 and rng.random() < 0.3:
-            table = np.asfortranarray(table)
-        inputs.append((table, scope))
-    sep = tuple(int(u) for u in rng.permutation(sorted(covered - {var})))
-    out = math.prod(domains[u] for u in sep)
-    mb = MiniBucket(0, var, (), (), sep, out, out * domains[var])
-    return mb, inputs, domains, top
 
 
 @pytest.mark.parametrize("seed", range(120))
@@ -74,18 +42,56 @@ def test_fused_kernel_equals_eliminate_dense(cupy, seed):
     assert eng.stats["fused"] == 1
 
 
+@pytest.mark.parametrize("seed", range(80))
+def test_generic_kernel_equals_eliminate_dense(cupy, seed):
+    """The shape-generic kernel, one compiled kernel for every bucket shape: bit-equal messages."""
+    rng = np.random.default_rng(500 + seed)
+    integer = seed % 3 != 2
+    op = "max" if seed % 5 == 4 else ("lse" if not integer and seed % 2 else "min")
+    mb, inputs, domains, top = random_bucket(rng, integer=integer)
+    ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op)
+    eng = engine(stage=False)
+    got = eng.get(eng.eliminate(mb, [(cupy.asarray(t), s) for t, s in inputs], domains, top, integer, None, op))
+    assert eng.stats["generic"] == 1 and got.dtype == ref.dtype and got.shape == ref.shape
+    if op == "lse":  # powers and logarithms may round differently on the device
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    else:
+        assert np.array_equal(got, ref)
+
+
 def test_small_bucket_reuses_a_compiled_kernel(cupy):
-    """Below fuse_min a bucket takes the dense CuPy step unless its kernel is compiled already."""
+    """Below fuse_min a bucket takes the generic kernel (or, without it, the dense CuPy step)
+    unless a kernel specialised to its shape is compiled already."""
     rng = np.random.default_rng(7)
     mb, inputs, domains, top = random_bucket(rng)
     ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, True)
     fresh = engine(stage=False)  # a kernel signature no other test compiles
     assert np.array_equal(fresh.get(fresh.eliminate(mb, inputs, domains, top, True)), ref)
-    assert (fresh.stats["dense"], fresh.stats["fused"]) == (1, 0)
+    assert (fresh.stats["generic"], fresh.stats["fused"]) == (1, 0)
+    dense = engine(stage=False, generic=False)
+    assert np.array_equal(dense.get(dense.eliminate(mb, inputs, domains, top, True)), ref)
+    assert (dense.stats["dense"], dense.stats["fused"]) == (1, 0)
     engine(fuse_min=0, stage=False).eliminate(mb, inputs, domains, top, True)
     reuse = engine(stage=False)
     assert np.array_equal(reuse.get(reuse.eliminate(mb, inputs, domains, top, True)), ref)
-    assert (reuse.stats["dense"], reuse.stats["fused"], reuse.stats["compiled"]) == (0, 1, 0)
+    assert (reuse.stats["generic"], reuse.stats["fused"], reuse.stats["compiled"]) == (0, 1, 0)
+
+
+def test_generic_descriptors_wrap_around_the_ring(cupy):
+    """More descriptors than the pinned ring holds: slots are reused only after the stream passed them."""
+    from gpusolve.engines import cupy_engine
+    rng = np.random.default_rng(11)
+    cases = [random_bucket(rng) for _ in range(30)]
+    eng = engine()
+    ring = cupy_engine.DESCRIPTOR_RING
+    cupy_engine.DESCRIPTOR_RING = 256  # a descriptor here holds at most 66
+    try:
+        outs = [eng.eliminate(mb, [(cupy.asarray(t), s) for t, s in inputs], domains, top, True)
+                for mb, inputs, domains, top in cases]
+    finally:
+        cupy_engine.DESCRIPTOR_RING = ring
+    for (mb, inputs, domains, top), out in zip(cases, outs):
+        assert np.array_equal(eng.get(out), eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, True))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -118,6 +124,15 @@ def test_put_many_is_one_buffer(cupy):
     assert eng.device_bytes >= sum(t.nbytes for t in tables)
 
 
+def test_a_small_plan_asked_on_the_gpu_is_placed_on_the_host(cupy):
+    """Below --host-max the plan runs on the host without starting CUDA; at 0 on the device, same answer."""
+    problem = random_problem(np.random.default_rng(3), n_max=8, d_max=4)
+    placed = solve(problem, Options(device="gpu"))
+    forced = solve(problem, Options(device="gpu", host_max=0))
+    assert placed.engine == "numpy" and "--host-max" in placed.device_note and forced.engine == "cupy"
+    assert_same(placed, forced, problem)
+
+
 def assert_same(a, b, problem=None):
     """Equal results. Two optimal assignments of equal cost may differ where the engines took
     different ways to them: local search (its random streams are the array module's), or a
@@ -140,11 +155,11 @@ def test_solve_gpu_equals_cpu(cupy, seed):
     max_arity = max([f.arity for f in problem.functions] + [1])
     for z in [None] + list(range(max_arity, len(problem.variables) + 1)):
         cpu = solve(problem, Options(device="cpu", z=z))
-        gpu = solve(problem, Options(device="gpu", z=z))
+        gpu = solve(problem, Options(device="gpu", host_max=0, z=z))
         assert gpu.engine == ("none" if cpu.engine == "none" else "cupy")  # none: preprocessing decided
         assert_same(gpu, cpu)
         if seed % 5 == 0:
-            assert_same(solve(problem, Options(device="gpu", z=z, gpu_mem_limit=512)), cpu)
+            assert_same(solve(problem, Options(device="gpu", host_max=0, z=z, gpu_mem_limit=512)), cpu)
 
 
 def run(problem, plan, eng):
@@ -306,7 +321,7 @@ def test_real_instances_gpu_equals_cpu(cupy, shared_instances):
         if not small:
             continue
         cpu = solve(problem, Options(device="cpu", z=z))
-        gpu = solve(problem, Options(device="gpu", z=z))
+        gpu = solve(problem, Options(device="gpu", host_max=0, z=z))
         assert_same(gpu, cpu, problem)
         compared += 1
     assert compared >= 10

@@ -53,7 +53,7 @@ def test_random_networks(tmp_path, seed):
         if z is not None and any(len(s) > z for s, _ in factors):
             continue
         same(solve(problem, Options(device="cpu", task=task, z=z)),
-             solve(problem, Options(device="gpu", task=task, z=z)))
+             solve(problem, Options(device="gpu", host_max=0, task=task, z=z)))
 
 
 @pytest.mark.parametrize("side, d", [(6, 2), (7, 3), (9, 2)])
@@ -61,14 +61,14 @@ def test_grids(side, d):
     problem = markov_grid(side, d, seed=side, p_zero=0.05)
     for task, z in (("MPE", None), ("PR", None), ("MAR", None), ("PR", 4)):
         same(solve(problem, Options(device="cpu", task=task, z=z)),
-             solve(problem, Options(device="gpu", task=task, z=z)))
+             solve(problem, Options(device="gpu", host_max=0, task=task, z=z)))
 
 
 def test_shared_uai(shared_instances):
     for name in ("network.uai", "water.uai"):
         problem = parsers.read(shared_instances / name)
         for task in ("MPE", "PR", "MAR"):
-            same(solve(problem, Options(device="cpu", task=task)), solve(problem, Options(device="gpu", task=task)))
+            same(solve(problem, Options(device="cpu", task=task)), solve(problem, Options(device="gpu", host_max=0, task=task)))
 
 
 def test_lse_forbidden_rows_on_device():
@@ -104,7 +104,7 @@ def test_mar_with_messages_in_host_memory(limit):
     assert float(z) == pytest.approx(float(want_z), abs=1e-9)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-9)
-    gpu = solve(problem, Options(device="gpu", task="MAR", gpu_mem_limit=limit))
+    gpu = solve(problem, Options(device="gpu", host_max=0, task="MAR", gpu_mem_limit=limit))
     same(solve(problem, Options(device="cpu", task="MAR")), gpu)
 
 

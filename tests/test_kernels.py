@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from gpusolve.engines.kernels import BLOCK, TILE_MAX, assign_source, fused_source, kernel_mode
+from gpusolve.engines.kernels import (BLOCK, GENERIC_MAX_OPS, TILE_MAX, assign_source, fused_source, generic_descriptor,
+                                      generic_source, kernel_mode)
 
 
 def c_order_strides(dims):
@@ -110,3 +111,71 @@ def test_assign_source_per_cost_type():
     assert i64.key == ("assign", "i64")
     for k in (i64, f64):
         assert k.source.count("{") == k.source.count("}")
+
+
+def run_descriptor(desc, memory, mode, clamp, op, top):
+    """What generic_source's kernel computes, read from the descriptor as the kernel reads it:
+    `memory` maps an input's address to its buffer in memory order."""
+    n, m, d, rows = (int(x) for x in desc[1:5])
+    assert desc[0] == desc.size
+    dims = [int(x) for x in desc[5:5 + m]]
+    ins = desc[5 + m:].reshape(n, m + 2)
+    digits = np.unravel_index(np.arange(rows), dims) if m else ()
+    offs = [sum((dg * st for dg, st in zip(digits, row[2:])), np.zeros(rows, np.int64)) for row in ins]
+    best = None
+    for v in range(d):
+        s = memory[ins[0, 0]][offs[0] + v * ins[0, 1]]
+        for j in range(1, n):
+            s = s + memory[ins[j, 0]][offs[j] + v * ins[j, 1]]
+            if clamp:
+                s = np.minimum(s, top)
+        if best is None:
+            best = s
+        elif op == "lse":
+            with np.errstate(divide="ignore"):
+                best = -np.log10(10.0 ** -best + 10.0 ** -s)
+        else:
+            best = np.maximum(best, s) if op == "max" else np.minimum(best, s)
+    return np.minimum(best, top) if mode == "i64" else best
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generic_descriptor_reads_every_bucket_as_eliminate_dense(seed):
+    """The descriptor's layout, interpreted as the kernel does, gives eliminate_dense's message
+    for random buckets (mixed C and Fortran inputs, int64 with top, float)."""
+    from helpers import random_bucket
+
+    from gpusolve.engines.base import eliminate_dense
+    rng = np.random.default_rng(seed)
+    integer = seed % 3 != 2
+    op = "max" if seed % 5 == 4 else ("lse" if not integer and seed % 2 else "min")
+    mb, inputs, domains, top = random_bucket(rng, integer=integer)
+    ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op)
+    ops = sorted(inputs, key=lambda ts: ts[0].size)
+    memory, addresses, strides, vstrides = {}, [], [], []
+    for j, (t, scope) in enumerate(ops):
+        address = (j + 1) << 40
+        memory[address] = t.ravel(order="K")
+        elem = [st // t.itemsize for st in t.strides]
+        strides.append(tuple(elem[scope.index(u)] if u in scope else 0 for u in mb.scope))
+        vstrides.append(elem[scope.index(mb.var)])
+        addresses.append(address)
+    desc = generic_descriptor(addresses, strides, vstrides, tuple(domains[u] for u in mb.scope), domains[mb.var])
+    mode, clamp = kernel_mode(len(ops), top, integer)
+    got = run_descriptor(desc, memory, "f64" if mode == "f64" else "i64", clamp, op, top).reshape(ref.shape)
+    if op == "lse":
+        assert np.allclose(got, ref, equal_nan=True)
+    else:
+        assert np.array_equal(got, ref)
+
+
+def test_generic_source_is_one_kernel_per_arithmetic_class():
+    a = generic_source("i64", False, "min")
+    assert generic_source("i64", False, "min") is a
+    names = {generic_source(m, c, o).name for m in ("i64", "f64") for c in (False, True) for o in ("min", "max")}
+    assert len(names) == 8 and "s = s < top ? s : top;" in generic_source("i64", True).source
+    assert "exp10" in generic_source("f64", False, "lse").source
+    with pytest.raises(ValueError, match="lse"):
+        generic_source("i64", False, "lse")
+    with pytest.raises(ValueError, match="exceed"):
+        generic_descriptor([0] * (GENERIC_MAX_OPS + 1), [()] * (GENERIC_MAX_OPS + 1), [1] * (GENERIC_MAX_OPS + 1), (), 2)

@@ -118,5 +118,6 @@ def test_gpu_workers_each_see_their_own_device(cupy, tmp_path):
         seen = sorted(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"]).values())
     assert seen == [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())] and "one GPU each" in what
     generate(tmp_path / "in", "random", 16, 8, range(4))
-    r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2)
+    r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2,
+            "--host-max", 0)
     assert r.exit_code == 0 and all(rec["engine"] == "cupy" for rec in lines(tmp_path / "o.jsonl"))

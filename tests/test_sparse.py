@@ -119,7 +119,7 @@ def test_sparse_step_on_the_gpu_equals_the_cpu(cupy):
 def test_sparse_and_bounded_solves_on_the_gpu_equal_the_cpu(cupy, seed):
     from gpusolve.engines.cupy_engine import CupyEngine
     problem = tight_problem(seed)
-    cpu, gpu = (solve(problem, Options(device=d, tables="sparse")) for d in ("cpu", "gpu"))
+    cpu, gpu = (solve(problem, Options(device=d, tables="sparse", host_max=0)) for d in ("cpu", "gpu"))
     assert (gpu.status, gpu.lower_bound, gpu.upper_bound) == (cpu.status, cpu.lower_bound, cpu.upper_bound)
     if gpu.assignment is not None:
         assert problem.evaluate(gpu.assignment) == pytest.approx(problem.evaluate(cpu.assignment))

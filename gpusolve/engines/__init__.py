@@ -2,6 +2,8 @@
 NumPy only when an engine is made, so the command line reads DEVICES without it."""
 from __future__ import annotations
 
+import importlib.util
+
 from .base import Engine
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -10,6 +12,10 @@ DEVICES = ("auto", "cpu", "gpu")
 # plan: below it the CPU engine (1.5e8-4e8 entries/s) finishes before CuPy's
 # import and CUDA context (0.5 s on an H100) are ready (bench/gpu_end_to_end.py).
 AUTO_MIN_JOINT = 100_000_000
+# --device gpu keeps a plan with fewer joint entries than this (all its buckets) on the host
+# (--host-max): the CPU engine finishes it (under 10 ms at 1.5e8 entries/s) before CuPy's
+# import and CUDA context (0.8 s on an H100) are ready, and nothing is compiled.
+HOST_MAX_JOINT = 1 << 20
 
 
 class DeviceError(RuntimeError):
@@ -31,17 +37,23 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def select_engine(device: str, plan_joint_entries: int | None = None,
-                  gpu_mem_limit: int | None = None) -> tuple[Engine, str]:
+                  gpu_mem_limit: int | None = None, host_max: int = HOST_MAX_JOINT) -> tuple[Engine, str]:
     """The engine for --device, and a sentence saying why it was chosen.
 
     `plan_joint_entries` (the plan's total joint-table entries) lets auto keep
     small plans on the CPU without even importing CuPy; unknown, auto stays on
     the CPU. `gpu_mem_limit` (bytes) caps the device memory the GPU engine
-    uses before it streams messages through host memory.
+    uses before it streams messages through host memory. `host_max`: with --device gpu,
+    a plan below it is placed on the host (0: always the device).
     """
     from .numpy_engine import NumpyEngine
     if device == "cpu":
         return NumpyEngine(), "cpu requested"
+    if device == "gpu" and importlib.util.find_spec("cupy") is None:
+        raise DeviceError("--device gpu: CuPy is not installed")
+    if device == "gpu" and plan_joint_entries is not None and plan_joint_entries < host_max:
+        return NumpyEngine(), (f"gpu requested; the plan's {plan_joint_entries:,} joint entries are below "
+                               f"--host-max {host_max:,}, so it is placed on the host and CUDA is not started")
     if device == "auto":
         if plan_joint_entries is None:
             return NumpyEngine(), "auto: plan size unknown, running on the CPU"

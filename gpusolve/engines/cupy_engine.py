@@ -23,13 +23,17 @@ import time
 import numpy as np
 
 from .base import Engine, HostTable, eliminate_dense
-from .kernels import ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, FusedKernel, assign_source, fused_source, kernel_mode
+from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
+                      assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
 
-# A mini-bucket runs a compiled kernel when one for its signature is already
-# compiled in this process, or when it has FUSE_MIN joint entries: below that
-# the dense CuPy step finishes before a new kernel would have compiled (H100:
-# compiling takes 0.1-0.26 s, the dense step runs about 5e9 joint entries/s).
+# A mini-bucket runs a kernel specialised to its shape when one is already
+# compiled in this process, or when it has FUSE_MIN joint entries: below that the
+# shape-generic kernel (compiled once per arithmetic class, cached on disk) finishes
+# before a new kernel would have compiled (H100: compiling takes 0.1-0.26 s).
 FUSE_MIN = 1 << 30
+# int64 slots of the pinned ring that stages generic kernels' descriptors (one is at most
+# about 1,100): the stream passes a slot before it is written again, with no host sync per bucket.
+DESCRIPTOR_RING = 1 << 17
 # Working set of the dense CuPy step: larger than the CPU's CHUNK_ENTRIES, since
 # each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
 DENSE_CHUNK = 1 << 24
@@ -76,7 +80,7 @@ class CupyEngine(Engine):
     name = "cupy"
 
     def __init__(self, gpu_mem_limit: int | None = None, fuse_min: int = FUSE_MIN,
-                 stage: bool = True):
+                 stage: bool = True, generic: bool = True):
         t0 = time.perf_counter()
         import cupy  # not cupyx: importing it pulls in scipy.sparse, 0.3 s of a fresh process
         self.xp = cupy
@@ -88,9 +92,12 @@ class CupyEngine(Engine):
         self.budget = int(free * 0.9) if gpu_mem_limit is None else min(int(gpu_mem_limit), int(free * 0.9))
         self.fuse_min = fuse_min
         self.stage = stage
+        self.generic = generic
+        self._ring = self._ring_dev = None
+        self._ring_at = 0
         self.init_s = time.perf_counter() - t0
         self.compile_s = 0.0
-        self.stats = {"fused": 0, "dense": 0, "streamed": 0, "compiled": 0}
+        self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0, "compiled": 0}
         self._pinned_ranges: list[tuple[int, int]] = []  # staging and streamed messages
 
     @property
@@ -160,19 +167,21 @@ class CupyEngine(Engine):
         dtype = np.int64 if integer else np.float64
         out_shape = tuple(domains[u] for u in mb.scope)
         out_bytes = mb.out_entries * 8
-        work = 0 if mb.joint_entries >= self.fuse_min else 3 * min(mb.joint_entries, DENSE_CHUNK) * 8
+        generic = self.generic and len(ops) <= GENERIC_MAX_OPS and len(mb.scope) <= GENERIC_MAX_FREE
+        work = 0 if mb.joint_entries >= self.fuse_min or generic else 3 * min(mb.joint_entries, DENSE_CHUNK) * 8
         host_bytes = sum(o.array.nbytes for o in ops if not o.on_device)
         if self.device_bytes + out_bytes + host_bytes + work <= self.budget:
             try:
                 dev_ops = [o if o.on_device else _Operand(cp.asarray(o.array), o.scope, True) for o in ops]
                 key = self.fused_key(dev_ops, mb.var, mb.scope, domains, top, integer, op)
-                # a small bucket runs a kernel only when one is compiled already: compiling (or even
-                # generating the source, 0.15 ms) would cost more than the dense step
                 if mb.joint_entries >= self.fuse_min or key in _KERNELS:
-                    spec = fused_source(*key)
                     out = cp.empty(out_shape, dtype=dtype)
-                    self.launch(out, dev_ops, {}, mb.var, mb.scope, domains, top, integer, op, spec=spec)
+                    self.launch(out, dev_ops, {}, mb.var, mb.scope, domains, top, integer, op, spec=fused_source(*key))
                     self.stats["fused"] += 1
+                elif generic:
+                    out = cp.empty(out_shape, dtype=dtype)
+                    self.launch_generic(out, dev_ops, mb.var, mb.scope, domains, top, integer, op)
+                    self.stats["generic"] += 1
                 else:
                     out = eliminate_dense(cp, mb.var, mb.scope, [(o.array, o.scope) for o in dev_ops],
                                           domains, top, integer, check, op, DENSE_CHUNK)
@@ -181,6 +190,33 @@ class CupyEngine(Engine):
             except cp.cuda.memory.OutOfMemoryError:
                 pass  # the budget was optimistic: stream instead
         return self._streamed(mb, ops, domains, top, integer, check, op)
+
+    def launch_generic(self, out, ops, var, free, domains, top, integer, op="min"):
+        """Message rows over `free` into `out` by the shape-generic kernel: no compilation per shape."""
+        mode, clamp = kernel_mode(len(ops), top, integer)
+        desc = generic_descriptor([o.array.data.ptr for o in ops], [tuple(o.stride_of(u) for u in free) for o in ops],
+                                  [o.stride_of(var) for o in ops], tuple(domains[u] for u in free), domains[var])
+        k = self.kernel(generic_source("f64" if mode == "f64" else "i64", clamp, op))
+        blocks = max(1, min(-(-int(desc[4]) // BLOCK), self.sm_count * 16))
+        k((blocks,), (BLOCK,), (out, np.uint64(self._descriptor(desc)), np.int64(int(top) if integer else 0)),
+          shared_mem=8 * desc.size)
+
+    def _descriptor(self, desc) -> int:
+        """Device address of a copy of `desc`, made on the current stream without a host sync:
+        staged in a pinned ring whose slots are written again only after the stream has passed them."""
+        runtime = self.xp.cuda.runtime
+        if self._ring is None:
+            self._ring = self._pinned((DESCRIPTOR_RING,), np.int64, track=False)
+            self._ring_dev = self.xp.empty(DESCRIPTOR_RING, dtype=np.int64)
+        stream = self.xp.cuda.get_current_stream()
+        if self._ring_at + desc.size > DESCRIPTOR_RING:
+            stream.synchronize()
+            self._ring_at = 0
+        at, self._ring_at = self._ring_at, self._ring_at + desc.size
+        self._ring[at:self._ring_at] = desc
+        runtime.memcpyAsync(self._ring_dev.data.ptr + 8 * at, self._ring.ctypes.data + 8 * at, 8 * desc.size,
+                            runtime.memcpyHostToDevice, stream.ptr)
+        return self._ring_dev.data.ptr + 8 * at
 
     def kernel(self, spec: FusedKernel):
         """The compiled kernel for `spec`, compiling it the first time in this process."""

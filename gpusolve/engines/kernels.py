@@ -12,6 +12,8 @@ import hashlib
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .base import needs_clamp_each_step
 
 TILE_MAX = 16  # output rows one thread keeps in registers
@@ -183,6 +185,94 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
 """
     name = "be_" + hashlib.sha1(source.encode()).hexdigest()[:20]
     return FusedKernel(name, source.replace("NAME", name), n_blocks, key)
+
+
+# The shape-generic kernel reads a bucket's shape from a descriptor at run time, so one
+# compiled kernel per arithmetic class serves every bucket up to these sizes.
+GENERIC_MAX_OPS = 32
+GENERIC_MAX_FREE = 32
+GENERIC_HEADER = 5  # descriptor length, inputs, output axes, domain of the eliminated variable, rows
+
+
+def generic_descriptor(addresses, strides, vstrides, dims, d: int) -> np.ndarray:
+    """The int64 descriptor of one bucket for `generic_source`'s kernel.
+
+    [length, n inputs, m axes, d, rows, dims[m], then per input: address, stride along the
+    eliminated variable, strides along the m output axes]. Inputs in summation order.
+    """
+    n, m = len(addresses), len(dims)
+    if n > GENERIC_MAX_OPS or m > GENERIC_MAX_FREE:
+        raise ValueError(f"{n} inputs over {m} axes exceed the generic kernel's "
+                         f"{GENERIC_MAX_OPS} inputs and {GENERIC_MAX_FREE} axes")
+    head = [GENERIC_HEADER + m + n * (m + 2), n, m, d, math.prod(dims), *dims]
+    body = [x for a, vs, st in zip(addresses, vstrides, strides) for x in (a, vs, *st)]
+    return np.array(head + body, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
+    """CUDA source of the shape-generic join-sum/eliminate kernel: one per arithmetic class.
+
+    Where `fused_source` bakes a bucket's sizes into its code (fast, but a new
+    compilation per bucket shape, 0.1-0.5 s), this kernel reads them from a
+    `generic_descriptor` copied to shared memory, so buckets of every shape
+    share one compiled kernel, cached on disk by CuPy across processes. One
+    thread per output row decodes its digits with run-time divisors and sums
+    the inputs in the descriptor's order, so results equal `fused_source`'s
+    and eliminate_dense's bit for bit. mode: "i64" or "f64"; op as for fused_source.
+    """
+    if op == "lse" and mode != "f64":
+        raise ValueError("lse elimination needs float costs")
+    val = "double" if mode == "f64" else "long long"
+    if op in ("min", "lse"):
+        init = {"i64": "0x7fffffffffffffffLL", "f64": "__longlong_as_double(0x7ff0000000000000LL)"}[mode]
+    else:
+        init = {"i64": "(-0x7fffffffffffffffLL - 1)", "f64": "__longlong_as_double(0xfff0000000000000LL)"}[mode]
+    clamp = "s = s < top ? s : top;" if clamp_each else ""
+    if op == "lse":
+        keep = "if (s < b) { e = e * exp10(s - b) + 1.0; b = s; } else if (b < INIT) e += exp10(b - s);"
+        final = "b = b < INIT ? b - log10(e) : b;"
+    else:
+        keep = f"b = s {'>' if op == 'max' else '<'} b ? s : b;"
+        final = "b = b < top ? b : top;" if mode == "i64" else ""
+    source = f"""extern "C" __global__ void __launch_bounds__({BLOCK}) NAME(
+    {val}* __restrict__ out, const long long* __restrict__ desc_g, const long long top_) {{
+  extern __shared__ long long desc[];
+  const int n_desc = (int)desc_g[0];
+  for (int i = threadIdx.x; i < n_desc; i += blockDim.x) desc[i] = desc_g[i];
+  __syncthreads();
+  const int n = (int)desc[1], m = (int)desc[2];
+  const long long d = desc[3], rows = desc[4];
+  const long long* dims = desc + {GENERIC_HEADER};
+  const long long* in = dims + m;  // input j: in[j * (m + 2)] address, +1 its stride along v, +2.. its strides
+  const {val} top = ({val})top_;
+  long long off[{GENERIC_MAX_OPS}];
+  for (long long r = blockIdx.x * (long long){BLOCK} + threadIdx.x; r < rows; r += (long long)gridDim.x * {BLOCK}) {{
+    for (int j = 0; j < n; ++j) off[j] = 0;
+    long long rest = r;
+    for (int a = m - 1; a >= 0; --a) {{
+      const long long q = rest / dims[a], digit = rest - q * dims[a];
+      rest = q;
+      if (digit)
+        for (int j = 0; j < n; ++j) off[j] += digit * in[j * (m + 2) + 2 + a];
+    }}
+    {val} b = INIT;
+    {"double e = 0.0;" if op == "lse" else ""}
+    for (long long v = 0; v < d; ++v) {{
+      {val} s = ((const {val}*)in[0])[off[0] + v * in[1]];
+      for (int j = 1; j < n; ++j) {{
+        s = s + ((const {val}*)in[j * (m + 2)])[off[j] + v * in[j * (m + 2) + 1]];
+        {clamp}
+      }}
+      {keep}
+    }}
+    {final}
+    out[r] = b;
+  }}
+}}
+""".replace("INIT", init)
+    name = "be_generic_" + hashlib.sha1(source.encode()).hexdigest()[:20]
+    return FusedKernel(name, source.replace("NAME", name), 0, ("generic", mode, clamp_each, op))
 
 
 ASSIGN_BLOCK_MAX = 256  # threads of the value-assignment block (values of one variable per thread)

@@ -1,0 +1,94 @@
+"""`gpusolve batch` over the shared instances plus generated journal networks, CPU against GPU.
+
+One folder: every instance of ../shared/instances with a known optimum (symbolic links) and
+--generated networks (GpuBE section 8.1: random, scale-free, grid; 10-49 variables, domains
+5-10). Three batch runs, each one process: --device cpu, then --device gpu with an empty CuPy
+kernel cache (a new machine), then --device gpu again with that cache warm. Reported: total
+wall of each run, and per instance the GPU's time minus the CPU's (the first instance of a GPU
+run pays CUDA's start-up, so it is listed apart), with every instance over --slack.
+Writes bench/results/batch_gpu-<device>-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, SHARED, cpu_name, write_result
+
+TOPOLOGIES = [("random", n, d) for n in (10, 12, 14, 16, 18) for d in (5, 10)] + \
+             [("scalefree", n, d) for n in (12, 16, 20, 24, 30) for d in (5, 10)] + \
+             [("grid", n, d) for n in (16, 25, 36, 49) for d in (5, 10)]
+
+
+def batch(folder: Path, out: Path, device: str, cache: Path, time_limit: float) -> float:
+    cmd = [sys.executable, "-m", "gpusolve", "batch", str(folder), "--out", str(out), "--device", device,
+           "--time-limit", str(time_limit)]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, CUPY_CACHE_DIR=str(cache)))
+    if p.returncode not in (0, 1):
+        raise RuntimeError(p.stderr[-400:])
+    return time.perf_counter() - t
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--generated", type=int, default=40, help="journal networks to add (at most 40)")
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--slack", type=float, default=0.020, help="seconds a GPU instance may lose to the CPU")
+    ap.add_argument("--quick", action="store_true", help="four generated networks, no shared instances")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpusolve-batch-"))
+    folder = work / "instances"
+    folder.mkdir()
+    if not args.quick and (SHARED / "optima.csv").exists():
+        with open(SHARED / "optima.csv") as f:
+            for row in csv.DictReader(f):
+                src = SHARED / row["file"]
+                if src.exists():
+                    (folder / src.name).symlink_to(src)
+                    if (SHARED / f"{row['file']}.evid").exists():
+                        (folder / f"{src.name}.evid").symlink_to(SHARED / f"{row['file']}.evid")
+    for i, (topo, n, d) in enumerate(TOPOLOGIES[:4 if args.quick else args.generated]):
+        subprocess.run([sys.executable, "-m", "gpusolve", "generate", topo, "-n", str(n), "-d", str(d),
+                        "--seed", str(i), "-o", str(folder / f"{topo}-n{n}-d{d}-s{i}.wcsp")],
+                       check=True, capture_output=True, cwd=ROOT)
+    cache = work / "kernel-cache"
+    walls = {"cpu": batch(folder, work / "cpu.jsonl", "cpu", cache, args.time_limit),
+             "gpu_empty_cache": batch(folder, work / "gpu1.jsonl", "gpu", cache, args.time_limit),
+             "gpu_warm_cache": batch(folder, work / "gpu2.jsonl", "gpu", cache, args.time_limit)}
+    cpu = {r["file"]: r for r in records(work / "cpu.jsonl")}
+    from common import gpu_name
+    out = {"wall_s": walls, "instances": len(cpu), "runs": {}}
+    for run in ("gpu_empty_cache", "gpu_warm_cache"):
+        gpu = records(work / ("gpu1.jsonl" if run == "gpu_empty_cache" else "gpu2.jsonl"))
+        rows = [{"file": Path(r["file"]).name, "engine": r["engine"], "cpu_s": cpu[r["file"]]["time_s"],
+                 "gpu_s": r["time_s"], "delta_s": r["time_s"] - cpu[r["file"]]["time_s"],
+                 "same_bounds": (r["lower_bound"], r["upper_bound"]) == (cpu[r["file"]]["lower_bound"],
+                                                                         cpu[r["file"]]["upper_bound"]),
+                 "status": r["status"]} for r in gpu]
+        over = [r for r in rows[1:] if r["delta_s"] > args.slack]
+        out["runs"][run] = {"first": rows[0] if rows else None, "rows": rows, "over_slack": over,
+                            "max_delta_after_first_s": max((r["delta_s"] for r in rows[1:]), default=None)}
+        print(f"{run}: wall {walls[run]:.1f} s (cpu {walls['cpu']:.1f} s), {len(rows)} instances, first "
+              f"{rows[0]['file']} +{rows[0]['delta_s']:.3f} s; after it max +{out['runs'][run]['max_delta_after_first_s']:.3f} s;"
+              f" {len(over)} over {args.slack * 1e3:.0f} ms: " + ", ".join(
+                  f"{r['file']} +{r['delta_s'] * 1e3:.0f} ms" for r in over[:8]), flush=True)
+        for r in rows:
+            print(f"  {r['file']:32} {r['engine']:6} cpu {r['cpu_s']:.3f} s  gpu {r['gpu_s']:.3f} s  "
+                  f"{'' if r['same_bounds'] else 'BOUNDS DIFFER'}")
+    write_result("batch_gpu", gpu_name(), host=cpu_name(), time_limit=args.time_limit, slack_s=args.slack, **out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""gpusolve next to the published GpuBE binary (cudaBE) on the journal's networks, same machine, same run.
+
+Per instance (GpuBE section 8.1 generators and 404.wcsp), medians of --repeat fresh processes:
+- GpuBE: `cudaBE --format=wcsp F --agt=gpuBE`, its own solve time ("wc Time") and process wall;
+- gpusolve `solve F --device gpu`: process wall with an empty CuPy kernel cache (a new one per
+  run, as on a new machine) and with a warm one, as users meet it (a small plan stays on the
+  host, see --host-max), and with an empty cache forced onto the device (--host-max 0);
+- gpusolve's elimination on the device in one warm process: the `eliminate` phase of the
+  second and later solves (host_max=0).
+Optima are compared: GpuBE's Util against ours. The binary is GitHub nandofioretto/GpuBE's
+prebuilt `cudaBE` (--gpube PATH or $GPUBE); without it only gpusolve's side is measured.
+Writes bench/results/gpube-<device>-<date>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT, SHARED, cpu_name, write_result
+
+# (topology, variables, domain): the families of issue 11's table
+FAMILIES = [("random", 10, 5), ("random", 10, 50), ("random", 12, 10), ("random", 14, 10), ("random", 16, 10),
+            ("random", 18, 10), ("random", 20, 10), ("scalefree", 12, 10), ("scalefree", 20, 10),
+            ("grid", 25, 10), ("grid", 49, 10)]
+QUICK = [("random", 10, 5), ("grid", 25, 5)]
+
+
+def timed(cmd, env=None, timeout=300):
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    return time.perf_counter() - t, p
+
+
+def gpube(binary: str, path: Path) -> dict:
+    wall, p = timed([binary, "--format=wcsp", str(path), "--agt=gpuBE"])
+    out = p.stdout + p.stderr
+    found = {k: re.search(rf"{k}\s*:\s*([-\d.eE+]+)", out) for k in ("wc Time", "Util")}
+    if p.returncode != 0 or not all(found.values()):
+        return {"wall_s": wall, "error": out.strip().splitlines()[-1][:200] if out.strip() else f"exit {p.returncode}"}
+    return {"wall_s": wall, "solve_s": float(found["wc Time"].group(1)) / 1e3, "util": float(found["Util"].group(1))}
+
+
+def ours(path: Path, cache: Path, *extra) -> dict:
+    cmd = [sys.executable, "-m", "gpusolve", "solve", str(path), "--device", "gpu", "--json", *extra]
+    wall, p = timed(cmd, dict(os.environ, CUPY_CACHE_DIR=str(cache)))
+    if p.returncode != 0:
+        return {"wall_s": wall, "error": p.stderr.strip()[-200:]}
+    r = json.loads(p.stdout)
+    return {"wall_s": wall, "engine": r["engine"], "status": r["status"], "upper": r["upper_bound"],
+            "eliminate_s": r["phases"].get("eliminate")}
+
+
+def warm_eliminate(path: Path, repeat: int) -> dict:
+    """The eliminate phase of solves 2..repeat+1 in this process, on the device."""
+    from gpusolve import parsers
+    from gpusolve.solve import Options, solve
+    problem = parsers.read(path)
+    runs = [solve(problem, Options(device="gpu", host_max=0)) for _ in range(repeat + 1)]
+    times = [r.phases["eliminate"] for r in runs[1:]]
+    return {"eliminate_s": statistics.median(times), "runs": times, "upper": runs[-1].upper_bound,
+            "status": runs[-1].status, "engine": runs[-1].engine}
+
+
+def median(rows, key):
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gpube", default=os.environ.get("GPUBE"), help="path of GpuBE's cudaBE binary")
+    ap.add_argument("--quick", action="store_true", help="two small networks, one run each")
+    args = ap.parse_args()
+    repeat = 1 if args.quick else args.repeat
+    work = Path(tempfile.mkdtemp(prefix="gpusolve-gpube-"))
+    files = []
+    for topo, n, d in QUICK if args.quick else FAMILIES:
+        path = work / f"{topo}-n{n}-d{d}-s{args.seed}.wcsp"
+        subprocess.run([sys.executable, "-m", "gpusolve", "generate", topo, "-n", str(n), "-d", str(d),
+                        "--seed", str(args.seed), "-o", str(path)], check=True, capture_output=True, cwd=ROOT)
+        files.append(path)
+    if not args.quick and (SHARED / "404.wcsp").exists():
+        files.append(SHARED / "404.wcsp")
+    from common import gpu_name
+    device = gpu_name()
+    rows = []
+    warm_cache = work / "warm-cache"
+    for path in files:
+        row = {"instance": path.name}
+        if args.gpube:
+            runs = [gpube(args.gpube, path) for _ in range(repeat)]
+            row["gpube"] = {"wall_s": median(runs, "wall_s"), "solve_s": median(runs, "solve_s"),
+                            "util": runs[-1].get("util"), "error": runs[-1].get("error")}
+        ours(path, warm_cache)  # fills the warm cache
+        for name, cache, extra in (("empty", None, ()), ("warm", warm_cache, ()),
+                                   ("empty_on_device", None, ("--host-max", "0"))):
+            runs = [ours(path, cache or work / f"empty-{path.stem}-{name}-{i}", *extra) for i in range(repeat)]
+            row[name] = {"wall_s": median(runs, "wall_s"), "eliminate_s": median(runs, "eliminate_s"),
+                         "engine": runs[-1].get("engine"), "upper": runs[-1].get("upper"),
+                         "error": runs[-1].get("error")}
+        row["warm_process"] = warm_eliminate(path, max(repeat, 2))
+        g = row.get("gpube", {})
+        agree = g.get("util") is not None and g["util"] == row["warm_process"]["upper"]
+        row["same_optimum"] = agree if g else None
+        rows.append(row)
+        gs = f"{g['solve_s'] * 1e3:7.1f} ms / {g['wall_s']:.2f} s" if g.get("solve_s") is not None else \
+            f"{'-' if not g else 'error':>17}"
+        print(f"{path.name:28} GpuBE {gs} | ours warm elim {row['warm_process']['eliminate_s'] * 1e3:7.1f} ms, "
+              f"fresh empty {row['empty']['wall_s']:.2f} s ({row['empty']['engine']}), warm cache "
+              f"{row['warm']['wall_s']:.2f} s, empty on device {row['empty_on_device']['wall_s']:.2f} s"
+              f" | optimum {row['warm_process']['upper']} vs {g.get('util')}", flush=True)
+    write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube), rows=rows)
+
+
+if __name__ == "__main__":
+    main()
