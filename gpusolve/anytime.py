@@ -30,7 +30,6 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .mac import satisfaction
 from .model import Problem
 from .plan import Plan, build_plan, choose_plan
 
@@ -210,10 +209,11 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     """
     limit = math.inf if time_limit is None else time_limit
     # A satisfaction problem's first solution is optimal: MAC search unless BE is instant (donald:
-    # 0.07 s against 6 s of BE).
-    if search and z is None and satisfaction(problem) and \
-            (exact is None or predict_s(exact, engine) > FIRST_BOUND_S):
-        return Schedule((Phase("mac", seconds=math.inf),), engine)
+    # 0.07 s against 6 s of BE). MAC, with GAC and the globals, is loaded only then.
+    if search and z is None and (exact is None or predict_s(exact, engine) > FIRST_BOUND_S):
+        from .mac import satisfaction
+        if satisfaction(problem):
+            return Schedule((Phase("mac", seconds=math.inf),), engine)
     if exact is not None and z is None and (not search or predict_s(exact, engine) <= 0.8 * limit):
         return Schedule((Phase("be", exact, predict_s(exact, engine)),), engine)
     if not search:

@@ -10,7 +10,6 @@ import dataclasses
 import time
 from typing import Callable
 
-from . import shift
 from .engines import Engine, sparse
 from .model import Problem
 from .plan import MiniBucket, Plan, build_plan, largest_fitting_z
@@ -51,6 +50,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         check()
         inputs = plan.inputs(problem, mb, tables, messages)
         if match and op(mb) == "min" and mb.index == plan.buckets[mb.var][0]:
+            from . import shift  # moment matching: only the runs that ask for it load cost shifting
             shifts = shift.match_bucket(engine.xp, problem, plan, mb.var, tables, messages, check)
             if matched is not None:
                 matched.update(shifts)

@@ -233,7 +233,7 @@ def test_dcop_command_usage_errors(tmp_path):
 
 @pytest.mark.gpu
 def test_util_computations_on_the_gpu_engine_match_the_cpu(cupy):
-    for topology, n, d in (("random", 14, 8), ("grid", 36, 6), ("scalefree", 30, 6)):
+    for topology, n, d in (("random", 14, 8), ("grid", 16, 6), ("scalefree", 30, 6)):
         problem = generate(topology, n, d, 0.3, 0.3, seed=1)
         gpu = dcop.solve_dcop(problem, device="gpu", scheduler="inline")
         cpu = inline(problem)
