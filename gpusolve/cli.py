@@ -403,7 +403,8 @@ def _fmt(x) -> str:
 @click.option("--time-limit", type=Seconds(), default=None, help="As for solve.")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="As for solve.")
 @click.option("--gpu-mem-limit", type=SizeParam(), default=None,
-              help="As for solve: the plot marks tables larger than this as streamed.")
+              help="As for solve: print where each bucket of exact BE runs for this device budget "
+                   "(on the device, or streamed through host memory in chunks); the plot marks them.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Draw the bucket profile (exact BE, or MBE(z) with --z) into this picture (.png, .svg, .pdf); "
                    "needs matplotlib (pip install 'gpusolve[plot]').")
@@ -414,7 +415,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     from rich.table import Table
 
     from .model import ModelError
-    from .plan import BudgetError, build_plan
+    from .plan import BudgetError, build_plan, place
     from .solve import Options, available_memory, make_schedule
     try:
         problem = parsers.read(file, evidence, mem_limit=mem_limit)
@@ -451,7 +452,10 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         out().print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
                   f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
                   f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
-    out().print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
+    exact = build_plan(problem, orders[order], None, n_comp, tables)
+    out().print(exact.describe(), markup=False)
+    if gpu_mem_limit is not None:
+        out().print(place(problem, exact, gpu_mem_limit).describe(exact, dom), markup=False)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .engines import Engine, sparse
 from .model import Problem
-from .plan import MiniBucket, Plan, build_plan, largest_fitting_z
+from .plan import MiniBucket, Plan, build_plan, largest_fitting_z, place
 from .preprocess import lower_top, preprocess
 
 # The cheap mini-bucket run that finds an incumbent for bounded sparse BE may use this much memory.
@@ -39,6 +39,8 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
             raise TimeLimit("time limit reached during elimination")
 
     dom = problem.domains
+    room = None if engine.budget is None else engine.budget - engine.device_bytes
+    where = place(problem, plan, room).where
     tables = engine.put_many([f.table for f in problem.functions])
     bound = sparse.RestBound(engine.xp, dom, problem.top) if plan.sparse else None
     for i, t in enumerate(tables if bound is not None else ()):
@@ -57,7 +59,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,
-                                                     op(mb), bound, limit)
+                                                     op(mb), bound, limit, where[mb.index])
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)

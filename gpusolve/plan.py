@@ -143,6 +143,67 @@ class Plan:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where each mini-bucket of a plan runs for a device budget, decided before any engine runs
+    (as cotengra decides slices), so it can be printed (`gpusolve info --gpu-mem-limit`) and tested.
+
+    `host`: the whole plan has fewer joint entries than the host limit, so the CPU finishes it
+    before CUDA would have started. `device`: the bucket's host inputs, its message and the
+    messages kept so far fit the budget beside the original tables (on the device when they fit
+    half of it). `streamed`: its message is built in chunks of output rows, `lead[i]` leading
+    separator variables fixed per chunk (two chunks in flight), and kept in host memory.
+    """
+
+    budget: int | None
+    where: tuple[str, ...]
+    lead: tuple[int, ...]
+
+    def describe(self, plan: Plan, domains) -> str:
+        counts = {w: self.where.count(w) for w in dict.fromkeys(self.where)}
+        head = (f"placement for a device budget of {fmt_bytes(self.budget)}: " if self.budget is not None
+                else "placement: ") + ", ".join(f"{c} {w}" for w, c in counts.items())
+        lines = [head]
+        for mb in plan.minibuckets:
+            if self.where[mb.index] == "streamed":
+                rows = math.prod(domains[u] for u in mb.scope[self.lead[mb.index]:])
+                lines.append(f"  bucket {mb.index} (variable {mb.var}): streamed, {self.lead[mb.index]} leading "
+                             f"separator variable(s) fixed per chunk, {rows:,} rows per chunk")
+        return "\n".join(lines)
+
+
+def place(problem: Problem, plan: Plan, budget: int | None, host_max: int = 0) -> Placement:
+    """The placement of `plan` for `budget` device bytes (None: a CPU engine, everything on the host)."""
+    n = len(plan.minibuckets)
+    if budget is None or sum(mb.joint_entries for mb in plan.minibuckets) < host_max:
+        return Placement(budget, ("host",) * n, (0,) * n)
+    dom = problem.domains
+    originals_on_device = plan.original_bytes <= budget // 2
+    held = plan.original_bytes if originals_on_device else 0
+    on_host: set[int] = set()  # streamed messages
+    where, lead = [], []
+    for mb in plan.minibuckets:
+        out = mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * plan.itemsize
+        host_scopes = ([] if originals_on_device else [problem.functions[i].scope for i in mb.functions]) + \
+            [plan.minibuckets[j].scope for j in mb.messages if j in on_host]
+        host_in = sum(math.prod(dom[u] for u in s) for s in host_scopes) * plan.itemsize
+        if held + out + host_in <= budget:
+            where.append("device")
+            lead.append(0)
+            held += out
+            continue
+        room = max(budget - held, 0)
+
+        def chunk_bytes(k: int) -> int:
+            fixed = set(mb.scope[:k])
+            return plan.itemsize * (math.prod(dom[u] for u in mb.scope[k:]) + sum(
+                math.prod(dom[u] for u in s if u not in fixed) for s in host_scopes))
+        where.append("streamed")
+        lead.append(next((k for k in range(len(mb.scope) + 1) if 2 * chunk_bytes(k) <= room), len(mb.scope)))
+        on_host.add(mb.index)
+    return Placement(budget, tuple(where), tuple(lead))
+
+
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":

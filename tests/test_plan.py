@@ -5,7 +5,7 @@ from helpers import random_problem
 
 from gpusolve import graph
 from gpusolve.generate import generate
-from gpusolve.plan import build_plan
+from gpusolve.plan import build_plan, place
 
 
 def test_plan_buckets_sizes_and_message_routing():
@@ -53,3 +53,36 @@ def test_plan_reports_sparse_buckets_and_smaller_memory_for_tight_tables():
     assert tight.sparse and "sparse" in tight.describe()
     assert tight.message_bytes < dense.message_bytes
     assert all(mb.rows <= mb.out_entries and mb.joint_rows <= mb.joint_entries for mb in tight.minibuckets)
+
+
+def test_placement_follows_the_device_budget():
+    """Everything fits a large budget; a budget below the largest message streams it in chunks that
+    fit half of what is left, and its message stays on the host; a small plan goes to the host."""
+    problem = generate("grid", 16, 6, seed=2)
+    plan = build_plan(problem, graph.elimination_order(problem, "minfill"), None)
+    assert place(problem, plan, None).where == ("host",) * len(plan.minibuckets)
+    total = sum(mb.joint_entries for mb in plan.minibuckets)
+    assert set(place(problem, plan, 1 << 40, host_max=total + 1).where) == {"host"}
+    roomy = place(problem, plan, 1 << 40, host_max=total)
+    assert set(roomy.where) == {"device"} and set(roomy.lead) == {0}
+    big = plan.largest()
+    budget = plan.original_bytes + big.out_entries * plan.itemsize // 2
+    tight = place(problem, plan, budget)
+    assert tight.where[big.index] == "streamed" and "device" in tight.where
+    k = tight.lead[big.index]
+    assert 0 < k <= len(big.scope)
+    rows = int(np.prod([problem.domains[u] for u in big.scope[k:]]))
+    assert 2 * rows * plan.itemsize <= budget
+    assert f"bucket {big.index} (variable {big.var}): streamed" in tight.describe(plan, problem.domains)
+
+
+def test_info_prints_the_placement_for_a_device_budget(tmp_path):
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    path = tmp_path / "g.wcsp"
+    problem = generate("grid", 16, 6, seed=2)
+    from gpusolve.parsers.write import write
+    write(problem, path)
+    r = CliRunner().invoke(main, ["info", str(path), "--gpu-mem-limit", "20K"])
+    assert r.exit_code == 0 and "placement for a device budget of 20.0 KiB" in r.output and "streamed" in r.output

@@ -87,15 +87,17 @@ class Engine(ABC):
 
     @abstractmethod
     def eliminate(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
-                  integer: bool, check: Callable[[], None] | None = None, op: str = "min"):
+                  integer: bool, check: Callable[[], None] | None = None, op: str = "min", where: str | None = None):
         """Dense step: message of `mb` over mb.scope, mb.var eliminated from the (saturating) sum of `inputs`.
 
-        `op` is the semiring's elimination (see OPS); costs always combine by +.
+        `op` is the semiring's elimination (see OPS); costs always combine by +. `where` is the
+        plan's placement of the bucket (plan.place: host, device or streamed); None: the engine
+        judges from the memory it holds now.
         """
 
     def eliminate_bucket(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                          integer: bool, check: Callable[[], None] | None = None, op: str = "min",
-                         bound=None, row_limit: int | None = None):
+                         bound=None, row_limit: int | None = None, where: str | None = None):
         """One mini-bucket, sparse or dense as the plan says; keeps `bound`'s active tables in step.
 
         A dense mini-bucket gets its sparse inputs expanded to dense tables
@@ -114,7 +116,7 @@ class Engine(ABC):
             dtype = self.xp.int64 if integer else self.xp.float64
             dense = [(sparse.to_dense(sparse.module_of(self.xp, t.keys), t, top, dtype)
                       if isinstance(t, sparse.SparseTable) else t, s) for t, s in inputs]
-            out = self.eliminate(mb, dense, domains, top, integer, check, op)
+            out = self.eliminate(mb, dense, domains, top, integer, check, op, where)
         if bound is not None:
             bound.add(("m", mb.index), out, mb.scope)
         return out

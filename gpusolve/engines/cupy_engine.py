@@ -160,7 +160,7 @@ class CupyEngine(Engine):
         return _Operand(table, tuple(scope), not isinstance(table, np.ndarray))
 
     # -- elimination ------------------------------------------------------
-    def eliminate(self, mb, inputs, domains, top, integer, check=None, op="min"):
+    def eliminate(self, mb, inputs, domains, top, integer, check=None, op="min", where=None):
         cp = self.xp
         # eliminate_dense's summation order: smallest table first, stable
         ops = sorted((self._operand(t, s) for t, s in inputs), key=lambda o: o.array.size)
@@ -170,7 +170,9 @@ class CupyEngine(Engine):
         generic = self.generic and len(ops) <= GENERIC_MAX_OPS and len(mb.scope) <= GENERIC_MAX_FREE
         work = 0 if mb.joint_entries >= self.fuse_min or generic else 3 * min(mb.joint_entries, DENSE_CHUNK) * 8
         host_bytes = sum(o.array.nbytes for o in ops if not o.on_device)
-        if self.device_bytes + out_bytes + host_bytes + work <= self.budget:
+        if where is None:
+            where = "device" if self.device_bytes + out_bytes + host_bytes + work <= self.budget else "streamed"
+        if where != "streamed":
             try:
                 dev_ops = [o if o.on_device else _Operand(cp.asarray(o.array), o.scope, True) for o in ops]
                 key = self.fused_key(dev_ops, mb.var, mb.scope, domains, top, integer, op)

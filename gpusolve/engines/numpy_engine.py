@@ -16,5 +16,5 @@ class NumpyEngine(Engine):
     def get(self, table):
         return np.asarray(table)
 
-    def eliminate(self, mb, inputs, domains, top, integer, check=None, op="min"):
+    def eliminate(self, mb, inputs, domains, top, integer, check=None, op="min", where=None):
         return eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, check, op)
