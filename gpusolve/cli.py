@@ -322,6 +322,8 @@ def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: 
 
 def write_outputs(result: Result, solution: str | None, uai_output: str | None) -> str | None:
     """Write --solution and --uai-output; returns the error line when a write failed."""
+    if not solution and not uai_output:
+        return None
     from .parsers.write import write_uai_result
     from .solve import write_solution
     try:

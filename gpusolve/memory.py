@@ -5,7 +5,13 @@ import os
 
 
 def available_memory() -> int:
-    """Memory available to a new allocation (psutil; without it, as on a bare GPU host, free pages)."""
+    """Memory available to a new allocation: the kernel's MemAvailable on Linux (what psutil reads
+    there, without its 30-40 ms import in a 0.3 s start-up), psutil elsewhere, else free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
     try:
         import psutil
     except ImportError:
