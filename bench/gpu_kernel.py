@@ -7,7 +7,8 @@ fastest-varying separator axes, the placement least favourable to the kernel's
 hoisting (one input changes on every output row); `slowest` pairs them with
 the six slowest. Figure: joint-table entries per second, d^(w+1) / kernel
 time (median of CUDA-event timings after a warm-up). Each variant's output is
-poisoned first and spot-checked against direct evaluation.
+poisoned first and spot-checked against direct evaluation; the shape-generic kernel
+(compiled once for every shape) runs the same bucket and must write the same message.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def copy_bandwidth(cp, nbytes=4 << 30, repeat=10):
 def dense_rate(cp, rng, w=7, d=10):
     """The shared dense step on CuPy arrays: what buckets below FUSE_MIN run (no compilation)."""
     from gpusolve.plan import MiniBucket
-    engine = CupyEngine(fuse_min=1 << 62)
+    engine = CupyEngine(fuse_min=1 << 62, generic=False)
     var, sep = 0, tuple(range(w, 0, -1))
     inputs = [(cp.asarray(rng.integers(0, 101, size=(d, d))), (var, s)) for s in sep[-6:]]
     mb = MiniBucket(0, var, (), (), sep, d ** w, d ** (w + 1))
@@ -108,11 +109,18 @@ def main():
             expect = min(sums) if mode == "f64" else min(min(sums), top)
             assert got == expect, (placement, mode, idx, got, expect)
         rate = joint / (ms / 1e3)
+        fused_out = target.copy()
+        target.fill(-1)
+        gms, _ = time_events(cp, lambda: engine.launch_generic(target, ops, var, sep, domains, top, integer),
+                             args.repeat)
+        assert bool((target == fused_out).all()), "the generic kernel differs from the specialised one"
         rows.append({"placement": placement, "mode": mode, "stage": stage, "kernel_ms_median": ms,
                      "kernel_ms_all": times, "joint_entries_per_s": rate, "compile_s": compile_s,
-                     "output_write_Bps": out.nbytes / (ms / 1e3)})
+                     "output_write_Bps": out.nbytes / (ms / 1e3), "generic_ms_median": gms,
+                     "generic_joint_entries_per_s": joint / (gms / 1e3)})
         print(f"{placement:8} {mode} stage={stage!s:5} {ms:8.3f} ms  {rate:.3e} joint entries/s  "
-              f"(output written at {out.nbytes / (ms / 1e3) / 1e9:.0f} GB/s; compile {compile_s:.3f} s)")
+              f"(output written at {out.nbytes / (ms / 1e3) / 1e9:.0f} GB/s; compile {compile_s:.3f} s); "
+              f"generic kernel {gms:8.3f} ms  {joint / (gms / 1e3):.3e} joint entries/s")
     # A domain the kernels above were not compiled for: the engine reuses a compiled kernel by shape.
     dense = dense_rate(cp, rng, w=min(w, 7), d=d + 1)
     print(f"dense CuPy step (eliminate_dense, no compiled kernel) on w={dense['w']}, d={dense['d']}: "

@@ -29,8 +29,10 @@ from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FR
 # A mini-bucket runs a kernel specialised to its shape when one is already
 # compiled in this process, or when it has FUSE_MIN joint entries: below that the
 # shape-generic kernel (compiled once per arithmetic class, cached on disk) finishes
-# before a new kernel would have compiled (H100: compiling takes 0.1-0.26 s).
-FUSE_MIN = 1 << 30
+# before a new kernel would have compiled (H100: 0.1 s for small signatures, 5-12 s
+# for the unrolled kernels of random n=18 or grid n=36 buckets, measured by
+# bench/batch_gpu.py with an empty kernel cache).
+FUSE_MIN = 1 << 36
 # int64 slots of the pinned ring that stages generic kernels' descriptors (one is at most
 # about 1,100): the stream passes a slot before it is written again, with no host sync per bucket.
 DESCRIPTOR_RING = 1 << 17

@@ -235,7 +235,19 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
     else:
         keep = f"b = s {'>' if op == 'max' else '<'} b ? s : b;"
         final = "b = b < top ? b : top;" if mode == "i64" else ""
-    source = f"""extern "C" __global__ void __launch_bounds__({BLOCK}) NAME(
+    source = f"""template <typename T>  // 32-bit division while the rows' index fits: 64-bit division is emulated
+__device__ __forceinline__ void decode(long long r, int n, int m, const long long* dims, const long long* in,
+                                       long long* off) {{
+  T rest = (T)r;
+  for (int a = m - 1; a >= 0; --a) {{
+    const T dim = (T)dims[a], q = rest / dim;
+    const long long digit = (long long)(rest - q * dim);
+    rest = q;
+    if (digit)
+      for (int j = 0; j < n; ++j) off[j] += digit * in[j * (m + 2) + 2 + a];
+  }}
+}}
+extern "C" __global__ void __launch_bounds__({BLOCK}) NAME(
     {val}* __restrict__ out, const long long* __restrict__ desc_g, const long long top_) {{
   extern __shared__ long long desc[];
   const int n_desc = (int)desc_g[0];
@@ -249,13 +261,10 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
   long long off[{GENERIC_MAX_OPS}];
   for (long long r = blockIdx.x * (long long){BLOCK} + threadIdx.x; r < rows; r += (long long)gridDim.x * {BLOCK}) {{
     for (int j = 0; j < n; ++j) off[j] = 0;
-    long long rest = r;
-    for (int a = m - 1; a >= 0; --a) {{
-      const long long q = rest / dims[a], digit = rest - q * dims[a];
-      rest = q;
-      if (digit)
-        for (int j = 0; j < n; ++j) off[j] += digit * in[j * (m + 2) + 2 + a];
-    }}
+    if (rows <= 0xffffffffLL)
+      decode<unsigned int>(r, n, m, dims, in, off);
+    else
+      decode<unsigned long long>(r, n, m, dims, in, off);
     {val} b = INIT;
     {"double e = 0.0;" if op == "lse" else ""}
     for (long long v = 0; v < d; ++v) {{
