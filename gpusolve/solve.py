@@ -171,7 +171,12 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
     """The anytime schedule for these options; raises BudgetError when no bound fits the budget."""
     exact = None
     if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
-        exact = plan_within(problem, order, None, budget, n_comp, options.tables)
+        # The GPU runs every dense bucket with one compiled kernel, while its sparse path compiles a
+        # dozen CuPy kernels on a new machine (5-11 s, bench/batch_gpu.py): auto stays dense there
+        # while the dense plan fits the budget.
+        if engine == "cupy" and options.tables == "auto":
+            exact = plan_within(problem, order, None, budget, n_comp, "dense")
+        exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
                          n_comp, options.tables)
 
