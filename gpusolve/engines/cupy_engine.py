@@ -279,22 +279,22 @@ class CupyEngine(Engine):
 
     def _streamed(self, mb, ops, domains, top, integer, check, op):
         """The message in chunks of output rows on the engine's pipeline (streaming.stream_dense),
-        into pinned host memory; host inputs send only the slice a chunk selects. The kernel is
-        compiled before the first chunk, so the log times kernels alone."""
+        into pinned host memory; host inputs send only the slice a chunk selects, device inputs
+        are sliced in place. The kernel is compiled before the first chunk (for operands strided
+        as uploaded slices and views are), so the log times kernels alone."""
         cp = self.xp
         inputs = [(o.array, o.scope) for o in ops]
         plan = dense_chunks(mb.scope, inputs, domains, max(self.budget - self.device_bytes, 0))
         shaped = [o if o.on_device else _Operand(cp.empty(tuple(domains[u] for u in s), dtype=o.array.dtype), s, True)
-                  for o, s in zip(ops, plan.scopes)]  # contiguous, as uploaded slices are
-        spec = self.fused_spec(shaped, mb.var, plan.free, domains, top, integer, op)
-        self.kernel(spec)
+                  for o, s in zip(ops, plan.scopes)]
+        self.kernel(self.fused_spec(shaped, mb.var, plan.free, domains, top, integer, op))
         del shaped
         dtype = np.int64 if integer else np.float64
 
-        def compute(chunk):
+        def compute(chunk):  # the spec is looked up per chunk (fused_source is cached): strides decide it
             out = cp.empty(plan.rows, dtype=dtype)
             self.launch(out, [_Operand(a, s, True) for a, s in chunk], {}, mb.var, plan.free, domains, top,
-                        integer, op, spec=spec)
+                        integer, op)
             return out
         out = stream_dense(self.pipeline, plan, inputs, domains, dtype, compute, f"dense bucket {mb.index}",
                            check, bucket=mb.index)
