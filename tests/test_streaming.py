@@ -35,6 +35,17 @@ def host_merge(runs, reduce: bool):
     return keys[order], costs[order]
 
 
+def combine(xp, reduce: bool):
+    """What a merge range does on the device: sort (stably) by key, or keep each key's minimum cost."""
+    if reduce:
+        return lambda k, c: sparse.segment_min(xp, k, c)
+
+    def by_key(k, c):
+        order = xp.argsort(k, kind="stable")
+        return k[order], c[order]
+    return by_key
+
+
 def test_map_keeps_job_order_and_logs_every_chunk():
     log = []
     pipe = streaming.Pipeline(np, log)
@@ -84,13 +95,7 @@ def test_device_merge_equals_the_host_merge(seed):
     rows = int(rng.integers(1, 30))
     for reduce in (False, True):
         runs = random_runs(rng, unique=reduce)
-        if reduce:
-            combine = lambda k, c: sparse.segment_min(np, k, c)  # noqa: E731
-        else:
-            def combine(k, c):
-                order = np.argsort(k, kind="stable")
-                return k[order], c[order]
-        got = streaming.merge(pipe, runs, rows, combine, not reduce, "merge")
+        got = streaming.merge(pipe, runs, rows, combine(np, reduce), not reduce, "merge")
         for g, want in zip(got, host_merge(runs, reduce)):
             np.testing.assert_array_equal(g, want)
         live = [k for k, _ in runs if k.size]
@@ -189,13 +194,7 @@ def test_gpu_merge_equals_the_host_merge(cupy, seed):
     np.testing.assert_array_equal(out[0][0], np.arange(1, 6))
     for reduce in (False, True):
         runs = random_runs(rng, unique=reduce)
-        if reduce:
-            combine = lambda k, c: sparse.segment_min(cupy, k, c)  # noqa: E731
-        else:
-            def combine(k, c):
-                order = cupy.argsort(k, kind="stable")
-                return k[order], c[order]
-        got = streaming.merge(pipe, runs, int(rng.integers(1, 30)), combine, not reduce, "merge")
+        got = streaming.merge(pipe, runs, int(rng.integers(1, 30)), combine(cupy, reduce), not reduce, "merge")
         for g, want in zip(got, host_merge(runs, reduce)):
             assert isinstance(g, np.ndarray)
             np.testing.assert_array_equal(g, want)
