@@ -141,6 +141,10 @@ class Pipeline:
         in job order, so offsets may depend on earlier sizes), else to a fresh array."""
         n = len(jobs)
         t0 = time.perf_counter()
+        if self.gpu:  # device inputs may still be written on the caller's stream: the streams wait for it
+            ready = self.xp.cuda.get_current_stream().record()
+            for stream in self.streams:
+                stream.wait_event(ready)
         dev, out, marks = [None] * n, [None] * n, [None] * n
         pending: list = [None] * N_STREAMS
         moved = [0, 0]
