@@ -408,7 +408,6 @@ class Streamer:
         if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
         jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
-
         runs = self.pipe.map(jobs, lambda i, keys, costs: _by_first(xp, t.code(xp, sub, keys), keys, costs),
                              f"sort {t.rows:,} rows", check)
         return self.merge(runs, functools.partial(_by_first, xp), True,

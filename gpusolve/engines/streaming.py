@@ -81,12 +81,13 @@ class Pipeline:
         return a.flags.c_contiguous and any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
 
     def _buffer(self, key, n: int, dtype):
-        """The staging buffer `key` with room for n items (grown by doubling, never shrunk)."""
+        """The staging buffer `key` as n items of dtype (bytes kept, grown by doubling, never shrunk)."""
+        nbytes = n * np.dtype(dtype).itemsize
         buf = self._staging.get(key)
-        if buf is None or buf.size < n or buf.dtype != dtype:
-            buf = self.pinned((max(n, 2 * (0 if buf is None else buf.size)),), dtype, track=False)
+        if buf is None or buf.size < nbytes:
+            buf = self.pinned((max(nbytes, 2 * (0 if buf is None else buf.size), 1 << 12),), np.uint8, track=False)
             self._staging[key] = buf
-        return buf[:n]
+        return buf[:nbytes].view(dtype)
 
     # -- one chunk's copies -------------------------------------------------
     def _put(self, s: int, k: int, a):
@@ -118,12 +119,13 @@ class Pipeline:
                 dest[...] = r.reshape(dest.shape)
                 return dest, None
             return r, None
+        if not r.size:
+            return (np.empty(r.shape, dtype=r.dtype) if dest is None else dest), None
         r = self.xp.ascontiguousarray(r)
         direct = dest is not None and self.is_pinned(dest)
         buf = dest if direct else self._buffer(("down", s, k), r.size, r.dtype).reshape(r.shape)
-        if r.nbytes:
-            rt = self.xp.cuda.runtime
-            rt.memcpyAsync(buf.ctypes.data, r.data.ptr, r.nbytes, rt.memcpyDeviceToHost, self.streams[s].ptr)
+        rt = self.xp.cuda.runtime
+        rt.memcpyAsync(buf.ctypes.data, r.data.ptr, r.nbytes, rt.memcpyDeviceToHost, self.streams[s].ptr)
         return (dest, None) if direct else (dest, buf)
 
     def _mark(self, s: int):
