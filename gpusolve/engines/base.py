@@ -57,8 +57,15 @@ class Engine(ABC):
 
     @functools.cached_property
     def stream_log(self) -> list[dict]:
-        """Records of the steps streamed through host memory: chunks, rows, bytes each way, seconds."""
+        """One record per step streamed through host memory (streaming.Pipeline.map): what, chunks,
+        bytes each way, seconds, GB/s, and copy, work and overlap seconds."""
         return []
+
+    @functools.cached_property
+    def pipeline(self):
+        """The one streaming.Pipeline of this engine: its streams and kept pinned buffers, logging to stream_log."""
+        from .streaming import Pipeline
+        return Pipeline(self.xp, self.stream_log)
 
     @abstractmethod
     def put(self, table):
@@ -142,7 +149,7 @@ class Engine(ABC):
                 raise
             except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
                 pass
-        return run(streamer=sparse.Streamer(self.xp, room, self.stream_log))
+        return run(streamer=sparse.Streamer(self.pipeline, room))
 
 
 # Eliminations over costs c = -log10 p: "min" (WCSP cost, MPE: max probability),

@@ -5,7 +5,7 @@ large gets a kernel generated for its exact shape (kernels.py; compiled once per
 and by CuPy's disk cache across processes); small ones run the shared dense
 step `eliminate_dense` on CuPy arrays, where compiling would cost more than it
 saves. A message that does not fit the device budget is computed in chunks of
-output rows on two CUDA streams and kept in pinned host memory; later buckets
+output rows on the streaming pipeline (streaming.py) into pinned host memory; later buckets
 stream the slices they need back in. Values are assigned by one more kernel,
 a single block walking the plan backwards, so the phase costs one launch and
 one copy back instead of a synchronisation per variable.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
-import math
 import time
 
 import numpy as np
@@ -25,32 +24,21 @@ import numpy as np
 from .base import Engine, HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
                       assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
+from .streaming import dense_chunks, stream_dense
 
 # A mini-bucket runs a kernel specialised to its shape when one is already
 # compiled in this process, or when it has FUSE_MIN joint entries: below that the
 # shape-generic kernel (compiled once per arithmetic class, cached on disk) finishes
-# before a new kernel would have compiled (H100: 0.1 s for small signatures, 5-12 s
-# for the unrolled kernels of random n=18 or grid n=36 buckets, measured by
-# bench/batch_gpu.py with an empty kernel cache).
-FUSE_MIN = 1 << 36
+# before a specialised one would have compiled (H100, bench/gpu_kernel.py: generic
+# 7.8e10 joint entries/s, specialised 1.9e12-3.7e12 after 0.14-0.27 s of compilation).
+FUSE_MIN = 1 << 34
 # int64 slots of the pinned ring that stages generic kernels' descriptors (one is at most
 # about 1,100): the stream passes a slot before it is written again, with no host sync per bucket.
 DESCRIPTOR_RING = 1 << 17
 # Working set of the dense CuPy step: larger than the CPU's CHUNK_ENTRIES, since
 # each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
 DENSE_CHUNK = 1 << 24
-N_STREAMS = 2
 _KERNELS: dict[tuple, object] = {}  # FusedKernel.key -> compiled cupy.RawKernel, for the process
-
-
-def _union(intervals) -> float:
-    """Total length covered by (start, end) intervals: time some stream spent in that activity."""
-    total, reach = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +88,6 @@ class CupyEngine(Engine):
         self.init_s = time.perf_counter() - t0
         self.compile_s = 0.0
         self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0, "compiled": 0}
-        self._pinned_ranges: list[tuple[int, int]] = []  # staging and streamed messages
 
     @property
     def device_bytes(self) -> int:
@@ -139,7 +126,7 @@ class CupyEngine(Engine):
                     room -= h.nbytes
             if not chosen:
                 continue
-            staging = self._pinned((sum(host[i].size for i in chosen),), dtype, track=False)
+            staging = self.pipeline.pinned((sum(host[i].size for i in chosen),), dtype, track=False)
             np.concatenate([host[i].ravel() for i in chosen], out=staging)
             flat = self.xp.cuda.alloc(staging.nbytes)
             flat.copy_from_host(staging.ctypes.data_as(ctypes.c_void_p), staging.nbytes)
@@ -210,7 +197,7 @@ class CupyEngine(Engine):
         staged in a pinned ring whose slots are written again only after the stream has passed them."""
         runtime = self.xp.cuda.runtime
         if self._ring is None:
-            self._ring = self._pinned((DESCRIPTOR_RING,), np.int64, track=False)
+            self._ring = self.pipeline.pinned((DESCRIPTOR_RING,), np.int64, track=False)
             self._ring_dev = self.xp.empty(DESCRIPTOR_RING, dtype=np.int64)
         stream = self.xp.cuda.get_current_stream()
         if self._ring_at + desc.size > DESCRIPTOR_RING:
@@ -244,16 +231,14 @@ class CupyEngine(Engine):
     def fused_spec(self, ops, var, free, domains, top, integer, op="min") -> FusedKernel:
         return fused_source(*self.fused_key(ops, var, free, domains, top, integer, op))
 
-    def launch(self, out, ops, fixed, var, free, domains, top, integer, op="min", stream=None,
+    def launch(self, out, ops, fixed, var, free, domains, top, integer, op="min",
                spec: FusedKernel | None = None):
-        """Message rows over `free` into the contiguous device array `out`, variables in `fixed` held.
+        """Message rows over `free` into the contiguous device array `out`, variables in `fixed` held,
+        on the current stream.
 
         `ops` are device operands in summation order; `spec` is the fused
         kernel when the caller already made it.
         """
-        if stream is not None:
-            with stream:
-                return self.launch(out, ops, fixed, var, free, domains, top, integer, op, None, spec)
         spec = spec or self.fused_spec(ops, var, free, domains, top, integer, op)
         k = self.kernel(spec)
         ptrs = [np.uint64(out.data.ptr)]
@@ -332,112 +317,25 @@ class CupyEngine(Engine):
         return [int(v) for v in buf[n_desc:].get()]
 
     def _streamed(self, mb, ops, domains, top, integer, check, op):
-        """Compute the message in chunks of output rows, overlapping copies and kernels on streams.
-
-        A chunk fixes the leading separator axes to one set of values; host
-        inputs send only the slice those values select. The message goes to
-        pinned host memory, each chunk's rows straight into place.
-        """
+        """The message in chunks of output rows on the engine's pipeline (streaming.stream_dense),
+        into pinned host memory; host inputs send only the slice a chunk selects, device inputs
+        are sliced in place. The kernel is compiled before the first chunk (for operands strided
+        as uploaded slices and views are), so the log times kernels alone."""
         cp = self.xp
-        runtime = cp.cuda.runtime
-        t0 = time.perf_counter()
-        sep = mb.scope
-        dims = [domains[u] for u in sep]
-        host_ops = [o for o in ops if not o.on_device]
-        room = max(self.budget - self.device_bytes, 0)
-
-        def chunk_bytes(lead):
-            fixed = set(sep[:lead])
-            entries = math.prod(dims[lead:]) + sum(
-                math.prod(domains[u] for u in o.scope if u not in fixed) for o in host_ops)
-            return entries * 8
-
-        lead = next((n for n in range(len(sep) + 1) if N_STREAMS * chunk_bytes(n) <= room), len(sep))
-        fixed_vars, free = sep[:lead], sep[lead:]
-        rows = math.prod(dims[lead:])
+        inputs = [(o.array, o.scope) for o in ops]
+        plan = dense_chunks(mb.scope, inputs, domains, max(self.budget - self.device_bytes, 0))
+        shaped = [o if o.on_device else _Operand(cp.empty(tuple(domains[u] for u in s), dtype=o.array.dtype), s, True)
+                  for o, s in zip(ops, plan.scopes)]
+        self.kernel(self.fused_spec(shaped, mb.var, plan.free, domains, top, integer, op))
+        del shaped
         dtype = np.int64 if integer else np.float64
-        out = self._pinned((mb.out_entries,), dtype)
-        t_alloc = time.perf_counter() - t0
-        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(N_STREAMS)]
-        dev_out = [cp.empty(rows, dtype=dtype) for _ in streams]
-        slice_scope = {id(o): tuple(u for u in o.scope if u not in fixed_vars) for o in host_ops}
-        staging, dev_in = [], []
-        for _ in streams:
-            st, dv = {}, {}
-            for o in host_ops:
-                shape = tuple(domains[u] for u in slice_scope[id(o)])
-                st[id(o)] = self._pinned(shape, o.array.dtype)
-                dv[id(o)] = cp.empty(shape, dtype=o.array.dtype)
-            staging.append(st)
-            dev_in.append(dv)
-        # compile before the first chunk, so events time kernels alone
-        shaped = [o if o.on_device else _Operand(dev_in[0][id(o)], slice_scope[id(o)], True) for o in ops]
-        spec = self.fused_spec(shaped, mb.var, free, domains, top, integer, op)
-        self.kernel(spec)
-        done = [None] * N_STREAMS
-        marks = []
-        h2d = d2h = 0
-        for c, values in enumerate(itertools.product(*(range(d) for d in dims[:lead]))):
-            if check is not None:
-                check()
-            s = c % N_STREAMS
-            stream = streams[s]
-            if done[s] is not None:
-                done[s].synchronize()  # the staging buffers of this stream are free again
-            fixed = dict(zip(fixed_vars, values))
-            e0 = stream.record()
-            chunk_ops = []
-            for o in ops:
-                if o.on_device:
-                    chunk_ops.append(o)
-                    continue
-                index = tuple(fixed[u] if u in fixed else slice(None) for u in o.scope)
-                part, dev = o.array[index], dev_in[s][id(o)]
-                if not (part.flags.c_contiguous and self._is_pinned(part)):
-                    part = staging[s][id(o)]
-                    np.copyto(part, o.array[index])
-                runtime.memcpyAsync(dev.data.ptr, part.ctypes.data, part.nbytes,
-                                    runtime.memcpyHostToDevice, stream.ptr)
-                h2d += part.nbytes
-                chunk_ops.append(_Operand(dev, slice_scope[id(o)], True))
-            e1 = stream.record()
-            self.launch(dev_out[s], chunk_ops, fixed, mb.var, free, domains, top, integer, op, stream, spec)
-            e2 = stream.record()
-            runtime.memcpyAsync(out.ctypes.data + c * rows * 8, dev_out[s].data.ptr, rows * 8,
-                                runtime.memcpyDeviceToHost, stream.ptr)
-            d2h += rows * 8
-            done[s] = stream.record()
-            marks.append((e0, e1, e2, done[s]))
-        for stream in streams:
-            stream.synchronize()
-        at = [[cp.cuda.get_elapsed_time(marks[0][0], e) / 1e3 for e in m] for m in marks]
-        copies = [(a, b) for a, b, _, _ in at] + [(c, d) for _, _, c, d in at]
-        kernels = [(b, c) for _, b, c, _ in at]
-        copy_s, kernel_s = _union(copies), _union(kernels)
-        self.stream_log.append({
-            "what": f"dense bucket {mb.index}", "bucket": mb.index, "chunks": len(marks), "rows_per_chunk": rows,
-            "h2d_bytes": h2d, "d2h_bytes": d2h, "copy_s": copy_s, "kernel_s": kernel_s,
-            "overlap_s": copy_s + kernel_s - _union(copies + kernels),
-            "span_s": max(d for *_, d in at), "pinned_alloc_s": t_alloc,
-            "wall_s": time.perf_counter() - t0})
+
+        def compute(chunk):  # the spec is looked up per chunk (fused_source is cached): strides decide it
+            out = cp.empty(plan.rows, dtype=dtype)
+            self.launch(out, [_Operand(a, s, True) for a, s in chunk], {}, mb.var, plan.free, domains, top,
+                        integer, op)
+            return out
+        out = stream_dense(self.pipeline, plan, inputs, domains, dtype, compute, f"dense bucket {mb.index}",
+                           check, bucket=mb.index)
         self.stats["streamed"] += 1
-        return HostTable(out.reshape(tuple(dims)), cp)
-
-    def _pinned(self, shape, dtype, track: bool = True):
-        """A numpy array in page-locked memory (async copies), plain memory if none can be had.
-
-        `track`: remember its range for _is_pinned (buffers that live as long as the engine).
-        """
-        try:  # what cupyx.empty_pinned does, without importing cupyx
-            mem = self.xp.cuda.alloc_pinned_memory(math.prod(shape) * np.dtype(dtype).itemsize)
-        except Exception:  # pinning refused (limits, container): copies just stop overlapping
-            return np.empty(shape, dtype=dtype)
-        a = np.ndarray(shape, dtype=dtype, buffer=mem)
-        if track:
-            self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
-        return a
-
-    def _is_pinned(self, a) -> bool:
-        """Whether `a` lies in a pinned buffer of ours, so it can be copied without staging."""
-        p = a.ctypes.data
-        return any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
+        return HostTable(out, cp)

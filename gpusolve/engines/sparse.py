@@ -17,21 +17,22 @@ bound of the rest of the objective reaches top.
 
 Tables larger than the engine's device budget (Cuda-BE section V-B) are
 kept in host memory and a bucket that does not fit runs streamed
-(`Streamer`): inputs are sorted by their shared code in device-sized runs
-and the runs merged on the host, then every output chunk uploads only the
-contiguous input rows of its groups, on two streams, so copies overlap work.
+(`Streamer`, on the engine's streaming.Pipeline): inputs are sorted by their
+shared code in device-sized runs, the runs merged on the device range by
+range, then every output chunk uploads only the contiguous input rows of its
+groups and comes back sorted, a run of the result merged the same way.
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from . import streaming
 from .base import host_or_table
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
@@ -312,8 +313,19 @@ def segment_min(xp, codes, costs, runs: bool = False):
     return distinct, costs[order[starts]]
 
 
+def _by_first(xp, first, *rest):
+    """The arrays stably sorted by the first."""
+    order = xp.argsort(first, kind="stable")
+    return (first[order], *(a[order] for a in rest))
+
+
 class DeviceFull(MemoryError):
     """A sparse bucket outgrew the device memory it was given: it runs streamed instead."""
+
+
+def _limit(rows: int, row_limit: int | None, what: str) -> None:
+    if row_limit is not None and rows > row_limit:
+        raise SparseOverflow(f"{what} exceeds the row limit of {row_limit:,} rows")
 
 
 def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callable | None = None,
@@ -325,8 +337,7 @@ def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callab
         if reduce is not None:
             k, c = reduce(k, c)
         rows += int(k.shape[0])
-        if row_limit is not None and rows > row_limit:
-            raise SparseOverflow(f"{what} exceeds the row limit of {row_limit:,} rows")
+        _limit(rows, row_limit, what)
         if device_rows is not None and rows > device_rows:
             raise DeviceFull(what)
         keys.append(k)
@@ -369,121 +380,45 @@ SORT_ROW_BYTES = 64
 
 
 class Streamer:
-    """Host <-> device traffic of one streamed sparse bucket (Cuda-BE section V-B).
+    """A sparse bucket streamed through host memory (Cuda-BE section V-B), on the engine's
+    streaming.Pipeline.
 
-    Tables stay in host memory; `map` runs device work on host chunks on two
-    streams through pinned staging buffers: chunk i+1 is uploaded before
-    chunk i is worked on and chunk i's results are collected only when its
-    stream is reused, so copies overlap work. With NumPy as the device
-    module (the CPU engine given a budget: tests) the same code runs
-    without copies.
+    Tables stay in host memory. Sorting runs the device over runs of rows and merges the sorted
+    runs on the device too, range by range (streaming.merge); a join's chunks each upload only the
+    input rows of their groups, and come back sorted (or reduced), as runs to merge. With NumPy as
+    the device module (the CPU engine given a budget: tests) the same code runs without copies.
     """
 
-    def __init__(self, xp, room: int, log: list):
-        self.xp, self.room, self.log = xp, max(int(room), 0), log
-        self.gpu = xp is not np
-        self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)] if self.gpu else [None, None]
-        self._staging: dict = {}
+    def __init__(self, pipe: streaming.Pipeline, room: int):
+        self.pipe, self.xp, self.room = pipe, pipe.xp, max(int(room), 0)
         # two chunks in flight, each gathering chunk_rows rows from at most input_rows input rows
         per_row = 2 * (sizes.WORK_ROW_BYTES + 2 * sizes.ROW_BYTES)
         self.chunk_rows = max(1, min(sizes.CHUNK_ROWS, self.room // per_row))
         self.input_rows = 2 * self.chunk_rows
         self.run_rows = max(1, self.room // (2 * SORT_ROW_BYTES))
 
-    def _buffer(self, key, a):
-        """A pinned staging buffer for arrays like `a` (grown on demand)."""
-        buf = self._staging.get(key)
-        if buf is None or buf.size < a.size or buf.dtype != a.dtype:
-            n = max(a.size, 2 * (0 if buf is None else buf.size))
-            # cupyx.empty_pinned without importing cupyx (0.3 s: it pulls in scipy)
-            buf = np.ndarray((n,), dtype=a.dtype, buffer=self.xp.cuda.alloc_pinned_memory(n * a.dtype.itemsize))
-            self._staging[key] = buf
-        return buf[:a.size]
-
-    def map(self, jobs: list[tuple], work: Callable, what: str, check: Callable[[], None] | None = None) -> list:
-        """work(i, *device arrays) for job i's host arrays, which returns device arrays;
-        the results of every job as host arrays, in job order."""
-        n = len(jobs)
-        t0 = time.perf_counter()
-        dev, out, pending = [None] * n, [None] * n, [None, None]
-        moved_bytes = [0, 0]
-
-        def drain(s):
-            if pending[s] is not None:
-                i, bufs = pending[s]
-                if self.gpu:
-                    self.streams[s].synchronize()
-                    bufs = [b.copy() for b in bufs]
-                out[i], pending[s] = bufs, None
-
-        def upload(i):
-            s = i % 2
-            drain(s)  # stream s is idle now: its staging buffers are free
-            dev[i] = [self._put(s, k, a) for k, a in enumerate(jobs[i])]
-            moved_bytes[0] += sum(a.nbytes for a in jobs[i])
-
-        if n:
-            upload(0)
-        for i in range(n):
-            if check is not None:
-                check()
-            if i + 1 < n:
-                upload(i + 1)
-            s = i % 2
-            with self.streams[s] if self.gpu else contextlib.nullcontext():
-                res = work(i, *dev[i])
-                dev[i] = None
-                pending[s] = (i, [self._get(s, k, r) for k, r in enumerate(res)])
-            moved_bytes[1] += sum(r.nbytes for r in res)
-        drain(0)
-        drain(1)
-        wall = time.perf_counter() - t0
-        self.log.append({"what": what, "chunks": n, "h2d_bytes": moved_bytes[0], "d2h_bytes": moved_bytes[1],
-                         "wall_s": wall, "GB_per_s": (moved_bytes[0] + moved_bytes[1]) / wall / 1e9 if wall else 0.0})
-        return out
-
-    def _put(self, s, k, a):
-        if not self.gpu or not a.size:
-            return to_module(self.xp, a)
-        buf = self._buffer(("up", s, k), a)
-        np.copyto(buf, a)
-        with self.streams[s]:  # allocated on stream s: the pool reuses it only after s's work
-            d = self.xp.empty(a.shape, dtype=a.dtype)
-        d.set(buf, stream=self.streams[s])
-        return d
-
-    def _get(self, s, k, r):
-        if not self.gpu or not r.size:
-            return to_module(np, r)
-        r = self.xp.ascontiguousarray(r)
-        buf = self._buffer(("down", s, k), r)
-        r.get(stream=self.streams[s], out=buf, blocking=False)
-        return buf
+    def merge(self, runs: list[tuple], combine: Callable, split_equal: bool, what: str, check=None) -> tuple:
+        """Sorted host runs merged on the device (streaming.merge), in ranges of a sort run's rows."""
+        return streaming.merge(self.pipe, runs, self.run_rows, combine, split_equal, what, check)
 
     def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
-        """(codes over `sub`, keys, costs) of host table t sorted by code: each device-sized run is
-        sorted on the device, the runs are merged on the host (a stable sort merges sorted runs)."""
+        """(codes over `sub`, keys, costs) of host table t, stably sorted by code: device-sized runs
+        are sorted on the device, then merged there."""
         xp, run = self.xp, self.run_rows
-        jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
-
-        def work(i, keys, costs):
-            code = t.code(xp, sub, keys)
-            o = xp.argsort(code)
-            return code[o], keys[o], costs[o]
-        runs = self.map(jobs, work, f"sort {t.rows:,} rows", check)
-        if not runs:
+        if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
-        code, keys, costs = (np.concatenate([r[j] for r in runs]) for j in range(3))
-        if len(runs) > 1:
-            o = np.argsort(code, kind="stable")
-            code, keys, costs = code[o], keys[o], costs[o]
-        return code, keys, costs
+        jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
+        runs = self.pipe.map(jobs, lambda i, keys, costs: _by_first(xp, t.code(xp, sub, keys), keys, costs),
+                             f"sort {t.rows:,} rows", check)
+        return self.merge(runs, functools.partial(_by_first, xp), True,
+                          f"merge {len(runs)} sorted runs of {t.rows:,} rows", check)
 
     def join(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None,
-             reduce: Callable | None, check=None) -> list[tuple]:
-        """The join-sum of host tables a and b as host (keys, costs) chunks, each reduced by
-        `reduce`: both inputs sorted by their shared code, then every chunk of output rows
-        uploads only the contiguous input rows of its groups (whole groups of a)."""
+             reduce: Callable, check=None) -> list[tuple]:
+        """The join-sum of host tables a and b as host (keys, costs) runs, each chunk's rows passed
+        through `reduce` on the device (which sorts them by key): both inputs sorted by their
+        shared code, then every chunk of output rows uploads only the contiguous input rows of
+        its groups (whole groups of a)."""
         if a.rows > b.rows:
             a, b = b, a  # a chunk needs whole groups of a: let a be the smaller input
         shared = [u for u in a.scope if u in b.scope]
@@ -513,8 +448,19 @@ class Streamer:
             local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
             k, c = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac), SparseTable(b.scope, b.dims, bk, bc),
                            *spans[i], scope, dims, top, keep)
-            return reduce(k, c) if reduce is not None else (k, c)
-        return self.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check)
+            return reduce(k, c)
+        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check)
+
+    def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
+              combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):
+        """Host (keys, costs) of the join of a and b, sorted: its chunks (each passed through
+        `reduce`) are merged on the device by `combine` (split_equal: no key occurs twice to
+        reduce); SparseOverflow when the chunks hold more than `row_limit` rows."""
+        runs = self.join(a, b, scope, dims, top, keep, reduce, check)
+        _limit(sum(r[0].shape[0] for r in runs), row_limit, what)
+        if not runs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=a.costs.dtype)
+        return self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
 
 
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],
@@ -549,9 +495,9 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         if streamer is None:
             cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check, device_rows)
         else:
-            keys, costs = _collect(np, streamer.join(cur, t, sub, dims, top, keep, None, check), cur.costs.dtype,
-                                   row_limit, f"a join over {len(sub)} variables")
-            code, keys, costs = streamer.sort_by_code(SparseTable(sub, dims, keys, costs), sub, check)
+            by_key = functools.partial(_by_first, xp)
+            keys, costs = streamer.table(cur, t, sub, dims, top, keep, by_key, by_key, True, row_limit,
+                                         f"a join over {len(sub)} variables", check)
             cur = SparseTable(sub, dims, keys, costs)
     keep = bound.keep(joint) if bound is not None else None
     what = f"the message of variable {var}"
@@ -563,11 +509,9 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
                                cur.costs.dtype, row_limit, what, reduce, device_rows)
         if len(keys) and not bool(xp.all(keys[1:] > keys[:-1])):
             keys, costs = segment_min(xp, keys, costs)  # chunks overlapped
-    else:
-        chunks = streamer.join(cur, tables[-1], joint, jdims, top, keep, reduce, check)
-        keys, costs = _collect(np, chunks, cur.costs.dtype, row_limit, what)
-        if len(chunks) > 1:
-            keys, costs = segment_min(np, keys, costs, runs=True)  # merge the chunks' sorted messages
+    else:  # the chunks' sorted messages merged, equal keys reduced, on the device
+        keys, costs = streamer.table(cur, tables[-1], joint, jdims, top, keep, reduce,
+                                     functools.partial(segment_min, xp), False, row_limit, what, check)
     return SparseTable(tuple(sep), tuple(domains[u] for u in sep), keys, costs)
 
 

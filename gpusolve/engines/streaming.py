@@ -1,0 +1,320 @@
+"""Streaming through host memory: one pipeline for every step that does not fit the device.
+
+A `Pipeline` runs device work on chunks of host arrays (Cuda-BE section V-B):
+chunk i+1 is uploaded on one CUDA stream while chunk i works on the other,
+and a chunk's results are read back only when its stream is reused, so copies
+overlap work. Host arrays pass through pinned staging buffers that are kept
+and reused (page-locking costs about 1 s per GB, a copy into a kept buffer far
+less); arrays already in a pinned buffer of the pipeline go straight. Every
+map adds one record to the engine's `stream_log`.
+
+Its users: `stream_dense`, a dense message computed in chunks of output rows
+into pinned host memory (the GPU engine's buckets beyond its budget), and the
+sparse `Streamer` (sparse.py), whose sorted runs are merged here by `merge`:
+range-partitioned on the device, never on the host.
+
+Written against an array module: with NumPy the same code runs synchronously
+(streams, events and staging become no-ops), which is how it is tested.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+N_STREAMS = 2
+
+
+def _union(intervals) -> float:
+    """Total length covered by (start, end) intervals: time some stream spent in that activity."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def _land(dest, buf):
+    """A downloaded result on the host: in `dest`, or a copy of the staging buffer that received it."""
+    if buf is None:
+        return dest
+    if dest is None:
+        return buf.copy()
+    np.copyto(dest, buf)
+    return dest
+
+
+class Pipeline:
+    """Two streams, kept pinned staging buffers, one log; one per engine (module `xp`)."""
+
+    def __init__(self, xp, log: list):
+        self.xp, self.log = xp, log
+        self.gpu = xp is not np
+        self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(N_STREAMS)] if self.gpu else None
+        self._staging: dict = {}
+        self._pinned_ranges: list[tuple[int, int]] = []  # buffers that live as long as the engine
+
+    # -- host memory ------------------------------------------------------
+    def pinned(self, shape, dtype, track: bool = True):
+        """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
+        be had. `track`: remember it, so that copies from or into it skip the staging buffers."""
+        if not self.gpu:
+            return np.empty(shape, dtype=dtype)
+        try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
+            mem = self.xp.cuda.alloc_pinned_memory(math.prod(shape) * np.dtype(dtype).itemsize)
+        except Exception:  # pinning refused (limits, container): copies just stop overlapping
+            return np.empty(shape, dtype=dtype)
+        a = np.ndarray(shape, dtype=dtype, buffer=mem)
+        if track:
+            self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
+        return a
+
+    def is_pinned(self, a) -> bool:
+        """Whether `a` is contiguous in a tracked pinned buffer, so the device copies it directly."""
+        p = a.ctypes.data
+        return a.flags.c_contiguous and any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
+
+    def _buffer(self, key, n: int, dtype):
+        """The staging buffer `key` as n items of dtype (bytes kept, grown by doubling, never shrunk)."""
+        nbytes = n * np.dtype(dtype).itemsize
+        buf = self._staging.get(key)
+        if buf is None or buf.size < nbytes:
+            buf = self.pinned((max(nbytes, 2 * (0 if buf is None else buf.size), 1 << 12),), np.uint8, track=False)
+            self._staging[key] = buf
+        return buf[:nbytes].view(dtype)
+
+    # -- one chunk's copies -------------------------------------------------
+    def _put(self, s: int, k: int, a):
+        """Host array, or list of pieces to concatenate, -> device array on stream s."""
+        pieces = a if isinstance(a, list) else [a]
+        if not self.gpu:
+            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        shape = pieces[0].shape if len(pieces) == 1 else (sum(p.size for p in pieces),)
+        with self.streams[s]:  # allocated on stream s: the pool reuses it only after s's work
+            d = self.xp.empty(shape, dtype=pieces[0].dtype)
+        if not d.nbytes:
+            return d
+        if len(pieces) == 1 and self.is_pinned(pieces[0]):
+            src = pieces[0]
+        else:
+            src = self._buffer(("up", s, k), d.size, d.dtype)
+            if len(pieces) == 1:
+                np.copyto(src.reshape(shape), pieces[0])
+            else:
+                np.concatenate(pieces, out=src)
+        rt = self.xp.cuda.runtime
+        rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
+        return d
+
+    def _get(self, s: int, k: int, r, dest):
+        """Start copying device result r to the host: (destination, staging buffer or None)."""
+        if not self.gpu:
+            if dest is not None:
+                dest[...] = r.reshape(dest.shape)
+                return dest, None
+            return r, None
+        if not r.size:
+            return (np.empty(r.shape, dtype=r.dtype) if dest is None else dest), None
+        r = self.xp.ascontiguousarray(r)
+        direct = dest is not None and self.is_pinned(dest)
+        buf = dest if direct else self._buffer(("down", s, k), r.size, r.dtype).reshape(r.shape)
+        rt = self.xp.cuda.runtime
+        rt.memcpyAsync(buf.ctypes.data, r.data.ptr, r.nbytes, rt.memcpyDeviceToHost, self.streams[s].ptr)
+        return (dest, None) if direct else (dest, buf)
+
+    def _mark(self, s: int):
+        return self.streams[s].record() if self.gpu else time.perf_counter()
+
+    def _seconds(self, a, b) -> float:
+        return self.xp.cuda.get_elapsed_time(a, b) / 1e3 if self.gpu else b - a
+
+    # -- the pipeline -----------------------------------------------------
+    def map(self, jobs: Sequence[tuple], work: Callable, what: str, check: Callable[[], None] | None = None,
+            into: Callable | None = None, **fields) -> list[tuple]:
+        """work(i, *device arrays) for job i's host arrays (or lists of pieces, concatenated), on
+        stream i % 2; it returns device arrays. The results of every job as host arrays, in job
+        order: result k of job i goes to `into(i, k, result)` when that gives a host array (called
+        in job order, so offsets may depend on earlier sizes), else to a fresh array."""
+        n = len(jobs)
+        t0 = time.perf_counter()
+        if self.gpu:  # device inputs may still be written on the caller's stream: the streams wait for it
+            ready = self.xp.cuda.get_current_stream().record()
+            for stream in self.streams:
+                stream.wait_event(ready)
+        dev, out, marks = [None] * n, [None] * n, [None] * n
+        pending: list = [None] * N_STREAMS
+        moved = [0, 0]
+
+        def drain(s):
+            if pending[s] is None:
+                return
+            i, copies = pending[s]
+            if self.gpu:
+                self.streams[s].synchronize()
+            out[i] = tuple(_land(dest, buf) for dest, buf in copies)
+            pending[s] = None
+
+        def upload(i):
+            s = i % N_STREAMS
+            drain(s)  # stream s is idle now: its staging buffers are free
+            m = self._mark(s)
+            dev[i] = [self._put(s, k, a) for k, a in enumerate(jobs[i])]
+            moved[0] += sum(sum(p.nbytes for p in a) if isinstance(a, list) else a.nbytes for a in jobs[i])
+            marks[i] = [m, self._mark(s)]
+
+        if n:
+            upload(0)
+        for i in range(n):
+            if check is not None:
+                check()
+            if i + 1 < n:
+                upload(i + 1)
+            s = i % N_STREAMS
+            with self.streams[s] if self.gpu else contextlib.nullcontext():
+                res = work(i, *dev[i])
+                dev[i] = None
+                marks[i].append(self._mark(s))
+                pending[s] = (i, [self._get(s, k, r, into(i, k, r) if into else None) for k, r in enumerate(res)])
+                marks[i].append(self._mark(s))
+            moved[1] += sum(r.nbytes for r in res)
+        for s in range(N_STREAMS):
+            drain(s)
+        wall = time.perf_counter() - t0
+        at = [[self._seconds(marks[0][0], e) for e in m] for m in marks]
+        copies = [(a, b) for a, b, _, _ in at] + [(c, d) for _, _, c, d in at]
+        works = [(b, c) for _, b, c, _ in at]
+        copy_s, work_s = _union(copies), _union(works)
+        self.log.append({
+            "what": what, "chunks": n, "h2d_bytes": moved[0], "d2h_bytes": moved[1], "bytes": sum(moved),
+            "seconds": wall, "GB_per_s": sum(moved) / wall / 1e9 if wall else 0.0,
+            "copy_s": copy_s, "work_s": work_s, "overlap_s": copy_s + work_s - _union(copies + works),
+            "span_s": max((m[-1] for m in at), default=0.0), **fields})
+        return out
+
+
+# -- dense messages in chunks of output rows ------------------------------------
+
+@dataclass(frozen=True)
+class DenseChunks:
+    """How a dense message is streamed: the leading `fixed` separator variables take every value in
+    turn; a chunk is the `rows` message entries over `free`, each input sliced to `scopes[i]`."""
+
+    fixed: tuple[int, ...]
+    free: tuple[int, ...]
+    rows: int
+    scopes: tuple[tuple[int, ...], ...]
+
+
+def dense_chunks(sep: Sequence[int], inputs: Sequence[tuple[object, tuple[int, ...]]],
+                 domains: Sequence[int], room: int, itemsize: int = 8) -> DenseChunks:
+    """Fewest fixed leading separator variables such that two chunks in flight (their output rows
+    and the slices of the host inputs they upload) fit `room` device bytes."""
+    host = [s for a, s in inputs if isinstance(a, np.ndarray)]
+    dims = [domains[u] for u in sep]
+
+    def chunk_bytes(lead):
+        fixed = set(sep[:lead])
+        return itemsize * (math.prod(dims[lead:]) + sum(math.prod(domains[u] for u in s if u not in fixed)
+                                                        for s in host))
+    lead = next((n for n in range(len(sep) + 1) if N_STREAMS * chunk_bytes(n) <= room), len(sep))
+    fixed = tuple(sep[:lead])
+    return DenseChunks(fixed, tuple(sep[lead:]), math.prod(dims[lead:]),
+                       tuple(tuple(u for u in s if u not in fixed) for _, s in inputs))
+
+
+def stream_dense(pipe: Pipeline, plan: DenseChunks, inputs: Sequence[tuple[object, tuple[int, ...]]],
+                 domains: Sequence[int], dtype, compute: Callable, what: str, check=None, **fields):
+    """The message over plan.fixed + plan.free in pinned host memory, one chunk per value of the
+    fixed variables. Host (numpy) inputs upload only the slice a chunk selects, device inputs are
+    sliced in place; compute(chunk inputs [(array, scope)], in input order) returns the chunk's
+    `rows` entries on the device."""
+    t0 = time.perf_counter()
+    out = pipe.pinned((math.prod(domains[u] for u in plan.fixed) * plan.rows,), dtype)
+    fields["pinned_alloc_s"] = time.perf_counter() - t0
+    host = [i for i, (a, _) in enumerate(inputs) if isinstance(a, np.ndarray)]
+    values = list(itertools.product(*(range(domains[u]) for u in plan.fixed)))
+
+    def index(i, c):
+        fixed = dict(zip(plan.fixed, values[c]))
+        return tuple(fixed[u] if u in fixed else slice(None) for u in inputs[i][1])
+    jobs = [tuple(inputs[i][0][index(i, c)] for i in host) for c in range(len(values))]
+
+    def work(c, *uploaded):
+        sent = dict(zip(host, uploaded))
+        chunk = [(sent[i] if i in sent else a[index(i, c)], s) for i, ((a, _), s) in enumerate(zip(inputs, plan.scopes))]
+        return (compute(chunk).reshape(-1),)
+    pipe.map(jobs, work, what, check, lambda c, k, r: out[c * plan.rows:(c + 1) * plan.rows],
+             rows_per_chunk=plan.rows, **fields)
+    return out.reshape(tuple(domains[u] for u in plan.fixed + plan.free))
+
+
+# -- sorted runs merged on the device ----------------------------------------------
+
+def range_cuts(runs: Sequence[np.ndarray], rows: int, split_equal: bool) -> np.ndarray:
+    """Cut positions (ranges + 1, runs) that split sorted host runs into ranges of about `rows` rows:
+    every range can be sorted alone, and the ranges in order are the stable merge of the runs.
+
+    The boundary at global rank p is the p-th smallest key k, found by bisecting key values
+    (each step counts keys <= mid in every run, all boundaries at once). With `split_equal`, rows
+    equal to k are split in (run, position) order so every range holds exactly `rows` rows; else
+    they all start the next range (a reduction over equal keys sees them together), and a range
+    holds at most `rows` + (runs - 1) rows when keys are distinct within each run.
+    """
+    rows = max(rows, 1)
+    sizes = np.array([r.shape[0] for r in runs], dtype=np.int64)
+    total = int(sizes.sum())
+    targets = np.arange(rows, total, rows, dtype=np.int64)
+    cuts = [np.zeros(len(runs), dtype=np.int64)]
+    if targets.size:
+        live = [r for r in runs if r.shape[0]]
+        lo = np.full(targets.shape, min(int(r[0]) for r in live), dtype=np.int64)
+        hi = np.full(targets.shape, max(int(r[-1]) for r in live), dtype=np.int64)
+        while np.any(lo < hi):  # smallest k with more than p keys <= k
+            mid = lo + (hi - lo) // 2
+            le = sum(np.searchsorted(r, mid, side="right") for r in live)
+            big = le > targets
+            hi, lo = np.where(big, mid, hi), np.where(big, lo, mid + 1)
+        left = np.stack([np.searchsorted(r, lo, side="left") for r in runs], axis=1)
+        if split_equal:
+            equal = np.stack([np.searchsorted(r, lo, side="right") for r in runs], axis=1) - left
+            before = np.cumsum(equal, axis=1) - equal  # equal rows in earlier runs
+            take = targets - left.sum(axis=1)  # equal rows that belong before the boundary
+            left = left + np.clip(take[:, None] - before, 0, equal)
+        cuts += list(left)
+    cuts.append(sizes)
+    return np.stack(cuts)
+
+
+def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, split_equal: bool,
+          what: str, check=None) -> tuple:
+    """Sorted host runs (tuples of arrays, sorted by the first) -> one tuple of host arrays.
+
+    Range-partitioned (range_cuts): each range's pieces of every run are uploaded as one array
+    each, combine(*device arrays) sorts them (split_equal) or sorts and reduces equal keys, and the
+    ranges come back in order into the output. One run (or none but empty ones) is already merged.
+    """
+    live = [r for r in runs if r[0].shape[0]] or [runs[0]]
+    if len(live) == 1:
+        return live[0]
+    cuts = range_cuts([r[0] for r in live], rows, split_equal)
+    spans = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if (b - a).sum()]
+    jobs = [tuple([r[k][a[j]:b[j]] for j, r in enumerate(live) if b[j] > a[j]] for k in range(len(live[0])))
+            for a, b in spans]
+    total = int(cuts[-1].sum())
+    out = [np.empty(total, dtype=a.dtype) for a in live[0]]
+    at = [0]
+
+    def into(i, k, r):
+        lo = at[0]
+        if k == len(out) - 1:
+            at[0] += r.shape[0]
+        return out[k][lo:lo + r.shape[0]]
+    pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, runs=len(live), ranges=len(jobs))
+    n = at[0]
+    return tuple(a[:n] if 2 * n > total else a[:n].copy() for a in out)  # a small result frees the rest

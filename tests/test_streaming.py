@@ -1,0 +1,200 @@
+"""The streaming pipeline and its users against the unstreamed computations, on NumPy and on the GPU.
+
+With NumPy the pipeline runs synchronously, so the chunking, the order of
+results, the range partition of the device merge and the dense and sparse
+users are all checked on the CPU; the gpu-marked tests run the same on CuPy.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from gpusolve.engines import sparse, streaming
+from gpusolve.engines.base import eliminate_dense
+
+
+def random_runs(rng, unique: bool):
+    """Sorted runs of (keys, costs): keys shared across runs, repeated within a run unless `unique`,
+    some runs empty."""
+    runs = []
+    for _ in range(int(rng.integers(1, 7))):
+        n = int(rng.integers(0, 40))
+        keys = rng.integers(0, int(rng.choice([3, 20, 1000])), size=n).astype(np.int64)
+        keys = np.unique(keys) if unique else np.sort(keys)
+        runs.append((keys, rng.integers(0, 50, size=keys.shape[0]).astype(np.int64)))
+    return runs
+
+
+def host_merge(runs, reduce: bool):
+    """The merge the streamed steps did on the host: a stable sort of the concatenated runs, then
+    the minimum cost of each key."""
+    keys, costs = (np.concatenate([r[j] for r in runs]) for j in (0, 1))
+    if reduce:
+        return sparse.segment_min(np, keys, costs, runs=True)
+    order = np.argsort(keys, kind="stable")
+    return keys[order], costs[order]
+
+
+def combine(xp, reduce: bool):
+    """What a merge range does on the device: sort (stably) by key, or keep each key's minimum cost."""
+    if reduce:
+        return lambda k, c: sparse.segment_min(xp, k, c)
+
+    def by_key(k, c):
+        order = xp.argsort(k, kind="stable")
+        return k[order], c[order]
+    return by_key
+
+
+def test_map_keeps_job_order_and_logs_every_chunk():
+    log = []
+    pipe = streaming.Pipeline(np, log)
+    jobs = [(np.arange(i, i + 3), [np.full(i, i), np.arange(2)]) for i in range(5)]
+    out = pipe.map(jobs, lambda i, a, b: (a * 2, b + i), "double")
+    for i, (a, b) in enumerate(out):
+        np.testing.assert_array_equal(a, 2 * np.arange(i, i + 3))
+        np.testing.assert_array_equal(b, np.concatenate([np.full(i, i), np.arange(2)]) + i)
+    (rec,) = log
+    assert rec["what"] == "double" and rec["chunks"] == 5
+    assert rec["h2d_bytes"] == sum(a.nbytes + sum(p.nbytes for p in b) for a, b in jobs)
+    assert rec["d2h_bytes"] == sum(a.nbytes + b.nbytes for a, b in out)
+    assert rec["bytes"] == rec["h2d_bytes"] + rec["d2h_bytes"] and rec["seconds"] >= 0
+    assert {"copy_s", "work_s", "overlap_s", "span_s", "GB_per_s"} <= set(rec)
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("split_equal", [True, False])
+def test_range_cuts_partition_the_runs_in_order(seed, split_equal):
+    rng = np.random.default_rng(seed)
+    runs = [k for k, _ in random_runs(rng, unique=not split_equal)]
+    rows = int(rng.integers(1, 12))
+    cuts = streaming.range_cuts(runs, rows, split_equal)
+    assert np.all(cuts[0] == 0) and np.array_equal(cuts[-1], [r.shape[0] for r in runs])
+    assert np.all(np.diff(cuts, axis=0) >= 0)
+    sizes = np.diff(cuts, axis=0).sum(axis=1)
+    if split_equal:
+        assert np.all(sizes[:-1] == rows) and (0 < sizes[-1] <= rows or sizes.sum() == 0)
+    else:
+        assert sizes.max() <= rows + len(runs) - 1
+    last = -1
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        keys = np.concatenate([r[i:j] for r, i, j in zip(runs, a, b)])
+        if keys.size:
+            assert keys.min() >= last  # ranges ordered
+            last = keys.max()
+            if not split_equal:  # a key never spans two ranges
+                assert all(r[j] > keys.max() for r, j in zip(runs, b) if j < r.shape[0])
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_device_merge_equals_the_host_merge(seed):
+    """Stable merge (equal keys in run order) and merge reducing equal keys to their minimum cost."""
+    rng = np.random.default_rng(seed)
+    log = []
+    pipe = streaming.Pipeline(np, log)
+    rows = int(rng.integers(1, 30))
+    for reduce in (False, True):
+        runs = random_runs(rng, unique=reduce)
+        got = streaming.merge(pipe, runs, rows, combine(np, reduce), not reduce, "merge")
+        for g, want in zip(got, host_merge(runs, reduce)):
+            np.testing.assert_array_equal(g, want)
+        live = [k for k, _ in runs if k.size]
+        if len(live) > 1:  # merged on the "device", range by range
+            assert log[-1]["ranges"] == log[-1]["chunks"] >= min(sum(k.size for k in live) // rows, 2)
+
+
+def test_sort_by_code_equals_a_stable_host_sort():
+    rng = np.random.default_rng(3)
+    dims = (4, 3, 5, 2)
+    for room in (1, 300, 1 << 20):
+        log = []
+        streamer = sparse.Streamer(streaming.Pipeline(np, log), room)
+        keys = np.flatnonzero(rng.random(math.prod(dims)) < 0.6).astype(np.int64)
+        t = sparse.SparseTable((0, 1, 2, 3), dims, keys, rng.integers(0, 9, size=keys.shape[0]))
+        code, k, c = streamer.sort_by_code(t, (2, 0), None)
+        want = t.code(np, (2, 0))
+        order = np.argsort(want, kind="stable")
+        for got, ref in zip((code, k, c), (want[order], t.keys[order], t.costs[order])):
+            np.testing.assert_array_equal(got, ref)
+        if room == 1:
+            assert any(r["what"].startswith("merge") and r["chunks"] > 1 for r in log)
+
+
+def random_dense_bucket(rng, integer):
+    n = int(rng.integers(1, 6))
+    dom = [int(rng.integers(1, 5)) for _ in range(n)]
+    var = int(rng.integers(n))
+    sep = tuple(int(u) for u in rng.permutation([u for u in range(n) if u != var]))
+    inputs = []
+    for _ in range(int(rng.integers(1, 5))):
+        scope = tuple(int(u) for u in rng.permutation([var] + [u for u in sep if rng.random() < 0.6]))
+        shape = [dom[u] for u in scope]
+        table = rng.integers(0, 30, size=shape).astype(np.int64) if integer else rng.random(shape) * 3
+        if table.ndim > 1 and rng.random() < 0.3:
+            table = np.asfortranarray(table)
+        inputs.append((table, scope))
+    covered = {u for _, s in inputs for u in s}
+    return var, tuple(u for u in sep if u in covered), inputs, dom
+
+
+def stream_dense_bucket(xp, pipe, var, sep, inputs, dom, top, integer, op, room):
+    plan = streaming.dense_chunks(sep, inputs, dom, room)
+    dtype = np.int64 if integer else np.float64
+    return plan, streaming.stream_dense(
+        pipe, plan, inputs, dom, dtype,
+        lambda chunk: eliminate_dense(xp, var, plan.free, chunk, dom, top, integer, None, op),
+        "dense bucket")
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_streamed_dense_message_equals_eliminate_dense(seed):
+    """Chunks over the leading separator variables, as many as their values, sized by `room`."""
+    rng = np.random.default_rng(seed)
+    integer = seed % 3 != 2
+    op = ("min", "max", "lse")[seed % 3] if not integer else "min"
+    var, sep, inputs, dom = random_dense_bucket(rng, integer)
+    top = 40 if integer else np.inf
+    room = int(rng.choice([1, 64, 256, 1 << 20]))
+    log = []
+    plan, got = stream_dense_bucket(np, streaming.Pipeline(np, log), var, sep, inputs, dom, top, integer, op, room)
+    ref = eliminate_dense(np, var, sep, inputs, dom, top, integer, None, op)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-12) if op == "lse" else np.testing.assert_array_equal(got, ref)
+    (rec,) = log
+    assert rec["chunks"] == math.prod(dom[u] for u in plan.fixed) and rec["rows_per_chunk"] == plan.rows
+    assert plan.fixed + plan.free == sep
+    if room >= 1 << 20:
+        assert plan.fixed == ()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(30))
+def test_gpu_streamed_dense_message_equals_the_cpu(cupy, seed):
+    """Host inputs uploaded in slices, device inputs sliced in place, messages into pinned memory."""
+    rng = np.random.default_rng(500 + seed)
+    integer = seed % 2 == 0
+    var, sep, inputs, dom = random_dense_bucket(rng, integer)
+    inputs = [(cupy.asarray(t) if i % 2 else t, s) for i, (t, s) in enumerate(inputs)]
+    top = 40 if integer else np.inf
+    pipe = streaming.Pipeline(cupy, [])
+    plan, got = stream_dense_bucket(cupy, pipe, var, sep, inputs, dom, top, integer, "min", 64)
+    host = [(cupy.asnumpy(t) if not isinstance(t, np.ndarray) else t, s) for t, s in inputs]
+    np.testing.assert_array_equal(got, eliminate_dense(np, var, sep, host, dom, top, integer))
+    assert pipe.is_pinned(got.reshape(-1)) or got.size == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(30))
+def test_gpu_merge_equals_the_host_merge(cupy, seed):
+    rng = np.random.default_rng(seed)
+    pipe = streaming.Pipeline(cupy, [])
+    pinned = pipe.pinned((5,), np.int64)  # a tracked pinned source goes without staging
+    pinned[:] = np.arange(5)
+    out = pipe.map([(pinned, np.arange(3))], lambda i, a, b: (a + 1, b), "pinned")
+    np.testing.assert_array_equal(out[0][0], np.arange(1, 6))
+    for reduce in (False, True):
+        runs = random_runs(rng, unique=reduce)
+        got = streaming.merge(pipe, runs, int(rng.integers(1, 30)), combine(cupy, reduce), not reduce, "merge")
+        for g, want in zip(got, host_merge(runs, reduce)):
+            assert isinstance(g, np.ndarray)
+            np.testing.assert_array_equal(g, want)
