@@ -259,8 +259,14 @@ def interruptible():
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="AND/OR search subproblems on a LocalCluster of this many Dask worker processes.")
-@click.option("--scheduler", default=None, help="AND/OR search subproblems on a running Dask cluster (tcp://host:8786).")
+              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a LocalCluster of "
+                   "this many Dask worker processes.")
+@click.option("--scheduler", default=None,
+              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a running Dask "
+                   "cluster (tcp://host:8786).")
+@click.option("--slice-min", type=SizeParam(), default=None,
+              help="With --workers or --scheduler: exact BE slices each bucket whose joint table exceeds this "
+                   "(e.g. 4G) over the workers; default: the device budget of one GPU, else the memory budget.")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
@@ -404,7 +410,10 @@ def _fmt(x) -> str:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Draw the bucket profile (exact BE, or MBE(z) with --z) into this picture (.png, .svg, .pdf); "
                    "needs matplotlib (pip install 'gpusolve[plot]').")
-def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot):
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="As for solve: the buckets exact BE would slice over this many workers.")
+@click.option("--slice-min", type=SizeParam(), default=None, help="As for solve (default: the memory budget).")
+def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot, workers, slice_min):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
     from . import parsers
     from .parsers.errors import ParseError
@@ -448,7 +457,10 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         out().print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
                   f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
                   f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
-    out().print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
+    exact = build_plan(problem, orders[order], None, n_comp, tables)
+    out().print(exact.describe(), markup=False)
+    if workers:
+        print_slicing(exact, dom, workers, slice_min, mem_limit)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):
@@ -474,6 +486,14 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         else:
             out().print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
             out().print(schedule.describe(), markup=False)
+
+
+def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit: int | None) -> None:
+    """`info --workers N`: the buckets `solve --workers N` would slice in exact BE (CPU workers' default)."""
+    from .memory import available_memory
+    from .slicing import plan_slicing
+    threshold = slice_min if slice_min is not None else mem_limit if mem_limit is not None else available_memory()
+    out().print(plan_slicing(plan, domains, workers, threshold).describe(), markup=False)
 
 
 def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:

@@ -26,6 +26,7 @@ from .memory import available_memory  # noqa: F401  (the default budget, importe
 from .model import Problem
 from .plan import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
 from .preprocess import preprocess
+from .scaleout import Cluster
 
 PROBABILISTIC = ("PR", "MAR")
 
@@ -43,6 +44,7 @@ class Options:
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
     scheduler: str | None = None  # AND/OR search subproblems on this Dask cluster (scaleout.search_on_dask)
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
+    slice_min: int | None = None  # with either: exact BE slices buckets of joint tables above this (slicing.py)
 
 
 @dataclass
@@ -128,7 +130,8 @@ def solve(problem: Problem, options: Options, file: str = "",
             on_bounds(*_file_bounds(problem, b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
-    cluster = (options.scheduler, options.workers) if options.scheduler or options.workers else None
+    cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
+        if options.scheduler or options.workers else None
     out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
