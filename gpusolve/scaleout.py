@@ -81,6 +81,16 @@ def executor(scheduler: str | None, workers: int | None, threads: bool = False, 
         yield client, what, time.perf_counter() - t0
 
 
+def worker_addresses(client) -> list[str]:
+    """The addresses of the cluster's workers now (asked of the scheduler, not its cached identity),
+    waiting up to a minute for a first one to join."""
+    try:
+        client.wait_for_workers(1, timeout=60)
+    except TimeoutError:
+        raise ClusterError("no Dask worker joined the scheduler within 60 s") from None
+    return sorted(client.ncores())
+
+
 def _gpu_cluster(workers: int | None):
     """(workers, cluster) with worker i restricted to GPU i by CUDA_VISIBLE_DEVICES."""
     from dask.distributed import Nanny, Scheduler, SpecCluster

@@ -37,6 +37,10 @@ from .plan import MiniBucket, Plan, fmt_bytes
 if TYPE_CHECKING:
     from .scaleout import Cluster
 
+# Beyond this many slices per worker a slice costs more in task overhead and repeated inputs than it
+# saves: the engines chunk (CPU) or stream (GPU) a slice too large for the worker themselves.
+SLICES_PER_WORKER = 16
+
 
 @dataclass(frozen=True)
 class Slice:
@@ -101,13 +105,14 @@ class Slicing:
 
 def plan_slicing(plan: Plan, domains: Sequence[int], workers: int, threshold: int) -> Slicing:
     """Slice every dense mini-bucket with a separator whose joint table exceeds `threshold` bytes: at least
-    one slice per worker and enough that each slice's joint table fits `threshold` (at most one row each)."""
+    one slice per worker and enough that each slice's joint table fits `threshold`, but at most
+    SLICES_PER_WORKER per worker (a worker's engine streams a slice that does not fit) and one row each."""
     slices = []
     for mb in plan.minibuckets:
         joint = mb.joint_entries * plan.itemsize
         if mb.sparse or not mb.scope or joint <= threshold:
             continue
-        k = min(max(workers, -(-joint // max(threshold, 1))), mb.out_entries)
+        k = min(max(workers, -(-joint // max(threshold, 1))), SLICES_PER_WORKER * workers, mb.out_entries)
         dims = [domains[u] for u in mb.scope]
         lead = next(n for n in range(1, len(dims) + 1) if math.prod(dims[:n]) >= k)
         p = math.prod(dims[:lead])
@@ -128,9 +133,9 @@ def eliminate_sliced(client, s: Slice, mb: MiniBucket, inputs, domains: Sequence
     to every worker. Returns (the message on the host, a record of the run)."""
     from dask.distributed import as_completed
 
-    from .scaleout import bucket_message
+    from .scaleout import bucket_message, worker_addresses
     t0 = time.perf_counter()
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = worker_addresses(client)
     scopes = tuple(sc for _, sc in inputs)
     out = np.empty(mb.out_entries, dtype=np.int64 if integer else np.float64)
     shared: dict[int, object] = {}
@@ -221,7 +226,7 @@ def sliced_step(cluster: Cluster | None, plan: Plan, domains: Sequence[int], eng
     if not plan_slicing(plan, domains, 1, threshold).slices:
         yield None
         return
-    from .scaleout import executor
+    from .scaleout import executor, worker_addresses
     with executor(cluster.scheduler, cluster.workers, gpus=engine.name == "cupy") as (client, what, started):
-        slicing = plan_slicing(plan, domains, len(client.scheduler_info()["workers"]), threshold)
+        slicing = plan_slicing(plan, domains, len(worker_addresses(client)), threshold)
         yield SlicedStep(client, slicing, engine, cluster.device, f"{what}, started in {started:.2f} s")
