@@ -127,15 +127,16 @@ def cut(table, scope: Sequence[int], box: dict[int, tuple[int, int]]) -> np.ndar
 
 
 def eliminate_sliced(client, s: Slice, mb: MiniBucket, inputs, domains: Sequence[int], top, integer: bool,
-                     device: str, op: str = "min", check=None) -> tuple[np.ndarray, dict]:
+                     device: str, op: str = "min", check=None, workers: list[str] | None = None
+                     ) -> tuple[np.ndarray, dict]:
     """The message of `mb` from host `inputs` ((table, scope) pairs), slice by slice on the workers of
-    `client`; slice i goes to worker i mod n with its cut inputs, inputs without a leading variable go once
-    to every worker. Returns (the message on the host, a record of the run)."""
+    `client` (or those `workers`); slice i goes to worker i mod n with its cut inputs, inputs without a
+    leading variable go once to each worker. Returns (the message on the host, a record of the run)."""
     from dask.distributed import as_completed
 
     from .scaleout import bucket_message, worker_addresses
     t0 = time.perf_counter()
-    workers = worker_addresses(client)
+    workers = workers or worker_addresses(client)
     scopes = tuple(sc for _, sc in inputs)
     out = np.empty(mb.out_entries, dtype=np.int64 if integer else np.float64)
     shared: dict[int, object] = {}
@@ -151,7 +152,7 @@ def eliminate_sliced(client, s: Slice, mb: MiniBucket, inputs, domains: Sequence
             for j, (t, sc) in enumerate(inputs):
                 if within.keys().isdisjoint(sc):
                     if j not in shared:
-                        shared[j] = client.scatter(t, broadcast=True, hash=False)
+                        shared[j] = client.scatter(t, workers=workers, broadcast=True, hash=False)
                         sent += t.nbytes * len(workers)
                     tables.append(shared[j])
                 else:
