@@ -17,8 +17,8 @@ CUDA_VISIBLE_DEVICES per worker, as dask-cuda's LocalCUDACluster does); or a
 running cluster (--scheduler), e.g. one worker per GPU started by hand:
 
     dask scheduler --port 8786 &
-    CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --nthreads 1 &
-    CUDA_VISIBLE_DEVICES=1 dask worker tcp://127.0.0.1:8786 --nthreads 1 &
+    CUDA_VISIBLE_DEVICES=0 dask worker tcp://127.0.0.1:8786 --nthreads 1 --no-nanny &
+    CUDA_VISIBLE_DEVICES=1 dask worker tcp://127.0.0.1:8786 --nthreads 1 --no-nanny &
     python bench/slicing.py --scheduler tcp://127.0.0.1:8786 --device gpu
 """
 from __future__ import annotations
