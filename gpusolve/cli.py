@@ -457,10 +457,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         out().print(f"junction tree (MAR): {len(cliques)} cliques, largest {cliques[-1][1] if cliques else 0} "
                   f"variables / {cliques[-1][0] if cliques else 0:,} entries, total "
                   f"{sum(c for c, _ in cliques):,} entries, propagation memory {fmt_bytes(plan.propagation_bytes)}")
-    exact = build_plan(problem, orders[order], None, n_comp, tables)
-    out().print(exact.describe(), markup=False)
-    if workers:
-        print_slicing(exact, dom, workers, slice_min, mem_limit)
+    out().print(build_plan(problem, orders[order], None, n_comp, tables).describe(), markup=False)
     max_arity = max((f.arity for f in problem.functions), default=1)
     t = Table(title=f"MBE(z) with the {order} order")
     for c in ("z", "mini-buckets", "largest message", "peak memory"):
@@ -477,6 +474,9 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         if reduced.infeasible:
             out().print("schedule: none (preprocessing proves the problem infeasible)")
             return
+        if workers:
+            print_slicing(build_plan(reduced.problem, orders[order], None, n_comp, tables), reduced.problem.domains,
+                          workers, slice_min, mem_limit)
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
@@ -489,7 +489,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
 
 
 def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit: int | None) -> None:
-    """`info --workers N`: the buckets `solve --workers N` would slice in exact BE (CPU workers' default)."""
+    """`info --workers N`: the buckets `solve --workers N` would slice in exact BE of the preprocessed problem
+    (the default threshold as for CPU workers)."""
     from .memory import available_memory
     from .slicing import plan_slicing
     threshold = slice_min if slice_min is not None else mem_limit if mem_limit is not None else available_memory()

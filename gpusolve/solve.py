@@ -241,6 +241,8 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     lb, ub = (None, None) if status == "infeasible" else _file_bounds(problem, lower, upper)
     if engine.compile_s:
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
+    if options.workers or options.scheduler:
+        note += f"; {task} ran in this process (--workers and --scheduler slice exact BE of WCSP and MPE only)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
                   assignment=None, z=plan.z, induced_width=graph.induced_width(g, order),
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,

@@ -108,6 +108,16 @@ def test_solve_with_slicing_is_solve_without(client):
     assert sliced >= 6  # the others: preprocessing decided
 
 
+def test_mpe_with_slicing_agrees_to_rounding(client, shared_instances):
+    from gpusolve import parsers
+    problem = parsers.read(str(shared_instances / "water.uai"))
+    plain = solve(problem, Options(device="cpu"))
+    spread = solve(problem, Options(device="cpu", scheduler=client.scheduler.address, slice_min=64 << 10))
+    assert "4 bucket(s) sliced into 13 slices" in spread.device_note
+    assert spread.status == plain.status == "optimal" and spread.assignment == plain.assignment
+    assert spread.lower_bound == pytest.approx(plain.lower_bound, rel=1e-12)
+
+
 def test_solve_and_info_with_workers_on_processes(tmp_path):
     path = tmp_path / "r.wcsp"
     run = CliRunner().invoke
@@ -123,3 +133,21 @@ def test_solve_and_info_with_workers_on_processes(tmp_path):
     # without --slice-min the threshold is the memory budget: nothing this small is sliced, no cluster starts
     quiet = json.loads(run(main, ["solve", str(path), "--json", "--device", "cpu", "--workers", "2"]).stdout)
     assert quiet["lower_bound"] == plain["lower_bound"] and "sliced" not in quiet["device_note"]
+
+
+@pytest.mark.gpu
+def test_sliced_buckets_on_gpu_workers_match_numpy(cupy, client):
+    # the client's engine on the GPU too: its device (or host-streamed) inputs go to the workers, the rows come back
+    from gpusolve.engines.cupy_engine import CupyEngine
+    from gpusolve.eliminate import run_plan
+    from gpusolve.slicing import SlicedStep
+    engine = CupyEngine()
+    for seed in range(4):
+        problem = generate("random", 14, 6, 0.4, 0.1, seed)
+        plan = build_plan(problem, graph.elimination_order(problem), None)
+        lower, _, want = run_plan(problem, plan, NumpyEngine())
+        step = SlicedStep(client, plan_slicing(plan, problem.domains, 2, 4096), engine, "gpu")
+        got_lower, _, got = run_plan(problem, plan, engine, dense_step=step)
+        assert got_lower == lower and step.log and all(r["engines"] == ["cupy"] for r in step.log)
+        for i, m in want.items():
+            np.testing.assert_array_equal(engine.get(got[i]), m)
