@@ -42,9 +42,10 @@ class Options:
     tables: str = "auto"  # auto | dense | sparse: table kind per mini-bucket (engines/sparse.py)
     gpu_mem_limit: int | None = None  # bytes of device memory before the GPU engine streams; None: free memory
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
-    scheduler: str | None = None  # AND/OR search subproblems on this Dask cluster (scaleout.search_on_dask)
+    scheduler: str | None = None  # exact BE's sliced buckets (slicing.py) and AND/OR search subproblems
+    # (scaleout.search_on_dask) on this Dask cluster ...
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
-    slice_min: int | None = None  # with either: exact BE slices buckets of joint tables above this (slicing.py)
+    slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
 
 
 @dataclass
