@@ -64,16 +64,17 @@ def bucket(sep: int, d: int, dv: int, p_hard: float, seed: int = 0):
 
 
 def timed(fn, repeat: int):
-    """(cold seconds, fastest of `repeat` warm runs, the last result)."""
+    """(cold seconds, fastest of `repeat` warm runs, that run's result)."""
     t = time.perf_counter()
-    out = fn()
+    fn()
     cold = time.perf_counter() - t
-    best = []
+    runs = []
     for _ in range(repeat):
         t = time.perf_counter()
         out = fn()
-        best.append(time.perf_counter() - t)
-    return cold, min(best), out
+        runs.append((time.perf_counter() - t, out))
+    best, out = min(runs, key=lambda r: r[0])
+    return cold, best, out
 
 
 def main():

@@ -130,12 +130,14 @@ def eliminate_sliced(client, s: Slice, mb: MiniBucket, inputs, domains: Sequence
                      device: str, op: str = "min", check=None, workers: list[str] | None = None
                      ) -> tuple[np.ndarray, dict]:
     """The message of `mb` from host `inputs` ((table, scope) pairs), slice by slice on the workers of
-    `client` (or those `workers`); slice i goes to worker i mod n with its cut inputs, inputs without a
+    `client`, or on those `workers` only; slice i goes to worker i mod n with its cut inputs (another
+    worker may take it, when `workers` is not given: one that dies loses nothing), inputs without a
     leading variable go once to each worker. Returns (the message on the host, a record of the run)."""
     from dask.distributed import as_completed
 
     from .scaleout import bucket_message, worker_addresses
     t0 = time.perf_counter()
+    loose = workers is None
     workers = workers or worker_addresses(client)
     scopes = tuple(sc for _, sc in inputs)
     out = np.empty(mb.out_entries, dtype=np.int64 if integer else np.float64)
@@ -165,7 +167,7 @@ def eliminate_sliced(client, s: Slice, mb: MiniBucket, inputs, domains: Sequence
             entries = math.prod(dom[u] for u in mb.scope)
             part_mb = dataclasses.replace(mb, out_entries=entries, joint_entries=entries * dom[mb.var])
             future = client.submit(bucket_message, part_mb, scopes, tuple(dom), top, integer, device, op, *tables,
-                                   workers=[worker], allow_other_workers=True, pure=False,
+                                   workers=[worker], allow_other_workers=loose, pure=False,
                                    key=f"slice-{mb.index}-{i}-{run}")
             futures[future] = (start, stop, s.first(box))
         compute, engines = [], set()
