@@ -32,6 +32,7 @@ import numpy as np
 
 from .model import Problem
 from .plan import Plan, build_plan, choose_plan
+from .scaleout import Cluster
 
 # Joint-table entries per second, to predict a phase's time before starting it.
 CPU_RATE = 1.5e8
@@ -298,10 +299,11 @@ class Outcome:
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
                  stop: Stop, budget: int, progress_factory=None, n_components: int = 1,
-                 cluster: tuple[str | None, int | None] | None = None) -> Outcome:
+                 cluster: Cluster | None = None) -> Outcome:
     """Run the phases in order until the bounds close, the schedule ends or `stop()`. With `cluster`
-    ((scheduler, workers) as scaleout.executor takes them) the search runs on Dask workers."""
+    exact BE slices its largest buckets over Dask workers (slicing.py) and the search runs there."""
     from . import eliminate, search
+    from .slicing import sliced_step
 
     out = Outcome()
     shifted = None  # the FGLP-shifted equivalent, when shifting raised the bound
@@ -325,8 +327,11 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 progress = progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) \
                     if progress_factory else None
                 matched = {}
-                lower, tables, messages = eliminate.run_plan(on, plan, engine, None, progress, stop=stop,
-                                                             match=phase.shifted, matched=matched)
+                with sliced_step(cluster, plan, on.domains, engine, budget) as step:
+                    lower, tables, messages = eliminate.run_plan(on, plan, engine, None, progress, stop=stop,
+                                                                 match=phase.shifted, matched=matched,
+                                                                 dense_step=step)
+                    out.note += f"; {step.summary()}" if step else ""
                 out.plan, out.messages = plan, messages
                 label = "BE" if plan.z is None else f"MBE(z={plan.z})" + (" FGLP+MM" if phase.shifted else "")
                 if on.is_forbidden(lower):
@@ -464,7 +469,7 @@ def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
 def _search_on_dask(problem, order, heuristic, bounds: Bounds, stop: Stop, out: Outcome, cluster) -> None:
     """The search phase with subproblems on Dask workers (scaleout.search_on_dask)."""
     from .scaleout import executor, search_on_dask
-    with executor(*cluster) as (client, what, started):
+    with executor(cluster.scheduler, cluster.workers) as (client, what, started):
         out.search = {"nodes": 0, "cache_hits": 0, "time_s": 0.0, "nodes_per_s": 0.0, "complete": False,
                       "executor": what, "cluster_s": started}  # as it stands if the search is stopped
         t = time.perf_counter()

@@ -262,8 +262,14 @@ def interruptible():
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="AND/OR search subproblems on a LocalCluster of this many Dask worker processes.")
-@click.option("--scheduler", default=None, help="AND/OR search subproblems on a running Dask cluster (tcp://host:8786).")
+              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a LocalCluster of "
+                   "this many Dask worker processes.")
+@click.option("--scheduler", default=None,
+              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a running Dask "
+                   "cluster (tcp://host:8786).")
+@click.option("--slice-min", type=SizeParam(), default=None,
+              help="With --workers or --scheduler: exact BE slices each bucket whose joint table exceeds this "
+                   "(e.g. 4G) over the workers; default: the device budget of one GPU, else the memory budget.")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
@@ -410,7 +416,10 @@ def _fmt(x) -> str:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Draw the bucket profile (exact BE, or MBE(z) with --z) into this picture (.png, .svg, .pdf); "
                    "needs matplotlib (pip install 'gpusolve[plot]').")
-def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot):
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="As for solve: the buckets exact BE would slice over this many workers.")
+@click.option("--slice-min", type=SizeParam(), default=None, help="As for solve (default: the memory budget).")
+def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot, workers, slice_min):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
     from . import parsers
     from .parsers.errors import ParseError
@@ -474,6 +483,9 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         if reduced.infeasible:
             out().print("schedule: none (preprocessing proves the problem infeasible)")
             return
+        if workers:
+            print_slicing(build_plan(reduced.problem, orders[order], None, n_comp, tables), reduced.problem.domains,
+                          workers, slice_min, mem_limit)
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
@@ -483,6 +495,15 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         else:
             out().print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
             out().print(schedule.describe(), markup=False)
+
+
+def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit: int | None) -> None:
+    """`info --workers N`: the buckets `solve --workers N` would slice in exact BE of the preprocessed problem
+    (the default threshold as for CPU workers)."""
+    from .memory import available_memory
+    from .slicing import plan_slicing
+    threshold = slice_min if slice_min is not None else mem_limit if mem_limit is not None else available_memory()
+    out().print(plan_slicing(plan, domains, workers, threshold).describe(), markup=False)
 
 
 def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:

@@ -34,7 +34,6 @@ construction is centralised here and reported apart.
 """
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import time
@@ -45,7 +44,6 @@ from typing import Callable
 import numpy as np
 
 from . import scaleout
-from .engines import AUTO_MIN_JOINT, gpu_unavailable_reason, select_engine
 from .engines.sparse import slice_over
 from .graph import components, primal_graph
 from .model import Problem
@@ -136,33 +134,13 @@ def plan_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None) 
 
 # --- the units of work: plain functions of plain data --------------------------------------------
 
-@functools.cache
-def _engine(kind: str):
-    return select_engine(kind)[0]
-
-
-@functools.cache
-def _gpu_usable() -> bool:
-    return gpu_unavailable_reason() is None
-
-
-def engine_for(device: str, joint_entries: int):
-    """The engine of this process for one computation; auto takes the GPU for large ones, as solve does."""
-    if device == "auto":
-        device = "gpu" if joint_entries >= AUTO_MIN_JOINT and _gpu_usable() else "cpu"
-    return _engine(device)
-
-
 def util(mb: MiniBucket, scopes: tuple, domains: tuple, top, integer: bool, device: str,
          functions: list, *received) -> tuple[np.ndarray, float, str]:
     """One UTIL computation: join-sum the agent's constraints (`functions`, (table, scope) pairs) and
     the messages received (results of `util`, over `scopes`), minimise mb.var out.
     Returns (message on the host, seconds, engine name)."""
-    t0 = time.perf_counter()
-    engine = engine_for(device, mb.joint_entries)
-    inputs = [(engine.put(t), s) for t, s in functions] + [(engine.put(r[0]), s) for r, s in zip(received, scopes)]
-    message = engine.get(engine.eliminate(mb, inputs, domains, top, integer))
-    return message, time.perf_counter() - t0, engine.name
+    return scaleout.bucket_message(mb, tuple(s for _, s in functions) + scopes, domains, top, integer, device,
+                                   "min", *(t for t, _ in functions), *(r[0] for r in received))
 
 
 def value(var: int, domain: int, top, integer: bool, functions: list, scopes: tuple, above, *received):

@@ -26,13 +26,15 @@ class TimeLimit(RuntimeError):
 def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
              progress: Callable[[int], None] | None = None,
              op: Callable[[MiniBucket], str] = lambda mb: "min",
-             stop: Callable[[], bool] | None = None, match: bool = False, matched: dict | None = None):
+             stop: Callable[[], bool] | None = None, match: bool = False, matched: dict | None = None,
+             dense_step: Callable | None = None):
     """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
 
     Raises TimeLimit between chunks once `deadline` passes or `stop()` says so. `match`:
     moment-match the dense mini-buckets of every bucket eliminated by min (MBE-MM,
     shift.match_bucket) before eliminating them, for a tighter lower bound; `matched` receives
-    those unaries by mini-bucket (shift.jglp starts from them).
+    those unaries by mini-bucket (shift.jglp starts from them). `dense_step`: computes the dense
+    mini-buckets instead of engine.eliminate (slicing.SlicedStep: some over Dask workers).
     """
     def check():
         if deadline is not None and time.perf_counter() > deadline or stop is not None and stop():
@@ -59,7 +61,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,
-                                                     op(mb), bound, limit, where[mb.index])
+                                                     op(mb), bound, limit, where[mb.index], dense_step)
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)

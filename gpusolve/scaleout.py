@@ -14,11 +14,13 @@ and a killed batch resumes from the lines written, as the serial batch does.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -27,6 +29,18 @@ if TYPE_CHECKING:
 
 class ClusterError(ValueError):
     """No Dask, or a scheduler that cannot be reached (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where `solve` sends Dask work: a running scheduler, or an embedded cluster of `workers`; exact BE
+    slices over it the buckets whose joint table exceeds `slice_min` bytes (None: one worker's budget,
+    slicing.threshold_for), each slice on the engine `device` picks on its worker."""
+
+    scheduler: str | None = None
+    workers: int | None = None
+    slice_min: int | None = None
+    device: str = "auto"
 
 
 def default_workers() -> int:
@@ -55,16 +69,37 @@ def executor(scheduler: str | None, workers: int | None, threads: bool = False, 
         finally:
             client.close()
         return
-    if gpus:
-        n, cluster = _gpu_cluster(workers)
-        what = f"local cluster, {n} processes, one GPU each"
-    else:
-        n = workers or default_workers()
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
-        what = f"LocalCluster, {n} {'threads' if threads else 'processes'}"
-    with cluster, Client(cluster) as client:
-        yield client, what, time.perf_counter() - t0
+    import dask
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": _spawn_environ()}):
+        if gpus:
+            n, cluster = _gpu_cluster(workers)
+            what = f"local cluster, {n} processes, one GPU each"
+        else:
+            n = workers or default_workers()
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
+                                   silence_logs=logging.ERROR)
+            what = f"LocalCluster, {n} {'threads' if threads else 'processes'}"
+        with cluster, Client(cluster) as client:
+            yield client, what, time.perf_counter() - t0
+
+
+def _spawn_environ() -> dict:
+    """Dask's environment for worker processes without MALLOC_TRIM_THRESHOLD_: setting it turns off glibc's
+    adaptive mmap threshold, so every chunk of a dense bucket step is a fresh mmap and page faults
+    (4x slower NumPy elimination measured). Hand-started workers: `dask worker --no-nanny`."""
+    import dask
+    return {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
+            if k != "MALLOC_TRIM_THRESHOLD_"}
+
+
+def worker_addresses(client) -> list[str]:
+    """The addresses of the cluster's workers now (asked of the scheduler, not its cached identity),
+    waiting up to a minute for a first one to join."""
+    try:
+        client.wait_for_workers(1, timeout=60)
+    except TimeoutError:
+        raise ClusterError("no Dask worker joined the scheduler within 60 s") from None
+    return sorted(client.ncores())
 
 
 def _gpu_cluster(workers: int | None):
@@ -82,6 +117,37 @@ def _gpu_cluster(workers: int | None):
                                            "silence_logs": logging.ERROR}} for i in range(n)}
     return n, SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
                           silence_logs=logging.ERROR)
+
+
+@functools.cache
+def _engine(kind: str):
+    from .engines import select_engine
+    return select_engine(kind)[0]
+
+
+@functools.cache
+def _gpu_usable() -> bool:
+    from .engines import gpu_unavailable_reason
+    return gpu_unavailable_reason() is None
+
+
+def engine_for(device: str, joint_entries: int):
+    """The engine of this process for one computation; auto takes the GPU for large ones, as solve does."""
+    from .engines import AUTO_MIN_JOINT
+    if device == "auto":
+        device = "gpu" if joint_entries >= AUTO_MIN_JOINT and _gpu_usable() else "cpu"
+    return _engine(device)
+
+
+def bucket_message(mb, scopes: tuple, domains: tuple, top, integer: bool, device: str, op: str, *tables):
+    """Unit of work of a DCOP agent (dcop.util) and of a bucket slice (slicing.py): the dense message of
+    `mb` from host `tables` over `scopes`, on this worker's engine for `device`.
+    Returns (message on the host, seconds, engine name)."""
+    t0 = time.perf_counter()
+    engine = engine_for(device, mb.joint_entries)
+    inputs = list(zip(engine.put_many(list(tables)), scopes))
+    message = engine.get(engine.eliminate(mb, inputs, domains, top, integer, None, op))
+    return message, time.perf_counter() - t0, engine.name
 
 
 def batch_on_dask(files: list[str], options: Options, settings: dict, sink, scheduler: str | None,

@@ -26,6 +26,7 @@ from .memory import available_memory  # noqa: F401  (the default budget, importe
 from .model import Problem
 from .plan import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
 from .preprocess import preprocess
+from .scaleout import Cluster
 
 PROBABILISTIC = ("PR", "MAR")
 
@@ -42,8 +43,10 @@ class Options:
     gpu_mem_limit: int | None = None  # bytes of device memory before the GPU engine streams; None: free memory
     host_max: int = HOST_MAX_JOINT  # --device gpu places plans below this many joint entries on the host
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
-    scheduler: str | None = None  # AND/OR search subproblems on this Dask cluster (scaleout.search_on_dask)
+    scheduler: str | None = None  # exact BE's sliced buckets (slicing.py) and AND/OR search subproblems
+    # (scaleout.search_on_dask) on this Dask cluster ...
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
+    slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
 
 
 @dataclass
@@ -129,7 +132,8 @@ def solve(problem: Problem, options: Options, file: str = "",
             on_bounds(*_file_bounds(problem, b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
-    cluster = (options.scheduler, options.workers) if options.scheduler or options.workers else None
+    cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
+        if options.scheduler or options.workers else None
     out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
@@ -244,6 +248,8 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     lb, ub = (None, None) if status == "infeasible" else _file_bounds(problem, lower, upper)
     if engine.compile_s:
         note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
+    if options.workers or options.scheduler:
+        note += f"; {task} ran in this process (--workers and --scheduler slice exact BE of WCSP and MPE only)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
                   assignment=None, z=plan.z, induced_width=graph.induced_width(g, order),
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,

@@ -104,13 +104,16 @@ class Engine(ABC):
 
     def eliminate_bucket(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                          integer: bool, check: Callable[[], None] | None = None, op: str = "min",
-                         bound=None, row_limit: int | None = None, where: str | None = None):
+                         bound=None, row_limit: int | None = None, where: str | None = None,
+                         dense_step: Callable | None = None):
         """One mini-bucket, sparse or dense as the plan says; keeps `bound`'s active tables in step.
 
         A dense mini-bucket gets its sparse inputs expanded to dense tables
-        and runs `eliminate`. Sparse tables drop rows at top, which only
-        (min, +) elimination allows; `bound` (a sparse.RestBound) prunes their
-        rows, `row_limit` caps the rows stored.
+        and runs `eliminate`, or `dense_step` (same arguments) when given: a
+        run that slices some buckets over Dask workers (slicing.SlicedStep).
+        Sparse tables drop rows at top, which only (min, +) elimination
+        allows; `bound` (a sparse.RestBound) prunes their rows, `row_limit`
+        caps the rows stored.
         """
         from . import sparse  # NumPy: loaded with the first bucket, not with the engine's import
         if bound is not None:
@@ -123,7 +126,8 @@ class Engine(ABC):
             dtype = self.xp.int64 if integer else self.xp.float64
             dense = [(sparse.to_dense(sparse.module_of(self.xp, t.keys), t, top, dtype)
                       if isinstance(t, sparse.SparseTable) else t, s) for t, s in inputs]
-            out = self.eliminate(mb, dense, domains, top, integer, check, op, where)
+            out = dense_step(mb, dense, domains, top, integer, check, op) if dense_step else \
+                self.eliminate(mb, dense, domains, top, integer, check, op, where)
         if bound is not None:
             bound.add(("m", mb.index), out, mb.scope)
         return out
