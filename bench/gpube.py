@@ -123,7 +123,9 @@ def main():
               f"fresh empty {row['empty']['wall_s']:.2f} s ({row['empty']['engine']}), warm cache "
               f"{row['warm']['wall_s']:.2f} s, empty on device {row['empty_on_device']['wall_s']:.2f} s"
               f" | optimum {row['warm_process']['upper']} vs {g.get('util')}", flush=True)
-    write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube), rows=rows)
+        # written after every instance, so a run cut by its time limit keeps what it measured
+        write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube),
+                     complete=len(rows) == len(files), rows=rows)
 
 
 if __name__ == "__main__":
