@@ -46,6 +46,7 @@ import functools
 import itertools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -58,7 +59,9 @@ ALGORITHMS = ("idp", "dp")
 PRECISIONS = {"single": "float32", "double": "float64"}
 MAX_AGENTS = 32  # masks are 32-bit in the kernel
 GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
-BLOCK = 1 << 21  # (coalition, split) pairs per NumPy step: ~8 int64 temporaries of this size
+# (coalition, split index) pairs per level-step block: its ~4 int64 temporaries stay in a core's L2
+# (1 << 18: 2.0e8 splits/s on one EPYC core at n = 20; 1 << 16 and 1 << 20 were slower)
+BLOCK = 1 << 18
 # --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
 # 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
 AUTO_GPU_AGENTS = 17
@@ -300,20 +303,21 @@ def partition_bound(best_of_size: list[float], n: int) -> float:
 
 # -- memory -------------------------------------------------------------------
 
-def predict_memory(n: int, precision: str, on_gpu: bool) -> dict[str, int]:
+def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1) -> dict[str, int]:
     """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device."""
     item = {"single": 4, "double": 8}[precision]
     size = 1 << n
-    work = BLOCK * 8 * 8  # a step's int64 temporaries
+    work = BLOCK * 8 * 8 * (1 if on_gpu else threads)  # a block's temporaries, per thread
     if on_gpu:
         return {"host": size * 8 + work, "device": size * item + work}
     level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima
     return {"host": size * 8 + size * item + size + level + work, "device": 0}
 
 
-def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None) -> dict:
+def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None,
+                 threads: int = 1) -> dict:
     """The prediction, or BudgetError naming what would fit."""
-    need = predict_memory(n, precision, on_gpu)
+    need = predict_memory(n, precision, on_gpu, threads)
     from .plan import fmt_bytes
     if need["host"] > host_budget:
         raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
@@ -342,21 +346,14 @@ def member_bits(xp, masks, k: int):
     return bits
 
 
-def deposit(xp, bits, t):
-    """A[r, i]: the members of row r (`bits[r]`) picked by the bits of t[i] (a parallel bit deposit).
-
-    Byte by byte through per-row tables of 256 entries: a few gathers instead of a pass per bit.
-    """
-    rows, width = bits.shape
-    byte = xp.arange(256, dtype=xp.int64)
-    out = None
-    for b in range(0, width, 8):
-        lut = xp.zeros((rows, 256), dtype=xp.int64)
-        for j in range(b, min(b + 8, width)):
-            lut += ((byte >> (j - b)) & 1)[None, :] * bits[:, j:j + 1]
-        index = (xp.arange(rows, dtype=xp.int64) * 256)[:, None] + ((t >> b) & 255)[None, :]
-        part = lut.ravel()[index]
-        out = part if out is None else out + part
+def subset_sums(xp, bits):
+    """(rows, 2^w): column t holds the sum of the bits[r, j] whose j is set in t (every submask of
+    the row's members, in the order of a bit deposit), by doubling: w passes, each half the last."""
+    rows, w = bits.shape
+    out = xp.empty((rows, 1 << w), dtype=xp.int64)
+    out[:, 0] = 0
+    for j in range(w):
+        xp.add(out[:, :1 << j], bits[:, j:j + 1], out=out[:, 1 << j:2 << j])
     return out
 
 
@@ -370,32 +367,82 @@ def split_indices(n: int, k: int, algorithm: str) -> np.ndarray:
     return t[(size >= lo) & (size <= hi)]
 
 
+@functools.cache
+def split_mask(n: int, k: int, algorithm: str, dtype_name: str) -> np.ndarray:
+    """0 where split index t (0 .. 2^(k-1) - 1) is evaluated, -inf where not (t = 0 is A empty)."""
+    import numpy as np
+    t = np.arange(1 << (k - 1), dtype=np.int64)
+    lo, hi = split_range(n, k, algorithm)
+    size = popcount(np, t)
+    return np.where((size >= lo) & (size <= hi) & (t > 0), 0, -np.inf).astype(dtype_name)
+
+
 def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
-               stop: Callable[[], bool] = lambda: False, advance: Callable[[int], None] | None = None) -> bool:
+               stop: Callable[[], bool] = lambda: False, advance: Callable[[int], None] | None = None,
+               threads: int = 1) -> bool:
     """f[C] = max(f[C], best evaluated split of C) for the coalitions `masks`, all of size k.
 
-    The reference for the CUDA kernel; reads only f of smaller coalitions, so any order of rows is
-    the same computation. False when `stop` ended it part way (f stays a table of partition values).
+    The reference for the CUDA kernel, and the CPU engine: blocks of `block` (coalition, split
+    index) pairs, A for a block as one broadcast sum of two small per-row submask tables (the low
+    and the high half of C's members but its highest), then two gathers of f and a row maximum.
+    Where at least half the split indices are evaluated (every IDP level but the one at 2n/3) all
+    are, the others masked to -inf, which keeps the block's arrays contiguous; elsewhere the
+    evaluated indices are gathered from the tables. Blocks read only f of smaller coalitions and
+    write their own rows, so any order is the same computation: `pool` (a thread pool; NumPy
+    releases the GIL in these passes) runs them `threads` at a time. False when `stop` ended it part way
+    (f stays a table of partition values).
     """
-    ts = split_indices(n, k, algorithm)
-    if not ts.size or not masks.size:
+    lo, hi = split_range(n, k, algorithm)
+    if lo > hi or not masks.size:
         return True
-    ts = xp.asarray(ts)
-    t_step = min(ts.size, block)
-    rows = max(1, block // t_step)
-    for r0 in range(0, masks.size, rows):
+    half = 1 << (k - 1)
+    m = (k - 1) // 2  # members in the low table
+    ts = split_indices(n, k, algorithm)
+    dense = 2 * ts.size >= half
+    if dense:  # column chunks: runs of high-table indices
+        mask = xp.asarray(split_mask(n, k, algorithm, f.dtype.name))
+        step = max(1, block >> m)
+        chunks = [(h, min(h + step, half >> m)) for h in range(0, half >> m, step)]
+        width = min(half, step << m)
+    else:
+        t_hi, t_lo = xp.asarray(ts >> m), xp.asarray(ts & ((1 << m) - 1))
+        chunks = [(i, min(i + block, ts.size)) for i in range(0, ts.size, block)]
+        width = min(ts.size, block)
+    rows = max(1, block // width)
+
+    def run(r0: int) -> None:
         c = masks[r0:r0 + rows]
-        low_bits = member_bits(xp, c, k)[:, :k - 1]
+        bits = member_bits(xp, c, k)
+        low, high = subset_sums(xp, bits[:, :m]), subset_sums(xp, bits[:, m:k - 1])
         best = None
-        for i0 in range(0, ts.size, t_step):
-            a = deposit(xp, low_bits, ts[i0:i0 + t_step])
-            row_best = (f[a] + f[c[:, None] ^ a]).max(axis=1)
+        for i, j in chunks:
+            if dense:
+                a = (high[:, i:j, None] + low[:, None, :]).reshape(c.size, -1)
+            else:
+                a = high[:, t_hi[i:j]] + low[:, t_lo[i:j]]
+            s = xp.take(f, a)
+            xp.subtract(c[:, None], a, out=a)  # B = C minus A
+            s += xp.take(f, a)
+            if dense:
+                s += mask[i << m:j << m]
+            row_best = s.max(axis=1)
             best = row_best if best is None else xp.maximum(best, row_best)
         f[c] = xp.maximum(f[c], best)
-        if advance:
-            advance(c.size * ts.size)
-        if stop() and r0 + rows < masks.size:
-            return False
+
+    starts = range(0, masks.size, rows)
+    wave = 4 * threads  # blocks between stop checks
+    with ThreadPoolExecutor(threads) as pool:
+        for w0 in range(0, len(starts), wave):
+            part = starts[w0:w0 + wave]
+            if threads > 1:
+                list(pool.map(run, part))
+            else:
+                for r0 in part:
+                    run(r0)
+            if advance:
+                advance((min(masks.size, part[-1] + rows) - part[0]) * ts.size)
+            if stop() and part[-1] + rows < masks.size:
+                return False
     return True
 
 
@@ -541,11 +588,13 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
 def find_split(xp, f, c: int, target, chunk: int = 1 << 22) -> int | None:
     """A nonempty A inside c minus its highest agent with f[A] + f[c ^ A] == target, bit for bit."""
     k = bin(c).count("1")
-    bits = member_bits(xp, xp.asarray([c], dtype=xp.int64), k)[:, :k - 1]
-    for t0 in range(1, 1 << (k - 1), chunk):
-        t = xp.arange(t0, min(t0 + chunk, 1 << (k - 1)), dtype=xp.int64)
-        a = deposit(xp, bits, t)[0]
-        hit = xp.flatnonzero(f[a] + f[c ^ a] == target)
+    m = (k - 1) // 2
+    bits = member_bits(xp, xp.asarray([c], dtype=xp.int64), k)
+    low, high = subset_sums(xp, bits[:, :m])[0], subset_sums(xp, bits[:, m:k - 1])[0]
+    step = max(1, chunk >> m)
+    for h in range(0, high.size, step):
+        a = (high[h:h + step, None] + low[None, :]).ravel()
+        hit = xp.flatnonzero((f[a] + f[c - a] == target) & (a > 0))
         if hit.size:
             return int(a[int(hit[0])])
     return None
@@ -601,6 +650,7 @@ class Options:
     time_limit: float | None = None
     mem_limit: int | None = None  # host bytes; None: available RAM
     gpu_mem_limit: int | None = None  # device bytes; None: free device memory
+    threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
 
 
 @dataclass
@@ -657,6 +707,7 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
     limit or a stop request the DP ends after the launch in progress and the answer is `bounded`.
     """
     import numpy as np
+    from .scaleout import default_workers
     from .solve import available_memory
     t0 = time.perf_counter()
     phases = dict(phases or {})
@@ -668,12 +719,15 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
     stopped = (lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline))
     xp, engine, note = pick_device(options.device, n)
     on_gpu = xp is not np
+    threads = options.threads or default_workers()
+    if not on_gpu:
+        note += f"; {threads} thread{'s' if threads > 1 else ''}"
     device_budget = None
     if on_gpu:
         free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
         device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
     host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
-    need = check_memory(n, options.precision, on_gpu, host_budget, device_budget)
+    need = check_memory(n, options.precision, on_gpu, host_budget, device_budget, threads)
     dtype = PRECISIONS[options.precision]
 
     t = time.perf_counter()
@@ -699,7 +753,7 @@ def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | N
             complete = cuda_level(f, n, k, options.algorithm, stopped, advance)
         else:
             complete = level_step(np, f, level_masks(np, sizes, k), n, k, options.algorithm, stop=stopped,
-                                  advance=advance)
+                                  advance=advance, threads=threads)
         if not complete:
             break
         done = k

@@ -119,10 +119,12 @@ def test_level_step_equals_plain_loop(algorithm):
     n = 9
     f = csg.generate_values("normal", n, 5).astype(np.float32)
     sizes = csg.popcount(np, np.arange(1 << n))
+    g = f.copy()
     for k in range(2, n + 1):
         want = plain_level(f, n, k, algorithm)
         csg.level_step(np, f, csg.level_masks(np, sizes, k), n, k, algorithm, block=64)  # many small blocks
-        assert np.array_equal(f, want)
+        csg.level_step(np, g, csg.level_masks(np, sizes, k), n, k, algorithm, block=64, threads=3)
+        assert np.array_equal(f, want) and np.array_equal(g, want)
 
 
 def test_stopped_runs_bound_the_optimum():
