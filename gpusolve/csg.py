@@ -303,21 +303,24 @@ def partition_bound(best_of_size: list[float], n: int) -> float:
 
 # -- memory -------------------------------------------------------------------
 
-def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1) -> dict[str, int]:
-    """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device."""
+def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1, shares: bool = False) -> dict[str, int]:
+    """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device.
+
+    With `shares` (a Dask worker's table) the GPU also holds every mask's size and a level's masks."""
     item = {"single": 4, "double": 8}[precision]
     size = 1 << n
     work = BLOCK * 8 * 8 * (1 if on_gpu else threads)  # a block's temporaries, per thread
+    level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima (or shares)
     if on_gpu:
-        return {"host": size * 8 + work, "device": size * item + work}
-    level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima
+        return {"host": size * 8 + work + (level if shares else 0),
+                "device": size * item + work + (size + level if shares else 0)}
     return {"host": size * 8 + size * item + size + level + work, "device": 0}
 
 
 def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None,
-                 threads: int = 1) -> dict:
+                 threads: int = 1, shares: bool = False) -> dict:
     """The prediction, or BudgetError naming what would fit."""
-    need = predict_memory(n, precision, on_gpu, threads)
+    need = predict_memory(n, precision, on_gpu, threads, shares)
     from .plan import fmt_bytes
     if need["host"] > host_budget:
         raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
@@ -477,13 +480,14 @@ __device__ __forceinline__ void max_into(double* at, double x) {
     }
 }
 
-// One thread: coalition number c (colex rank) of size k, split indices [j*range, (j+1)*range).
+// One thread: coalition number c0 + c (colex rank) of size k, split indices [j*range, (j+1)*range),
+// for the ncoal coalitions from rank c0 (all of them, or a Dask worker's share).
 // g = j * ncoal + c: a warp holds consecutive coalitions, which share their high agents.
-extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long ncoal,
+extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long c0, long long ncoal,
                                      long long first, long long count, u64 range, int amin, int amax) {
     long long g = first + (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= first + count) return;
-    long long r = g % ncoal;
+    long long r = c0 + g % ncoal;
     u64 j = (u64)(g / ncoal);
     u32 C = 0;
     int x = n - 1;
@@ -545,9 +549,8 @@ def _binomials(n: int) -> np.ndarray:
     return np.array([[math.comb(x, i) for i in range(n + 1)] for x in range(n + 1)], dtype=np.int64)
 
 
-def level_ranges(n: int, k: int) -> int:
-    """How many ranges each k-coalition's 2^(k-1) split indices are cut into (a power of two)."""
-    ncoal = math.comb(n, k)
+def level_ranges(ncoal: int, k: int) -> int:
+    """How many ranges each of ncoal k-coalitions' 2^(k-1) split indices are cut into (a power of two)."""
     parts = 1
     while ncoal * parts < TARGET_THREADS and (1 << (k - 1)) // (parts * 2) >= MIN_RANGE:
         parts *= 2
@@ -555,15 +558,17 @@ def level_ranges(n: int, k: int) -> int:
 
 
 def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lambda: False,
-               advance: Callable[[int], None] | None = None) -> bool:
-    """The kernel's version of level_step over all k-coalitions; False when stopped part way."""
+               advance: Callable[[int], None] | None = None, lo: int = 0, hi: int | None = None) -> bool:
+    """The kernel's version of level_step over the k-coalitions of colex ranks lo..hi-1 (default: all);
+    False when stopped part way."""
     import numpy as np
     import cupy
     amin, amax = split_range(n, k, algorithm)
-    if amin > amax:
+    hi = math.comb(n, k) if hi is None else hi
+    if amin > amax or hi <= lo:
         return True
-    ncoal = math.comb(n, k)
-    parts = level_ranges(n, k)
+    ncoal = hi - lo
+    parts = level_ranges(ncoal, k)
     span = (1 << (k - 1)) // parts
     threads = ncoal * parts
     per_launch = max(THREADS_PER_BLOCK, LAUNCH_ITERATIONS // span // THREADS_PER_BLOCK * THREADS_PER_BLOCK)
@@ -573,7 +578,7 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
     for first in range(0, threads, per_launch):
         count = min(per_launch, threads - first)
         kernel(((count + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK,), (THREADS_PER_BLOCK,),
-               (f, binom, np.int32(n), np.int32(k), np.int64(ncoal), np.int64(first), np.int64(count),
+               (f, binom, np.int32(n), np.int32(k), np.int64(lo), np.int64(ncoal), np.int64(first), np.int64(count),
                 np.uint64(span), np.int32(amin), np.int32(amax)))
         cupy.cuda.get_current_stream().synchronize()
         if advance:
@@ -674,6 +679,8 @@ class Result:
     splits_per_s: float = 0.0
     peak_bytes: dict[str, int] = field(default_factory=dict)
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase]
+    workers: int = 1  # Dask workers that shared the levels (solve_on_workers)
+    worker_compute_s: list[float] = field(default_factory=list)  # each worker's seconds in level steps
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -698,103 +705,298 @@ def pick_device(device: str, n: int):
     return cupy, "cupy", ("gpu requested" if device == "gpu" else "auto") + f"; {name}"
 
 
+class Table:
+    """The DP's state on one engine: f (2^n values) and what a level step and the answer need.
+
+    `solve` holds one; under `solve_on_workers` each Dask worker holds one, f whole, and computes a
+    share of each level. Raises BudgetError (memory), DeviceError (--device gpu without one),
+    CSGError.
+    """
+
+    def __init__(self, values: np.ndarray, options: Options, threads: int | None = None, shares: bool = False):
+        import numpy as np
+        from .scaleout import default_workers
+        from .solve import available_memory
+        n = values.size.bit_length() - 1
+        check_agents(n)
+        if options.algorithm not in ALGORITHMS:
+            raise CSGError(f"unknown algorithm {options.algorithm!r}")
+        self.values, self.options, self.n = values, options, n
+        self.xp, self.engine, self.note = pick_device(options.device, n)
+        xp = self.xp
+        self.on_gpu = xp is not np
+        self.threads = options.threads or threads or default_workers()
+        if not self.on_gpu:
+            self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
+        device_budget = None
+        if self.on_gpu:
+            free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
+            device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
+        host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
+        self.need = check_memory(n, options.precision, self.on_gpu, host_budget, device_budget, self.threads,
+                                 shares)
+        self.dtype = PRECISIONS[options.precision]
+        self.f = xp.empty(1 << n, dtype=self.dtype)
+        for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
+            self.f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(self.dtype))
+        self.sizes = None
+        self.level_at = (0, None)  # (k, the k-coalitions)
+        self.last_share = None  # (k, ranks lo, hi) of the share this worker computed last
+        self.sync()
+
+    def sync(self) -> None:
+        if self.on_gpu:
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def masks(self, k: int):
+        """The k-coalitions in colex (increasing) order: the CPU engine's rows, a worker's shares."""
+        xp, n = self.xp, self.n
+        if self.sizes is None:
+            self.sizes = xp.empty(1 << n, dtype=xp.uint8)
+            for lo in range(0, 1 << n, GEN_CHUNK):
+                self.sizes[lo:lo + GEN_CHUNK] = popcount(xp, xp.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=xp.int64))
+        if self.level_at[0] != k:
+            self.level_at = (k, None)  # the last level's masks go before the next's are made
+            self.level_at = (k, level_masks(xp, self.sizes, k))
+        return self.level_at[1]
+
+    def level(self, k: int, lo: int = 0, hi: int | None = None, stop: Callable[[], bool] = lambda: False,
+              advance: Callable[[int], None] | None = None) -> bool:
+        """Level k for the k-coalitions of colex ranks lo..hi-1 (default: all); False when stopped."""
+        if self.on_gpu:
+            return cuda_level(self.f, self.n, k, self.options.algorithm, stop, advance, lo, hi)
+        import numpy as np
+        return level_step(np, self.f, self.masks(k)[lo:hi], self.n, k, self.options.algorithm, stop=stop,
+                          advance=advance, threads=self.threads)
+
+    def share(self, k: int, lo: int, hi: int) -> np.ndarray:
+        """f of the k-coalitions of ranks lo..hi-1, on the host: what a worker sends the others."""
+        self.last_share = (k, lo, hi)
+        part = self.f[self.masks(k)[lo:hi]]
+        return part.get() if self.on_gpu else part
+
+    def receive(self, shares) -> None:
+        """Write the other workers' shares (tuples from `share` via _level_on_worker) into f."""
+        for k, lo, part, *_ in shares:
+            if (k, lo, lo + part.size) != self.last_share:
+                self.f[self.masks(k)[lo:lo + part.size]] = self.xp.asarray(part)
+
+    def answer(self, done: int) -> dict:
+        """The best structure found, its value from the input, status and upper bound, once the DP
+        has finished the sizes up to `done`."""
+        import numpy as np
+        xp, f, n, values = self.xp, self.f, self.n, self.values
+        t = time.perf_counter()
+        self.sizes = self.level_at = None  # room for the recovery's temporaries
+        v_stored = lambda c: float(np.dtype(self.dtype).type(values[c]))  # noqa: E731  (v as f holds it)
+        full = (1 << n) - 1
+        candidates = [[full], [1 << i for i in range(n)]]
+        if done < n:
+            _, c = best_pair(xp, f, n)
+            if c:
+                candidates.append(structure_of(xp, f, v_stored, c) + structure_of(xp, f, v_stored, full ^ c))
+        else:
+            candidates.append(structure_of(xp, f, v_stored, full))
+        worth = [math.fsum(float(values[c]) for c in cs) for cs in candidates]
+        best = int(np.argmax(worth))
+        masks_best, value = sorted(candidates[best]), worth[best]
+        unit = float(np.finfo(self.dtype).eps) / 2
+        # a structure has at most n coalitions: its DP sum, n - 1 roundings of stored (rounded) values
+        rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
+        f_full = float(f[full])
+        if done == n:
+            status, upper = "optimal", max(value, f_full + rounding)
+            if abs(f_full - value) > rounding:
+                raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
+                                   f"by more than the rounding allowance {rounding:.3g}")
+        else:
+            status = "bounded"
+            # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
+            # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
+            upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
+        return {"masks": masks_best, "value": value, "status": status, "upper": upper,
+                "recover_s": time.perf_counter() - t}
+
+
+def _result(file: str, options: Options, n: int, answer: dict, t0: float, phases: dict, done: int, splits: int,
+            **fields) -> Result:
+    phases["recover"] = answer["recover_s"]
+    value, upper, status = answer["value"], answer["upper"], answer["status"]
+    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate", "cluster"))
+    return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
+                  structure=[[i for i in range(n) if c >> i & 1] for c in answer["masks"]], value=value, n=n,
+                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
+                  levels_done=done, splits=splits, splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0,
+                  trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]], **fields)
+
+
+def _stopper(t0: float, options: Options, stop: Callable[[], bool] | None) -> Callable[[], bool]:
+    deadline = None if options.time_limit is None else t0 + options.time_limit
+    return lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline)
+
+
 def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | None = None,
           progress: Callable[[int], Callable[[int], None]] | None = None,
           stop: Callable[[], bool] | None = None) -> Result:
     """The best coalition structure for `values` (2^n floats, mask order), with bounds on the optimum.
 
-    Raises BudgetError (memory), DeviceError (--device gpu without one), CSGError. With a time
-    limit or a stop request the DP ends after the launch in progress and the answer is `bounded`.
+    Raises as Table does. With a time limit or a stop request the DP ends after the launch (GPU) or
+    the blocks (CPU) in progress and the answer is `bounded`.
+    """
+    t0 = time.perf_counter()
+    phases = dict(phases or {})
+    stopped = _stopper(t0, options, stop)
+    t = time.perf_counter()
+    table = Table(values, options)
+    n = table.n
+    phases["setup"] = time.perf_counter() - t
+
+    advance = progress(total_splits(n, options.algorithm)) if progress else None
+    t = time.perf_counter()
+    done, splits = 1, 0
+    for k in range(2, n + 1):
+        if stopped() or not table.level(k, stop=stopped, advance=advance):
+            break
+        done = k
+        splits += math.comb(n, k) * level_splits(n, k, options.algorithm)
+    table.sync()
+    phases["dp"] = time.perf_counter() - t
+    return _result(file, options, n, table.answer(done), t0, phases, done, splits, engine=table.engine,
+                   device_note=table.note, peak_bytes=table.need)
+
+
+# -- over Dask workers ----------------------------------------------------------
+
+_TABLES: dict[str, Table] = {}  # per worker process: the Table of the run under way, by token
+
+
+def load_values(source: tuple) -> np.ndarray:
+    """Values from a source a worker can rebuild them from: ("generate", distribution, n, seed),
+    ("file", path) (a path every worker can read) or ("values", array)."""
+    kind, *args = source
+    if kind == "generate":
+        return generate_values(*args)
+    if kind == "file":
+        return read_values(*args)
+    return args[0]
+
+
+def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: bool) -> dict:
+    from dask.distributed import get_worker
+    t = time.perf_counter()
+    table = Table(load_values(source), options, threads=get_worker().state.nthreads, shares=True)
+    if not keep_values:  # only the worker that answers reads v again
+        table.values = None
+    _TABLES.clear()
+    _TABLES[token] = table
+    return {"engine": table.engine, "note": table.note, "need": table.need, "seconds": time.perf_counter() - t}
+
+
+def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | None, *shares) -> tuple:
+    """Level k for ranks lo..hi-1, after writing the last level's `shares` into f: (k, lo, f of the
+    share, complete, seconds receiving, seconds computing). `deadline` is time.time()'s."""
+    table = _TABLES[token]
+    t = time.perf_counter()
+    table.receive(shares)
+    t1 = time.perf_counter()
+    complete = table.level(k, lo, hi, stop=lambda: deadline is not None and time.time() >= deadline)
+    table.sync()
+    t2 = time.perf_counter()
+    return k, lo, table.share(k, lo, hi), complete, t1 - t, t2 - t1
+
+
+def _level_summary(share: tuple) -> tuple:
+    """(complete, seconds receiving, seconds computing) of a worker's level: all the client fetches."""
+    return share[3:]
+
+
+def _answer_on_worker(token: str, done: int, *shares) -> dict:
+    table = _TABLES[token]
+    table.receive(shares)
+    return table.answer(done)
+
+
+def _release_on_worker(token: str) -> None:
+    table = _TABLES.pop(token, None)
+    if table is not None and table.on_gpu:
+        del table
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple | None = None,
+                     workers: int | None = None, file: str = "", phases: dict | None = None,
+                     progress: Callable[[int], Callable[[int], None]] | None = None,
+                     stop: Callable[[], bool] | None = None, executor: str = "") -> Result:
+    """`solve` with each level's coalitions cut into one contiguous range of colex ranks per Dask
+    worker (the first `workers` of `client`'s, default all), each worker on its own engine (a GPU
+    where it has one, as `solve` picks).
+
+    Every worker holds f whole: it builds f from `source` (see load_values; default: `values`
+    scattered), computes its share of level k and sends f of that share, C(n, k) / W values, to
+    the others, which write them into their f before level k + 1 (Dask moves them worker to
+    worker; the client fetches only each level's (complete, seconds)). So a level's exchange is
+    C(n, k) values, 2^n in all over the run, where broadcasting f would be 2^n a level. Levels
+    with no splits (IDP above 2n/3) exchange nothing. The first worker recovers the structure.
     """
     import numpy as np
-    from .scaleout import default_workers
-    from .solve import available_memory
+    from .scaleout import ClusterError
     t0 = time.perf_counter()
     phases = dict(phases or {})
     n = values.size.bit_length() - 1
     check_agents(n)
     if options.algorithm not in ALGORITHMS:
         raise CSGError(f"unknown algorithm {options.algorithm!r}")
-    deadline = None if options.time_limit is None else t0 + options.time_limit
-    stopped = (lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline))
-    xp, engine, note = pick_device(options.device, n)
-    on_gpu = xp is not np
-    threads = options.threads or default_workers()
-    if not on_gpu:
-        note += f"; {threads} thread{'s' if threads > 1 else ''}"
-    device_budget = None
-    if on_gpu:
-        free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
-        device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
-    host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
-    need = check_memory(n, options.precision, on_gpu, host_budget, device_budget, threads)
-    dtype = PRECISIONS[options.precision]
-
+    stopped = _stopper(t0, options, stop)
+    deadline = None if options.time_limit is None else time.time() + options.time_limit
+    addresses = sorted(client.scheduler_info()["workers"])[:workers]
+    if not addresses:
+        raise ClusterError("the Dask cluster has no workers")
+    token = f"csg-{time.time_ns()}"
+    if source is None:
+        source = ("values", client.scatter(values, broadcast=True, hash=False))
     t = time.perf_counter()
-    f = xp.empty(1 << n, dtype=dtype)
-    for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
-        f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(dtype))
-    v_stored = lambda c: float(np.dtype(dtype).type(values[c]))  # noqa: E731  (v as f holds it)
-    sizes = None if on_gpu else np.empty(1 << n, dtype=np.uint8)  # the CPU engine finds levels by size
-    for lo in range(0, 0 if on_gpu else 1 << n, GEN_CHUNK):
-        sizes[lo:lo + GEN_CHUNK] = popcount(np, np.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=np.int64))
-    if on_gpu:
-        xp.cuda.get_current_stream().synchronize()
-    phases["setup"] = time.perf_counter() - t
-
-    total = total_splits(n, options.algorithm)
-    advance = progress(total) if progress else None
-    t = time.perf_counter()
-    done, splits = 1, 0
-    for k in range(2, n + 1):
-        if stopped():
-            break
-        if on_gpu:
-            complete = cuda_level(f, n, k, options.algorithm, stopped, advance)
-        else:
-            complete = level_step(np, f, level_masks(np, sizes, k), n, k, options.algorithm, stop=stopped,
-                                  advance=advance, threads=threads)
-        if not complete:
-            break
-        done = k
-        splits += math.comb(n, k) * level_splits(n, k, options.algorithm)
-    if on_gpu:
-        xp.cuda.get_current_stream().synchronize()
-    phases["dp"] = time.perf_counter() - t
-    del sizes
-
-    t = time.perf_counter()
-    full = (1 << n) - 1
-    candidates = [[full], [1 << i for i in range(n)]]
-    if done < n:
-        _, c = best_pair(xp, f, n)
-        if c:
-            candidates.append(structure_of(xp, f, v_stored, c) + structure_of(xp, f, v_stored, full ^ c))
-    else:
-        candidates.append(structure_of(xp, f, v_stored, full))
-    worth = [math.fsum(float(values[c]) for c in cs) for cs in candidates]
-    best = int(np.argmax(worth))
-    masks_best, value = sorted(candidates[best]), worth[best]
-    phases["recover"] = time.perf_counter() - t
-
-    unit = float(np.finfo(dtype).eps) / 2
-    # a structure has at most n coalitions: its DP sum, n - 1 roundings of stored (rounded) values
-    rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
-    f_full = float(f[full])
-    if done == n:
-        status, upper = "optimal", max(value, f_full + rounding)
-        if abs(f_full - value) > rounding:
-            raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
-                               f"by more than the rounding allowance {rounding:.3g}")
-    else:
-        status = "bounded"
-        # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
-        # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
-        upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
-    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate"))
-    return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
-                  structure=[[i for i in range(n) if c >> i & 1] for c in masks_best], value=value, n=n,
-                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
-                  engine=engine, device_note=note, levels_done=done, splits=splits,
-                  splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0, peak_bytes=need,
-                  trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]])
+    try:
+        setups = client.gather([client.submit(_setup_on_worker, token, source, options, i == 0,
+                                              key=f"{token}-setup-{i}", workers=[a], pure=False)
+                                for i, a in enumerate(addresses)])
+        phases["setup"] = time.perf_counter() - t
+        advance = progress(total_splits(n, options.algorithm)) if progress else None
+        t = time.perf_counter()
+        done, splits, previous = 1, 0, []
+        compute_s = [0.0] * len(addresses)
+        for k in range(2, n + 1):
+            if stopped():
+                break
+            a_lo, a_hi = split_range(n, k, options.algorithm)
+            if a_lo > a_hi:  # no splits: f of this size is v, which every worker holds
+                done = k
+                continue
+            count = math.comb(n, k)
+            cut = [count * w // len(addresses) for w in range(len(addresses) + 1)]
+            futures = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, *previous,
+                                     key=f"{token}-level-{k}-{w}", workers=[a], pure=False)
+                       for w, a in enumerate(addresses)]
+            summary = client.gather([client.submit(_level_summary, fut, key=f"{token}-summary-{k}-{w}",
+                                                   workers=[a], pure=False)
+                                     for w, (fut, a) in enumerate(zip(futures, addresses))])
+            previous = futures
+            for w, (_, _, seconds) in enumerate(summary):
+                compute_s[w] += seconds
+            if advance:
+                advance(count * level_splits(n, k, options.algorithm))
+            if not all(complete for complete, _, _ in summary):
+                break
+            done = k
+            splits += count * level_splits(n, k, options.algorithm)
+        phases["dp"] = time.perf_counter() - t
+        answer = client.submit(_answer_on_worker, token, done, *previous, key=f"{token}-answer",
+                               workers=addresses[:1], pure=False).result()
+    finally:
+        client.run(_release_on_worker, token, workers=addresses)
+    engines = sorted({s["engine"] for s in setups})
+    note = (f"{len(addresses)} Dask workers{f' ({executor})' if executor else ''}, levels cut in equal "
+            f"shares; first worker: {setups[0]['note']}")
+    need = {side: max(s["need"][side] for s in setups) for side in setups[0]["need"]}
+    return _result(file, options, n, answer, t0, phases, done, splits, engine="+".join(engines), device_note=note,
+                   peak_bytes=need, workers=len(addresses), worker_compute_s=compute_s)
