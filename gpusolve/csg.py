@@ -33,6 +33,10 @@ colex order so that a warp's 32 coalitions share their high agents and its
 reads of f fall close together; splits enumerated by the submask increment
 A <- (A - C') & C'. Both give bit-identical f.
 
+The CPU engine runs the same level step in L2-sized blocks on a thread pool. `solve_on_workers`
+cuts each level's coalitions across Dask workers (GPUs or CPU processes), each holding f whole
+and receiving only the others' shares of the last level.
+
 Value distributions (seeded, `generate_values`), as used throughout the CSG
 literature (Rahwan et al., JAIR 34, 2009; Michalak et al., AIJ 230, 2016):
 uniform v = |C| U(0,1); normal v = |C| N(1, 0.1); NDCS v = N(|C|, sqrt|C|);
@@ -939,7 +943,6 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
     C(n, k) values, 2^n in all over the run, where broadcasting f would be 2^n a level. Levels
     with no splits (IDP above 2n/3) exchange nothing. The first worker recovers the structure.
     """
-    import numpy as np
     from .scaleout import ClusterError
     t0 = time.perf_counter()
     phases = dict(phases or {})
@@ -963,40 +966,52 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
         phases["setup"] = time.perf_counter() - t
         advance = progress(total_splits(n, options.algorithm)) if progress else None
         t = time.perf_counter()
-        done, splits, previous = 1, 0, []
         compute_s = [0.0] * len(addresses)
+        done, splits = 1, 0
+
+        def settle(k: int, summaries: list) -> bool:
+            """Account for level k once its workers report; False when one stopped part way."""
+            nonlocal done, splits
+            reports = client.gather(summaries)
+            for w, (_, _, seconds) in enumerate(reports):
+                compute_s[w] += seconds
+            count = math.comb(n, k) * level_splits(n, k, options.algorithm)
+            if advance:
+                advance(count)
+            if not all(complete for complete, _, _ in reports):
+                return False
+            done, splits = k, splits + count
+            return True
+
+        # Level k + 1 is submitted before level k's reports are read: its tasks wait for k's shares
+        # on the workers anyway, and the client's round trip is hidden. Stopped, the levels already
+        # submitted run to their end (with the time limit, the workers stop them at the deadline).
+        previous, queue, going = [], [], True
         for k in range(2, n + 1):
-            if stopped():
+            if not going or stopped():
                 break
             a_lo, a_hi = split_range(n, k, options.algorithm)
-            if a_lo > a_hi:  # no splits: f of this size is v, which every worker holds
-                done = k
-                continue
-            count = math.comb(n, k)
-            cut = [count * w // len(addresses) for w in range(len(addresses) + 1)]
-            futures = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, *previous,
-                                     key=f"{token}-level-{k}-{w}", workers=[a], pure=False)
-                       for w, a in enumerate(addresses)]
-            summary = client.gather([client.submit(_level_summary, fut, key=f"{token}-summary-{k}-{w}",
-                                                   workers=[a], pure=False)
-                                     for w, (fut, a) in enumerate(zip(futures, addresses))])
-            previous = futures
-            for w, (_, _, seconds) in enumerate(summary):
-                compute_s[w] += seconds
-            if advance:
-                advance(count * level_splits(n, k, options.algorithm))
-            if not all(complete for complete, _, _ in summary):
-                break
-            done = k
-            splits += count * level_splits(n, k, options.algorithm)
+            summaries = []
+            if a_lo <= a_hi:  # else no splits: f of this size is v, which every worker holds
+                cut = [math.comb(n, k) * w // len(addresses) for w in range(len(addresses) + 1)]
+                previous = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, *previous,
+                                          key=f"{token}-level-{k}-{w}", workers=[a], pure=False)
+                            for w, a in enumerate(addresses)]
+                summaries = [client.submit(_level_summary, fut, key=f"{token}-summary-{k}-{w}", workers=[a],
+                                           pure=False) for w, (fut, a) in enumerate(zip(previous, addresses))]
+            queue.append((k, summaries))
+            while going and len(queue) > 1:
+                going = settle(*queue.pop(0))
+        while going and queue:
+            going = settle(*queue.pop(0))
         phases["dp"] = time.perf_counter() - t
         answer = client.submit(_answer_on_worker, token, done, *previous, key=f"{token}-answer",
                                workers=addresses[:1], pure=False).result()
     finally:
         client.run(_release_on_worker, token, workers=addresses)
     engines = sorted({s["engine"] for s in setups})
-    note = (f"{len(addresses)} Dask workers{f' ({executor})' if executor else ''}, levels cut in equal "
-            f"shares; first worker: {setups[0]['note']}")
+    note = (f"{len(addresses)} Dask worker{'s' if len(addresses) > 1 else ''}{f' ({executor})' if executor else ''}"
+            f", levels cut in equal shares; first worker: {setups[0]['note']}")
     need = {side: max(s["need"][side] for s in setups) for side in setups[0]["need"]}
     return _result(file, options, n, answer, t0, phases, done, splits, engine="+".join(engines), device_note=note,
                    peak_bytes=need, workers=len(addresses), worker_compute_s=compute_s)

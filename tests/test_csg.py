@@ -347,15 +347,17 @@ def test_workers_stopped_runs_bound_the_optimum(cluster):
 def test_cli_scheduler_and_workers(cluster, tmp_path):
     c, _ = cluster
     path = tmp_path / "g.npy"
-    alone = json.loads(run("--generate", "ndcs", "-n", 12, "--seed", 2, "--write", path, "--json", "--device", "cpu").stdout)
-    for args in ((path, "--scheduler", c.scheduler_address),  # the workers read the file
-                 ("--generate", "ndcs", "-n", 12, "--seed", 2, "--scheduler", c.scheduler_address, "--workers", 1),
-                 ("--generate", "ndcs", "-n", 12, "--seed", 2, "--workers", 2)):  # an embedded cluster
+    gen = ("--generate", "ndcs", "-n", 12, "--seed", 2)
+    alone = json.loads(run(*gen, "--write", path, "--json", "--device", "cpu").stdout)
+    for args, count in (((path, "--scheduler", c.scheduler_address), 2),  # the workers read the file
+                        ((*gen, "--scheduler", c.scheduler_address, "--workers", 1), 1),
+                        ((*gen, "--workers", 2), 2)):  # an embedded cluster
         r = run(*args, "--json", "--device", "cpu")
         assert r.exit_code == 0, r.output
         spread = json.loads(r.stdout)
-        assert (spread["value"], spread["structure"], spread["status"]) == (alone["value"], alone["structure"], "optimal")
-        assert spread["workers"] == (1 if "--workers" in args and 1 in args else 2) and "Dask workers" in spread["device_note"]
+        assert (spread["value"], spread["structure"], spread["status"]) == (alone["value"], alone["structure"],
+                                                                            "optimal")
+        assert spread["workers"] == count and "Dask worker" in spread["device_note"]
         assert "cluster" in spread["phases"] and spread["time_s"] >= spread["phases"]["cluster"]
     from test_output import valid
     valid(spread)
