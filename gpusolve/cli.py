@@ -800,15 +800,19 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         fail("csg: --generate needs -n (the number of agents)", EXIT_INPUT)
     try:
         t0 = time.perf_counter()
+        spread = bool(workers or scheduler)
         if file is not None:
             values, phase = csg.read_values(file), "read"
+        elif spread and not write_path:  # each worker draws them
+            csg.check_agents(n)
+            values, phase = None, None
         else:
             values, phase = csg.generate_values(distribution, n, seed), "generate"
             if write_path:
                 csg.write_values(write_path, values)
-        phases = {phase: time.perf_counter() - t0}
+        phases = {phase: time.perf_counter() - t0} if phase else {}
         with csg_progress(not as_json) as progress, interruptible() as stop:
-            if workers or scheduler:
+            if spread:
                 source = ("file", os.path.abspath(file)) if file else ("generate", distribution, n, seed)
                 result = csg_on_workers(values, csg.Options(**options), source, workers, scheduler, name, phases,
                                         progress, stop)
@@ -857,7 +861,7 @@ def csg_on_workers(values, options, source, workers, scheduler, name, phases, pr
     from . import csg
     from .engines import gpu_unavailable_reason
     from .scaleout import executor
-    n = values.size.bit_length() - 1
+    n = csg.source_agents(source, values)
     gpus = options.device == "gpu" or (options.device == "auto" and n >= csg.AUTO_GPU_AGENTS
                                        and gpu_unavailable_reason() is None)
     with executor(scheduler, workers, gpus=gpus) as (client, what, cluster_s):

@@ -885,6 +885,11 @@ def load_values(source: tuple) -> np.ndarray:
     return args[0]
 
 
+def source_agents(source: tuple | None, values: np.ndarray | None) -> int:
+    """n, from the values when given, else from a ("generate", distribution, n, seed) source."""
+    return values.size.bit_length() - 1 if values is not None else source[2]
+
+
 def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: bool) -> dict:
     from dask.distributed import get_worker
     t = time.perf_counter()
@@ -934,7 +939,7 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
                      stop: Callable[[], bool] | None = None, executor: str = "") -> Result:
     """`solve` with each level's coalitions cut into one contiguous range of colex ranks per Dask
     worker (the first `workers` of `client`'s, default all), each worker on its own engine (a GPU
-    where it has one, as `solve` picks).
+    where it has one, as `solve` picks). `values` may be None with a "generate" source.
 
     Every worker holds f whole: it builds f from `source` (see load_values; default: `values`
     scattered), computes its share of level k and sends f of that share, C(n, k) / W values, to
@@ -946,7 +951,7 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
     from .scaleout import ClusterError
     t0 = time.perf_counter()
     phases = dict(phases or {})
-    n = values.size.bit_length() - 1
+    n = source_agents(source, values)
     check_agents(n)
     if options.algorithm not in ALGORITHMS:
         raise CSGError(f"unknown algorithm {options.algorithm!r}")
