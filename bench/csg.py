@@ -68,8 +68,9 @@ def agree(a: dict, b: dict, what: str) -> None:
         assert abs(a["value"] - b["value"]) <= 1e-6 * max(1.0, abs(b["value"])), f"n = {a['n']}: {what}"
 
 
-def sweep(args, gpu: bool) -> list[dict]:
-    """The GPU and the CPU engine per n, in this process."""
+def sweep(args, gpu: bool, save) -> list[dict]:
+    """The GPU and the CPU engine per n, in this process; save(rows) after each n (a run cut short by
+    a time limit keeps what it measured)."""
     rows, last = [], {}
     for n in range(args.min_n, args.max_n + 1):
         devices = (["gpu"] if gpu else []) + (["cpu"] if n <= args.cpu_max_n else [])
@@ -94,6 +95,7 @@ def sweep(args, gpu: bool) -> list[dict]:
             agree(answers["gpu"], answers["cpu"], "GPU != CPU")
             if answers["gpu"]["dp_s"] > 0:
                 print(f"n = {n:2d}: GPU {answers['cpu']['dp_s'] / answers['gpu']['dp_s']:.1f}x the CPU engine")
+        save(rows)
     return rows
 
 
@@ -109,10 +111,9 @@ def workers_sweep(args, gpu: bool) -> tuple[list[dict], str]:
             if last * 3 > args.budget:
                 print(f"n = {n}: stopping, the predicted time exceeds the {args.budget:.0f} s budget")
                 break
-            values = csg.generate_values(args.distribution, n, 1)
             answers = []
-            for w in sorted({1, count}):
-                r = csg.solve_on_workers(values, options(device, args), client,
+            for w in sorted({1, count}):  # each worker draws the values itself
+                r = csg.solve_on_workers(None, options(device, args), client,
                                          ("generate", args.distribution, n, 1), workers=w, executor=what)
                 row = row_of(r, device, args)
                 row.update(workers=w, worker_compute_s=r.worker_compute_s,
@@ -162,9 +163,8 @@ def main():
                  "sector_bound_splits_per_s": bw / 64}
         print(f"copy bandwidth {bw / 1e9:.0f} GB/s: {bw / (2 * item):.3g} splits/s if each split read its two "
               f"values from DRAM once, {bw / 64:.3g} if each read cost a 32-byte sector")
-    rows = sweep(args, gpu)
-    write_result("csg", device, cpu=cpu_name(), cpu_threads=args.threads or default_workers(), budget_s=args.budget,
-                 rows=rows, **extra)
+    sweep(args, gpu, lambda rows: write_result("csg", device, cpu=cpu_name(), budget_s=args.budget, rows=rows,
+                                               cpu_threads=args.threads or default_workers(), **extra))
 
 
 if __name__ == "__main__":

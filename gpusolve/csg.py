@@ -395,9 +395,10 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
     Where at least half the split indices are evaluated (every IDP level but the one at 2n/3) all
     are, the others masked to -inf, which keeps the block's arrays contiguous; elsewhere the
     evaluated indices are gathered from the tables. Blocks read only f of smaller coalitions and
-    write their own rows, so any order is the same computation: `pool` (a thread pool; NumPy
-    releases the GIL in these passes) runs them `threads` at a time. False when `stop` ended it part way
-    (f stays a table of partition values).
+    write their own rows, so any order is the same computation: tasks of up to 8 blocks (the
+    tables made once for all, which keeps the per-call work that holds the GIL small) run on
+    `threads` threads; NumPy releases the GIL in the passes over a block. False when `stop` ended
+    it part way (f stays a table of partition values).
     """
     lo, hi = split_range(n, k, algorithm)
     if lo > hi or not masks.size:
@@ -415,29 +416,34 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
         t_hi, t_lo = xp.asarray(ts >> m), xp.asarray(ts & ((1 << m) - 1))
         chunks = [(i, min(i + block, ts.size)) for i in range(0, ts.size, block)]
         width = min(ts.size, block)
-    rows = max(1, block // width)
+    rows = max(1, block // width)  # per block
+    group = max(rows, min(8 * rows, block // 8))  # per task: the member tables made once for its blocks
 
     def run(r0: int) -> None:
-        c = masks[r0:r0 + rows]
-        bits = member_bits(xp, c, k)
-        low, high = subset_sums(xp, bits[:, :m]), subset_sums(xp, bits[:, m:k - 1])
-        best = None
-        for i, j in chunks:
-            if dense:
-                a = (high[:, i:j, None] + low[:, None, :]).reshape(c.size, -1)
-            else:
-                a = high[:, t_hi[i:j]] + low[:, t_lo[i:j]]
-            s = xp.take(f, a)
-            xp.subtract(c[:, None], a, out=a)  # B = C minus A
-            s += xp.take(f, a)
-            if dense:
-                s += mask[i << m:j << m]
-            row_best = s.max(axis=1)
-            best = row_best if best is None else xp.maximum(best, row_best)
-        f[c] = xp.maximum(f[c], best)
+        c_all = masks[r0:r0 + group]
+        bits = member_bits(xp, c_all, k)
+        low_all, high_all = subset_sums(xp, bits[:, :m]), subset_sums(xp, bits[:, m:k - 1])
+        best_all = xp.empty(c_all.size, dtype=f.dtype)
+        for b0 in range(0, c_all.size, rows):
+            c, low, high = c_all[b0:b0 + rows], low_all[b0:b0 + rows], high_all[b0:b0 + rows]
+            best = None
+            for i, j in chunks:
+                if dense:
+                    a = (high[:, i:j, None] + low[:, None, :]).reshape(c.size, -1)
+                else:
+                    a = high[:, t_hi[i:j]] + low[:, t_lo[i:j]]
+                s = xp.take(f, a)
+                xp.subtract(c[:, None], a, out=a)  # B = C minus A
+                s += xp.take(f, a)
+                if dense:
+                    s += mask[i << m:j << m]
+                row_best = s.max(axis=1)
+                best = row_best if best is None else xp.maximum(best, row_best)
+            best_all[b0:b0 + rows] = best
+        f[c_all] = xp.maximum(f[c_all], best_all)
 
-    starts = range(0, masks.size, rows)
-    wave = 4 * threads  # blocks between stop checks
+    starts = range(0, masks.size, group)
+    wave = 2 * threads  # tasks between stop checks
     with ThreadPoolExecutor(threads) as pool:
         for w0 in range(0, len(starts), wave):
             part = starts[w0:w0 + wave]
@@ -447,8 +453,8 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
                 for r0 in part:
                     run(r0)
             if advance:
-                advance((min(masks.size, part[-1] + rows) - part[0]) * ts.size)
-            if stop() and part[-1] + rows < masks.size:
+                advance((min(masks.size, part[-1] + group) - part[0]) * ts.size)
+            if stop() and part[-1] + group < masks.size:
                 return False
     return True
 
