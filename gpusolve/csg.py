@@ -393,7 +393,7 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
     index) pairs, A for a block as one broadcast sum of two small per-row submask tables (the low
     and the high half of C's members but its highest), then two gathers of f and a row maximum.
     Where at least half the split indices are evaluated (every IDP level but the one at 2n/3) all
-    are, the others masked to -inf, which keeps the block's arrays contiguous; elsewhere the
+    are, the others masked to -inf (A empty, t = 0, too), which keeps the block's arrays contiguous; elsewhere the
     evaluated indices are gathered from the tables. Blocks read only f of smaller coalitions and
     write their own rows, so any order is the same computation: tasks of up to 8 blocks (the
     tables made once for all, which keeps the per-call work that holds the GIL small) run on
@@ -405,14 +405,16 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
         return True
     half = 1 << (k - 1)
     m = (k - 1) // 2  # members in the low table
-    ts = split_indices(n, k, algorithm)
-    dense = 2 * ts.size >= half
+    count = level_splits(n, k, algorithm)
+    dense = 2 * count >= half
     if dense:  # column chunks: runs of high-table indices
-        mask = xp.asarray(split_mask(n, k, algorithm, f.dtype.name))
+        # no mask where every size is evaluated (all of DP; IDP's grand coalition): t = 0 is set apart
+        mask = None if (lo, hi) == (1, k - 1) else xp.asarray(split_mask(n, k, algorithm, f.dtype.name))
         step = max(1, block >> m)
         chunks = [(h, min(h + step, half >> m)) for h in range(0, half >> m, step)]
         width = min(half, step << m)
     else:
+        mask, ts = None, split_indices(n, k, algorithm)
         t_hi, t_lo = xp.asarray(ts >> m), xp.asarray(ts & ((1 << m) - 1))
         chunks = [(i, min(i + block, ts.size)) for i in range(0, ts.size, block)]
         width = min(ts.size, block)
@@ -435,8 +437,10 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
                 s = xp.take(f, a)
                 xp.subtract(c[:, None], a, out=a)  # B = C minus A
                 s += xp.take(f, a)
-                if dense:
+                if mask is not None:
                     s += mask[i << m:j << m]
+                elif dense and i == 0:
+                    s[:, 0] = -math.inf  # A empty
                 row_best = s.max(axis=1)
                 best = row_best if best is None else xp.maximum(best, row_best)
             best_all[b0:b0 + rows] = best
@@ -453,7 +457,7 @@ def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
                 for r0 in part:
                     run(r0)
             if advance:
-                advance((min(masks.size, part[-1] + group) - part[0]) * ts.size)
+                advance((min(masks.size, part[-1] + group) - part[0]) * count)
             if stop() and part[-1] + group < masks.size:
                 return False
     return True
