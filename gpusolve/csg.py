@@ -792,7 +792,7 @@ class Table:
     def receive(self, shares) -> None:
         """Write the other workers' shares (tuples from `share` via _level_on_worker) into f."""
         for k, lo, part, *_ in shares:
-            if (k, lo, lo + part.size) != self.last_share:
+            if part is not None and (k, lo, lo + part.size) != self.last_share:
                 self.f[self.masks(k)[lo:lo + part.size]] = self.xp.asarray(part)
 
     def answer(self, done: int) -> dict:
@@ -911,9 +911,10 @@ def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: b
     return {"engine": table.engine, "note": table.note, "need": table.need, "seconds": time.perf_counter() - t}
 
 
-def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | None, *shares) -> tuple:
+def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | None, send: bool, *shares) -> tuple:
     """Level k for ranks lo..hi-1, after writing the last level's `shares` into f: (k, lo, f of the
-    share, complete, seconds receiving, seconds computing). `deadline` is time.time()'s."""
+    share (None unless `send`: a worker alone keeps it), complete, seconds receiving, seconds
+    computing). `deadline` is time.time()'s."""
     table = _TABLES[token]
     t = time.perf_counter()
     table.receive(shares)
@@ -921,7 +922,7 @@ def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | Non
     complete = table.level(k, lo, hi, stop=lambda: deadline is not None and time.time() >= deadline)
     table.sync()
     t2 = time.perf_counter()
-    return k, lo, table.share(k, lo, hi), complete, t1 - t, t2 - t1
+    return k, lo, table.share(k, lo, hi) if send else None, complete, t1 - t, t2 - t1
 
 
 def _level_summary(share: tuple) -> tuple:
@@ -1002,6 +1003,7 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
         # on the workers anyway, and the client's round trip is hidden. Stopped, the levels already
         # submitted run to their end (with the time limit, the workers stop them at the deadline).
         previous, queue, going = [], [], True
+        send = len(addresses) > 1
         for k in range(2, n + 1):
             if not going or stopped():
                 break
@@ -1009,7 +1011,7 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
             summaries = []
             if a_lo <= a_hi:  # else no splits: f of this size is v, which every worker holds
                 cut = [math.comb(n, k) * w // len(addresses) for w in range(len(addresses) + 1)]
-                previous = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, *previous,
+                previous = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, send, *previous,
                                           key=f"{token}-level-{k}-{w}", workers=[a], pure=False)
                             for w, a in enumerate(addresses)]
                 summaries = [client.submit(_level_summary, fut, key=f"{token}-summary-{k}-{w}", workers=[a],
