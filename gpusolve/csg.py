@@ -801,7 +801,7 @@ class Table:
         import numpy as np
         xp, f, n, values = self.xp, self.f, self.n, self.values
         t = time.perf_counter()
-        self.sizes = self.level_at = None  # room for the recovery's temporaries
+        self.sizes, self.level_at = None, (0, None)  # room for the recovery's temporaries
         v_stored = lambda c: float(np.dtype(self.dtype).type(values[c]))  # noqa: E731  (v as f holds it)
         full = (1 << n) - 1
         candidates = [[full], [1 << i for i in range(n)]]
