@@ -804,12 +804,21 @@ def write_csv(path: Path, records: list[dict]) -> None:
               help="Seconds; then the best structure found and an upper bound (status bounded).")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="Host memory budget; default: available RAM.")
 @click.option("--gpu-mem-limit", type=SizeParam(), default=None, help="Device memory budget; default: free memory.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU engine threads (default: one per core; on a Dask worker, its --nthreads).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Cut each level's coalitions across this many Dask workers of an embedded cluster: one "
+                   "process per GPU when the GPU is used, else CPU processes.")
+@click.option("--scheduler", default=None,
+              help="Cut each level's coalitions across the workers of a running Dask cluster (tcp://host:8786; "
+                   "with --workers, its first N); FILE must be readable by every worker at the same path.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
+def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json, **options):
     """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""
     from . import csg
     from .parsers.errors import ParseError
     from .report import of_result
+    from .scaleout import ClusterError
     name = file or (f"{distribution}-n{n}-s{seed}" if distribution else "")
 
     def fail(message, code):
@@ -821,19 +830,28 @@ def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
         fail("csg: --generate needs -n (the number of agents)", EXIT_INPUT)
     try:
         t0 = time.perf_counter()
+        spread = bool(workers or scheduler)
         if file is not None:
             values, phase = csg.read_values(file), "read"
+        elif spread and not write_path:  # each worker draws them
+            csg.check_agents(n)
+            values, phase = None, None
         else:
             values, phase = csg.generate_values(distribution, n, seed), "generate"
             if write_path:
                 csg.write_values(write_path, values)
-        phases = {phase: time.perf_counter() - t0}
+        phases = {phase: time.perf_counter() - t0} if phase else {}
         with csg_progress(not as_json) as progress, interruptible() as stop:
-            result = csg.solve(values, csg.Options(**options), file=name, phases=phases, progress=progress,
-                               stop=stop)
+            if spread:
+                source = ("file", os.path.abspath(file)) if file else ("generate", distribution, n, seed)
+                result = csg_on_workers(values, csg.Options(**options), source, workers, scheduler, name, phases,
+                                        progress, stop)
+            else:
+                result = csg.solve(values, csg.Options(**options), file=name, phases=phases, progress=progress,
+                                   stop=stop)
     except ParseError as e:
         fail(str(e), EXIT_INPUT)
-    except (csg.CSGError, DeviceError) as e:
+    except (csg.CSGError, DeviceError, ClusterError) as e:
         fail(f"{name}: {e}", EXIT_INPUT)
     except (csg.BudgetError, MemoryError) as e:
         fail(f"{name}: {e or 'out of memory despite the prediction; lower --mem-limit'}", EXIT_MEMORY)
@@ -857,6 +875,8 @@ def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
         ("method", f"{r.algorithm.upper()} over subsets, {r.precision} precision"
                    + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}")),
         ("engine", f"{r.engine} ({r.device_note})"),
+        *([("workers", f"{r.workers}, each in level steps " + ", ".join(f"{s:.3f}" for s in r.worker_compute_s)
+            + " s")] if r.workers > 1 else []),
         ("memory", ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.peak_bytes.items() if v) + " (predicted)"),
         ("splits", f"{r.splits:,} evaluated, {r.splits_per_s:,.0f} per s"),
         ("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")"),
@@ -864,6 +884,20 @@ def csg_cmd(file, distribution, n, seed, write_path, as_json, **options):
     ]:
         t.add_row(label, value)
     out().print(t)
+
+
+def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
+    """csg.solve_on_workers on the cluster scaleout.executor opens: with the GPU, one process per GPU."""
+    from . import csg
+    from .engines import gpu_unavailable_reason
+    from .scaleout import executor
+    n = csg.source_agents(source, values)
+    gpus = options.device == "gpu" or (options.device == "auto" and n >= csg.AUTO_GPU_AGENTS
+                                       and gpu_unavailable_reason() is None)
+    with executor(scheduler, workers, gpus=gpus) as (client, what, cluster_s):
+        phases["cluster"] = cluster_s
+        return csg.solve_on_workers(values, options, client, source, workers if scheduler else None, name, phases,
+                                    progress, stop, executor=what)
 
 
 @contextmanager

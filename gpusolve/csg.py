@@ -33,6 +33,10 @@ colex order so that a warp's 32 coalitions share their high agents and its
 reads of f fall close together; splits enumerated by the submask increment
 A <- (A - C') & C'. Both give bit-identical f.
 
+The CPU engine runs the same level step in L2-sized blocks on a thread pool. `solve_on_workers`
+cuts each level's coalitions across Dask workers (GPUs or CPU processes), each holding f whole
+and receiving only the others' shares of the last level.
+
 Value distributions (seeded, `generate_values`), as used throughout the CSG
 literature (Rahwan et al., JAIR 34, 2009; Michalak et al., AIJ 230, 2016):
 uniform v = |C| U(0,1); normal v = |C| N(1, 0.1); NDCS v = N(|C|, sqrt|C|);
@@ -46,6 +50,7 @@ import functools
 import itertools
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -58,7 +63,9 @@ ALGORITHMS = ("idp", "dp")
 PRECISIONS = {"single": "float32", "double": "float64"}
 MAX_AGENTS = 32  # masks are 32-bit in the kernel
 GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
-BLOCK = 1 << 21  # (coalition, split) pairs per NumPy step: ~8 int64 temporaries of this size
+# (coalition, split index) pairs per level-step block: its ~4 int64 temporaries stay in a core's L2
+# (1 << 18: 2.0e8 splits/s on one EPYC core at n = 20; 1 << 16 and 1 << 20 were slower)
+BLOCK = 1 << 18
 # --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
 # 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
 AUTO_GPU_AGENTS = 17
@@ -300,20 +307,24 @@ def partition_bound(best_of_size: list[float], n: int) -> float:
 
 # -- memory -------------------------------------------------------------------
 
-def predict_memory(n: int, precision: str, on_gpu: bool) -> dict[str, int]:
-    """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device."""
+def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1, shares: bool = False) -> dict[str, int]:
+    """Bytes the run holds at its peak: host (the float64 input, and f for the CPU engine) and device.
+
+    With `shares` (a Dask worker's table) the GPU also holds every mask's size and a level's masks."""
     item = {"single": 4, "double": 8}[precision]
     size = 1 << n
-    work = BLOCK * 8 * 8  # a step's int64 temporaries
+    work = BLOCK * 8 * 8 * (1 if on_gpu else threads)  # a block's temporaries, per thread
+    level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima (or shares)
     if on_gpu:
-        return {"host": size * 8 + work, "device": size * item + work}
-    level = math.comb(n, n // 2) * 8 * 2  # the largest level's masks, and its row maxima
+        return {"host": size * 8 + work + (level if shares else 0),
+                "device": size * item + work + (size + level if shares else 0)}
     return {"host": size * 8 + size * item + size + level + work, "device": 0}
 
 
-def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None) -> dict:
+def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_budget: int | None,
+                 threads: int = 1, shares: bool = False) -> dict:
     """The prediction, or BudgetError naming what would fit."""
-    need = predict_memory(n, precision, on_gpu)
+    need = predict_memory(n, precision, on_gpu, threads, shares)
     from .plan import fmt_bytes
     if need["host"] > host_budget:
         raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
@@ -342,21 +353,14 @@ def member_bits(xp, masks, k: int):
     return bits
 
 
-def deposit(xp, bits, t):
-    """A[r, i]: the members of row r (`bits[r]`) picked by the bits of t[i] (a parallel bit deposit).
-
-    Byte by byte through per-row tables of 256 entries: a few gathers instead of a pass per bit.
-    """
-    rows, width = bits.shape
-    byte = xp.arange(256, dtype=xp.int64)
-    out = None
-    for b in range(0, width, 8):
-        lut = xp.zeros((rows, 256), dtype=xp.int64)
-        for j in range(b, min(b + 8, width)):
-            lut += ((byte >> (j - b)) & 1)[None, :] * bits[:, j:j + 1]
-        index = (xp.arange(rows, dtype=xp.int64) * 256)[:, None] + ((t >> b) & 255)[None, :]
-        part = lut.ravel()[index]
-        out = part if out is None else out + part
+def subset_sums(xp, bits):
+    """(rows, 2^w): column t holds the sum of the bits[r, j] whose j is set in t (every submask of
+    the row's members, in the order of a bit deposit), by doubling: w passes, each half the last."""
+    rows, w = bits.shape
+    out = xp.empty((rows, 1 << w), dtype=xp.int64)
+    out[:, 0] = 0
+    for j in range(w):
+        xp.add(out[:, :1 << j], bits[:, j:j + 1], out=out[:, 1 << j:2 << j])
     return out
 
 
@@ -370,32 +374,92 @@ def split_indices(n: int, k: int, algorithm: str) -> np.ndarray:
     return t[(size >= lo) & (size <= hi)]
 
 
+@functools.cache
+def split_mask(n: int, k: int, algorithm: str, dtype_name: str) -> np.ndarray:
+    """0 where split index t (0 .. 2^(k-1) - 1) is evaluated, -inf where not (t = 0 is A empty)."""
+    import numpy as np
+    t = np.arange(1 << (k - 1), dtype=np.int64)
+    lo, hi = split_range(n, k, algorithm)
+    size = popcount(np, t)
+    return np.where((size >= lo) & (size <= hi) & (t > 0), 0, -np.inf).astype(dtype_name)
+
+
 def level_step(xp, f, masks, n: int, k: int, algorithm: str, block: int = BLOCK,
-               stop: Callable[[], bool] = lambda: False, advance: Callable[[int], None] | None = None) -> bool:
+               stop: Callable[[], bool] = lambda: False, advance: Callable[[int], None] | None = None,
+               threads: int = 1) -> bool:
     """f[C] = max(f[C], best evaluated split of C) for the coalitions `masks`, all of size k.
 
-    The reference for the CUDA kernel; reads only f of smaller coalitions, so any order of rows is
-    the same computation. False when `stop` ended it part way (f stays a table of partition values).
+    The reference for the CUDA kernel, and the CPU engine: blocks of `block` (coalition, split
+    index) pairs, A for a block as one broadcast sum of two small per-row submask tables (the low
+    and the high half of C's members but its highest), then two gathers of f and a row maximum.
+    Where at least half the split indices are evaluated (every IDP level but the one at 2n/3) all
+    are, the others masked to -inf (A empty, t = 0, too), which keeps the block's arrays contiguous; elsewhere the
+    evaluated indices are gathered from the tables. Blocks read only f of smaller coalitions and
+    write their own rows, so any order is the same computation: tasks of up to 8 blocks (the
+    tables made once for all, which keeps the per-call work that holds the GIL small) run on
+    `threads` threads; NumPy releases the GIL in the passes over a block. False when `stop` ended
+    it part way (f stays a table of partition values).
     """
-    ts = split_indices(n, k, algorithm)
-    if not ts.size or not masks.size:
+    lo, hi = split_range(n, k, algorithm)
+    if lo > hi or not masks.size:
         return True
-    ts = xp.asarray(ts)
-    t_step = min(ts.size, block)
-    rows = max(1, block // t_step)
-    for r0 in range(0, masks.size, rows):
-        c = masks[r0:r0 + rows]
-        low_bits = member_bits(xp, c, k)[:, :k - 1]
-        best = None
-        for i0 in range(0, ts.size, t_step):
-            a = deposit(xp, low_bits, ts[i0:i0 + t_step])
-            row_best = (f[a] + f[c[:, None] ^ a]).max(axis=1)
-            best = row_best if best is None else xp.maximum(best, row_best)
-        f[c] = xp.maximum(f[c], best)
-        if advance:
-            advance(c.size * ts.size)
-        if stop() and r0 + rows < masks.size:
-            return False
+    half = 1 << (k - 1)
+    m = (k - 1) // 2  # members in the low table
+    count = level_splits(n, k, algorithm)
+    dense = 2 * count >= half
+    if dense:  # column chunks: runs of high-table indices
+        # no mask where every size is evaluated (all of DP; IDP's grand coalition): t = 0 is set apart
+        mask = None if (lo, hi) == (1, k - 1) else xp.asarray(split_mask(n, k, algorithm, f.dtype.name))
+        step = max(1, block >> m)
+        chunks = [(h, min(h + step, half >> m)) for h in range(0, half >> m, step)]
+        width = min(half, step << m)
+    else:
+        mask, ts = None, split_indices(n, k, algorithm)
+        t_hi, t_lo = xp.asarray(ts >> m), xp.asarray(ts & ((1 << m) - 1))
+        chunks = [(i, min(i + block, ts.size)) for i in range(0, ts.size, block)]
+        width = min(ts.size, block)
+    rows = max(1, block // width)  # per block
+    group = max(rows, min(8 * rows, block // 8))  # per task: the member tables made once for its blocks
+
+    def run(r0: int) -> None:
+        c_all = masks[r0:r0 + group]
+        bits = member_bits(xp, c_all, k)
+        low_all, high_all = subset_sums(xp, bits[:, :m]), subset_sums(xp, bits[:, m:k - 1])
+        best_all = xp.empty(c_all.size, dtype=f.dtype)
+        for b0 in range(0, c_all.size, rows):
+            c, low, high = c_all[b0:b0 + rows], low_all[b0:b0 + rows], high_all[b0:b0 + rows]
+            best = None
+            for i, j in chunks:
+                if dense:
+                    a = (high[:, i:j, None] + low[:, None, :]).reshape(c.size, -1)
+                else:
+                    a = high[:, t_hi[i:j]] + low[:, t_lo[i:j]]
+                s = xp.take(f, a)
+                xp.subtract(c[:, None], a, out=a)  # B = C minus A
+                s += xp.take(f, a)
+                if mask is not None:
+                    s += mask[i << m:j << m]
+                elif dense and i == 0:
+                    s[:, 0] = -math.inf  # A empty
+                row_best = s.max(axis=1)
+                best = row_best if best is None else xp.maximum(best, row_best)
+            best_all[b0:b0 + rows] = best
+        f[c_all] = xp.maximum(f[c_all], best_all)
+
+    starts = range(0, masks.size, group)
+    wave = 2 * threads  # tasks between stop checks
+    with ThreadPoolExecutor(threads) as pool:
+        for w0 in range(0, len(starts), wave):
+            part = starts[w0:w0 + wave]
+            if threads > 1:
+                list(pool.map(run, part))
+            else:
+                for r0 in part:
+                    run(r0)
+            if advance:
+                advance((min(masks.size, part[-1] + group) - part[0]) * count)
+            if stop() and part[-1] + group < masks.size:
+                return False
     return True
 
 
@@ -430,13 +494,14 @@ __device__ __forceinline__ void max_into(double* at, double x) {
     }
 }
 
-// One thread: coalition number c (colex rank) of size k, split indices [j*range, (j+1)*range).
+// One thread: coalition number c0 + c (colex rank) of size k, split indices [j*range, (j+1)*range),
+// for the ncoal coalitions from rank c0 (all of them, or a Dask worker's share).
 // g = j * ncoal + c: a warp holds consecutive coalitions, which share their high agents.
-extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long ncoal,
+extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k, long long c0, long long ncoal,
                                      long long first, long long count, u64 range, int amin, int amax) {
     long long g = first + (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= first + count) return;
-    long long r = g % ncoal;
+    long long r = c0 + g % ncoal;
     u64 j = (u64)(g / ncoal);
     u32 C = 0;
     int x = n - 1;
@@ -498,9 +563,8 @@ def _binomials(n: int) -> np.ndarray:
     return np.array([[math.comb(x, i) for i in range(n + 1)] for x in range(n + 1)], dtype=np.int64)
 
 
-def level_ranges(n: int, k: int) -> int:
-    """How many ranges each k-coalition's 2^(k-1) split indices are cut into (a power of two)."""
-    ncoal = math.comb(n, k)
+def level_ranges(ncoal: int, k: int) -> int:
+    """How many ranges each of ncoal k-coalitions' 2^(k-1) split indices are cut into (a power of two)."""
     parts = 1
     while ncoal * parts < TARGET_THREADS and (1 << (k - 1)) // (parts * 2) >= MIN_RANGE:
         parts *= 2
@@ -508,15 +572,17 @@ def level_ranges(n: int, k: int) -> int:
 
 
 def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lambda: False,
-               advance: Callable[[int], None] | None = None) -> bool:
-    """The kernel's version of level_step over all k-coalitions; False when stopped part way."""
+               advance: Callable[[int], None] | None = None, lo: int = 0, hi: int | None = None) -> bool:
+    """The kernel's version of level_step over the k-coalitions of colex ranks lo..hi-1 (default: all);
+    False when stopped part way."""
     import numpy as np
     import cupy
     amin, amax = split_range(n, k, algorithm)
-    if amin > amax:
+    hi = math.comb(n, k) if hi is None else hi
+    if amin > amax or hi <= lo:
         return True
-    ncoal = math.comb(n, k)
-    parts = level_ranges(n, k)
+    ncoal = hi - lo
+    parts = level_ranges(ncoal, k)
     span = (1 << (k - 1)) // parts
     threads = ncoal * parts
     per_launch = max(THREADS_PER_BLOCK, LAUNCH_ITERATIONS // span // THREADS_PER_BLOCK * THREADS_PER_BLOCK)
@@ -526,7 +592,7 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
     for first in range(0, threads, per_launch):
         count = min(per_launch, threads - first)
         kernel(((count + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK,), (THREADS_PER_BLOCK,),
-               (f, binom, np.int32(n), np.int32(k), np.int64(ncoal), np.int64(first), np.int64(count),
+               (f, binom, np.int32(n), np.int32(k), np.int64(lo), np.int64(ncoal), np.int64(first), np.int64(count),
                 np.uint64(span), np.int32(amin), np.int32(amax)))
         cupy.cuda.get_current_stream().synchronize()
         if advance:
@@ -541,11 +607,13 @@ def cuda_level(f, n: int, k: int, algorithm: str, stop: Callable[[], bool] = lam
 def find_split(xp, f, c: int, target, chunk: int = 1 << 22) -> int | None:
     """A nonempty A inside c minus its highest agent with f[A] + f[c ^ A] == target, bit for bit."""
     k = bin(c).count("1")
-    bits = member_bits(xp, xp.asarray([c], dtype=xp.int64), k)[:, :k - 1]
-    for t0 in range(1, 1 << (k - 1), chunk):
-        t = xp.arange(t0, min(t0 + chunk, 1 << (k - 1)), dtype=xp.int64)
-        a = deposit(xp, bits, t)[0]
-        hit = xp.flatnonzero(f[a] + f[c ^ a] == target)
+    m = (k - 1) // 2
+    bits = member_bits(xp, xp.asarray([c], dtype=xp.int64), k)
+    low, high = subset_sums(xp, bits[:, :m])[0], subset_sums(xp, bits[:, m:k - 1])[0]
+    step = max(1, chunk >> m)
+    for h in range(0, high.size, step):
+        a = (high[h:h + step, None] + low[None, :]).ravel()
+        hit = xp.flatnonzero((f[a] + f[c - a] == target) & (a > 0))
         if hit.size:
             return int(a[int(hit[0])])
     return None
@@ -601,6 +669,7 @@ class Options:
     time_limit: float | None = None
     mem_limit: int | None = None  # host bytes; None: available RAM
     gpu_mem_limit: int | None = None  # device bytes; None: free device memory
+    threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
 
 
 @dataclass
@@ -624,6 +693,8 @@ class Result:
     splits_per_s: float = 0.0
     peak_bytes: dict[str, int] = field(default_factory=dict)
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase]
+    workers: int = 1  # Dask workers that shared the levels (solve_on_workers)
+    worker_compute_s: list[float] = field(default_factory=list)  # each worker's seconds in level steps
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -648,99 +719,316 @@ def pick_device(device: str, n: int):
     return cupy, "cupy", ("gpu requested" if device == "gpu" else "auto") + f"; {name}"
 
 
+class Table:
+    """The DP's state on one engine: f (2^n values) and what a level step and the answer need.
+
+    `solve` holds one; under `solve_on_workers` each Dask worker holds one, f whole, and computes a
+    share of each level. Raises BudgetError (memory), DeviceError (--device gpu without one),
+    CSGError.
+    """
+
+    def __init__(self, values: np.ndarray, options: Options, threads: int | None = None, shares: bool = False):
+        import numpy as np
+        from .scaleout import default_workers
+        from .solve import available_memory
+        n = values.size.bit_length() - 1
+        check_agents(n)
+        if options.algorithm not in ALGORITHMS:
+            raise CSGError(f"unknown algorithm {options.algorithm!r}")
+        self.values, self.options, self.n = values, options, n
+        self.xp, self.engine, self.note = pick_device(options.device, n)
+        xp = self.xp
+        self.on_gpu = xp is not np
+        self.threads = options.threads or threads or default_workers()
+        if not self.on_gpu:
+            self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
+        device_budget = None
+        if self.on_gpu:
+            free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
+            device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
+        host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
+        self.need = check_memory(n, options.precision, self.on_gpu, host_budget, device_budget, self.threads,
+                                 shares)
+        self.dtype = PRECISIONS[options.precision]
+        self.f = xp.empty(1 << n, dtype=self.dtype)
+        for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
+            self.f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(self.dtype))
+        self.sizes = None
+        self.level_at = (0, None)  # (k, the k-coalitions)
+        self.last_share = None  # (k, ranks lo, hi) of the share this worker computed last
+        self.sync()
+
+    def sync(self) -> None:
+        if self.on_gpu:
+            self.xp.cuda.get_current_stream().synchronize()
+
+    def masks(self, k: int):
+        """The k-coalitions in colex (increasing) order: the CPU engine's rows, a worker's shares."""
+        xp, n = self.xp, self.n
+        if self.sizes is None:
+            self.sizes = xp.empty(1 << n, dtype=xp.uint8)
+            for lo in range(0, 1 << n, GEN_CHUNK):
+                self.sizes[lo:lo + GEN_CHUNK] = popcount(xp, xp.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=xp.int64))
+        if self.level_at[0] != k:
+            self.level_at = (k, None)  # the last level's masks go before the next's are made
+            self.level_at = (k, level_masks(xp, self.sizes, k))
+        return self.level_at[1]
+
+    def level(self, k: int, lo: int = 0, hi: int | None = None, stop: Callable[[], bool] = lambda: False,
+              advance: Callable[[int], None] | None = None) -> bool:
+        """Level k for the k-coalitions of colex ranks lo..hi-1 (default: all); False when stopped."""
+        if self.on_gpu:
+            return cuda_level(self.f, self.n, k, self.options.algorithm, stop, advance, lo, hi)
+        import numpy as np
+        return level_step(np, self.f, self.masks(k)[lo:hi], self.n, k, self.options.algorithm, stop=stop,
+                          advance=advance, threads=self.threads)
+
+    def share(self, k: int, lo: int, hi: int) -> np.ndarray:
+        """f of the k-coalitions of ranks lo..hi-1, on the host: what a worker sends the others."""
+        self.last_share = (k, lo, hi)
+        part = self.f[self.masks(k)[lo:hi]]
+        return part.get() if self.on_gpu else part
+
+    def receive(self, shares) -> None:
+        """Write the other workers' shares (tuples from `share` via _level_on_worker) into f."""
+        for k, lo, part, *_ in shares:
+            if part is not None and (k, lo, lo + part.size) != self.last_share:
+                self.f[self.masks(k)[lo:lo + part.size]] = self.xp.asarray(part)
+
+    def answer(self, done: int) -> dict:
+        """The best structure found, its value from the input, status and upper bound, once the DP
+        has finished the sizes up to `done`."""
+        import numpy as np
+        xp, f, n, values = self.xp, self.f, self.n, self.values
+        t = time.perf_counter()
+        self.sizes, self.level_at = None, (0, None)  # room for the recovery's temporaries
+        v_stored = lambda c: float(np.dtype(self.dtype).type(values[c]))  # noqa: E731  (v as f holds it)
+        full = (1 << n) - 1
+        candidates = [[full], [1 << i for i in range(n)]]
+        if done < n:
+            _, c = best_pair(xp, f, n)
+            if c:
+                candidates.append(structure_of(xp, f, v_stored, c) + structure_of(xp, f, v_stored, full ^ c))
+        else:
+            candidates.append(structure_of(xp, f, v_stored, full))
+        worth = [math.fsum(float(values[c]) for c in cs) for cs in candidates]
+        best = int(np.argmax(worth))
+        masks_best, value = sorted(candidates[best]), worth[best]
+        unit = float(np.finfo(self.dtype).eps) / 2
+        # a structure has at most n coalitions: its DP sum, n - 1 roundings of stored (rounded) values
+        rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
+        f_full = float(f[full])
+        if done == n:
+            status, upper = "optimal", max(value, f_full + rounding)
+            if abs(f_full - value) > rounding:
+                raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
+                                   f"by more than the rounding allowance {rounding:.3g}")
+        else:
+            status = "bounded"
+            # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
+            # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
+            upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
+        return {"masks": masks_best, "value": value, "status": status, "upper": upper,
+                "recover_s": time.perf_counter() - t}
+
+
+def _result(file: str, options: Options, n: int, answer: dict, t0: float, phases: dict, done: int, splits: int,
+            **fields) -> Result:
+    phases["recover"] = answer["recover_s"]
+    value, upper, status = answer["value"], answer["upper"], answer["status"]
+    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate", "cluster"))
+    return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
+                  structure=[[i for i in range(n) if c >> i & 1] for c in answer["masks"]], value=value, n=n,
+                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
+                  levels_done=done, splits=splits, splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0,
+                  trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]], **fields)
+
+
+def _stopper(t0: float, options: Options, stop: Callable[[], bool] | None) -> Callable[[], bool]:
+    deadline = None if options.time_limit is None else t0 + options.time_limit
+    return lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline)
+
+
 def solve(values: np.ndarray, options: Options, file: str = "", phases: dict | None = None,
           progress: Callable[[int], Callable[[int], None]] | None = None,
           stop: Callable[[], bool] | None = None) -> Result:
     """The best coalition structure for `values` (2^n floats, mask order), with bounds on the optimum.
 
-    Raises BudgetError (memory), DeviceError (--device gpu without one), CSGError. With a time
-    limit or a stop request the DP ends after the launch in progress and the answer is `bounded`.
+    Raises as Table does. With a time limit or a stop request the DP ends after the launch (GPU) or
+    the blocks (CPU) in progress and the answer is `bounded`.
     """
-    import numpy as np
-    from .solve import available_memory
     t0 = time.perf_counter()
     phases = dict(phases or {})
-    n = values.size.bit_length() - 1
-    check_agents(n)
-    if options.algorithm not in ALGORITHMS:
-        raise CSGError(f"unknown algorithm {options.algorithm!r}")
-    deadline = None if options.time_limit is None else t0 + options.time_limit
-    stopped = (lambda: (stop is not None and stop()) or (deadline is not None and time.perf_counter() >= deadline))
-    xp, engine, note = pick_device(options.device, n)
-    on_gpu = xp is not np
-    device_budget = None
-    if on_gpu:
-        free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
-        device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
-    host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
-    need = check_memory(n, options.precision, on_gpu, host_budget, device_budget)
-    dtype = PRECISIONS[options.precision]
-
+    stopped = _stopper(t0, options, stop)
     t = time.perf_counter()
-    f = xp.empty(1 << n, dtype=dtype)
-    for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
-        f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(dtype))
-    v_stored = lambda c: float(np.dtype(dtype).type(values[c]))  # noqa: E731  (v as f holds it)
-    sizes = None if on_gpu else np.empty(1 << n, dtype=np.uint8)  # the CPU engine finds levels by size
-    for lo in range(0, 0 if on_gpu else 1 << n, GEN_CHUNK):
-        sizes[lo:lo + GEN_CHUNK] = popcount(np, np.arange(lo, min(lo + GEN_CHUNK, 1 << n), dtype=np.int64))
-    if on_gpu:
-        xp.cuda.get_current_stream().synchronize()
+    table = Table(values, options)
+    n = table.n
     phases["setup"] = time.perf_counter() - t
 
-    total = total_splits(n, options.algorithm)
-    advance = progress(total) if progress else None
+    advance = progress(total_splits(n, options.algorithm)) if progress else None
     t = time.perf_counter()
     done, splits = 1, 0
     for k in range(2, n + 1):
-        if stopped():
-            break
-        if on_gpu:
-            complete = cuda_level(f, n, k, options.algorithm, stopped, advance)
-        else:
-            complete = level_step(np, f, level_masks(np, sizes, k), n, k, options.algorithm, stop=stopped,
-                                  advance=advance)
-        if not complete:
+        if stopped() or not table.level(k, stop=stopped, advance=advance):
             break
         done = k
         splits += math.comb(n, k) * level_splits(n, k, options.algorithm)
-    if on_gpu:
-        xp.cuda.get_current_stream().synchronize()
+    table.sync()
     phases["dp"] = time.perf_counter() - t
-    del sizes
+    return _result(file, options, n, table.answer(done), t0, phases, done, splits, engine=table.engine,
+                   device_note=table.note, peak_bytes=table.need)
 
+
+# -- over Dask workers ----------------------------------------------------------
+
+_TABLES: dict[str, Table] = {}  # per worker process: the Table of the run under way, by token
+
+
+def load_values(source: tuple) -> np.ndarray:
+    """Values from a source a worker can rebuild them from: ("generate", distribution, n, seed),
+    ("file", path) (a path every worker can read) or ("values", array)."""
+    kind, *args = source
+    if kind == "generate":
+        return generate_values(*args)
+    if kind == "file":
+        return read_values(*args)
+    return args[0]
+
+
+def source_agents(source: tuple | None, values: np.ndarray | None) -> int:
+    """n, from the values when given, else from a ("generate", distribution, n, seed) source."""
+    return values.size.bit_length() - 1 if values is not None else source[2]
+
+
+def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: bool) -> dict:
+    from dask.distributed import get_worker
     t = time.perf_counter()
-    full = (1 << n) - 1
-    candidates = [[full], [1 << i for i in range(n)]]
-    if done < n:
-        _, c = best_pair(xp, f, n)
-        if c:
-            candidates.append(structure_of(xp, f, v_stored, c) + structure_of(xp, f, v_stored, full ^ c))
-    else:
-        candidates.append(structure_of(xp, f, v_stored, full))
-    worth = [math.fsum(float(values[c]) for c in cs) for cs in candidates]
-    best = int(np.argmax(worth))
-    masks_best, value = sorted(candidates[best]), worth[best]
-    phases["recover"] = time.perf_counter() - t
+    table = Table(load_values(source), options, threads=get_worker().state.nthreads, shares=True)
+    if not keep_values:  # only the worker that answers reads v again
+        table.values = None
+    _TABLES.clear()
+    _TABLES[token] = table
+    return {"engine": table.engine, "note": table.note, "need": table.need, "seconds": time.perf_counter() - t}
 
-    unit = float(np.finfo(dtype).eps) / 2
-    # a structure has at most n coalitions: its DP sum, n - 1 roundings of stored (rounded) values
-    rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
-    f_full = float(f[full])
-    if done == n:
-        status, upper = "optimal", max(value, f_full + rounding)
-        if abs(f_full - value) > rounding:
-            raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
-                               f"by more than the rounding allowance {rounding:.3g}")
-    else:
-        status = "bounded"
-        # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
-        # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
-        upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
-    elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate"))
-    return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
-                  structure=[[i for i in range(n) if c >> i & 1] for c in masks_best], value=value, n=n,
-                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
-                  engine=engine, device_note=note, levels_done=done, splits=splits,
-                  splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0, peak_bytes=need,
-                  trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]])
+
+def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | None, send: bool, *shares) -> tuple:
+    """Level k for ranks lo..hi-1, after writing the last level's `shares` into f: (k, lo, f of the
+    share (None unless `send`: a worker alone keeps it), complete, seconds receiving, seconds
+    computing). `deadline` is time.time()'s."""
+    table = _TABLES[token]
+    t = time.perf_counter()
+    table.receive(shares)
+    t1 = time.perf_counter()
+    complete = table.level(k, lo, hi, stop=lambda: deadline is not None and time.time() >= deadline)
+    table.sync()
+    t2 = time.perf_counter()
+    return k, lo, table.share(k, lo, hi) if send else None, complete, t1 - t, t2 - t1
+
+
+def _level_summary(share: tuple) -> tuple:
+    """(complete, seconds receiving, seconds computing) of a worker's level: all the client fetches."""
+    return share[3:]
+
+
+def _answer_on_worker(token: str, done: int, *shares) -> dict:
+    table = _TABLES[token]
+    table.receive(shares)
+    return table.answer(done)
+
+
+def _release_on_worker(token: str) -> None:
+    table = _TABLES.pop(token, None)
+    if table is not None and table.on_gpu:
+        del table
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple | None = None,
+                     workers: int | None = None, file: str = "", phases: dict | None = None,
+                     progress: Callable[[int], Callable[[int], None]] | None = None,
+                     stop: Callable[[], bool] | None = None, executor: str = "") -> Result:
+    """`solve` with each level's coalitions cut into one contiguous range of colex ranks per Dask
+    worker (the first `workers` of `client`'s, default all), each worker on its own engine (a GPU
+    where it has one, as `solve` picks). `values` may be None with a "generate" source.
+
+    Every worker holds f whole: it builds f from `source` (see load_values; default: `values`
+    scattered), computes its share of level k and sends f of that share, C(n, k) / W values, to
+    the others, which write them into their f before level k + 1 (Dask moves them worker to
+    worker; the client fetches only each level's (complete, seconds)). So a level's exchange is
+    C(n, k) values, 2^n in all over the run, where broadcasting f would be 2^n a level. Levels
+    with no splits (IDP above 2n/3) exchange nothing. The first worker recovers the structure.
+    """
+    from .scaleout import ClusterError
+    t0 = time.perf_counter()
+    phases = dict(phases or {})
+    n = source_agents(source, values)
+    check_agents(n)
+    if options.algorithm not in ALGORITHMS:
+        raise CSGError(f"unknown algorithm {options.algorithm!r}")
+    stopped = _stopper(t0, options, stop)
+    deadline = None if options.time_limit is None else time.time() + options.time_limit
+    addresses = sorted(client.scheduler_info()["workers"])[:workers]
+    if not addresses:
+        raise ClusterError("the Dask cluster has no workers")
+    token = f"csg-{time.time_ns()}"
+    if source is None:
+        source = ("values", client.scatter(values, broadcast=True, hash=False))
+    t = time.perf_counter()
+    try:
+        setups = client.gather([client.submit(_setup_on_worker, token, source, options, i == 0,
+                                              key=f"{token}-setup-{i}", workers=[a], pure=False)
+                                for i, a in enumerate(addresses)])
+        phases["setup"] = time.perf_counter() - t
+        advance = progress(total_splits(n, options.algorithm)) if progress else None
+        t = time.perf_counter()
+        compute_s = [0.0] * len(addresses)
+        done, splits = 1, 0
+
+        def settle(k: int, summaries: list) -> bool:
+            """Account for level k once its workers report; False when one stopped part way."""
+            nonlocal done, splits
+            reports = client.gather(summaries)
+            for w, (_, _, seconds) in enumerate(reports):
+                compute_s[w] += seconds
+            count = math.comb(n, k) * level_splits(n, k, options.algorithm)
+            if advance:
+                advance(count)
+            if not all(complete for complete, _, _ in reports):
+                return False
+            done, splits = k, splits + count
+            return True
+
+        # Level k + 1 is submitted before level k's reports are read: its tasks wait for k's shares
+        # on the workers anyway, and the client's round trip is hidden. Stopped, the levels already
+        # submitted run to their end (with the time limit, the workers stop them at the deadline).
+        previous, queue, going = [], [], True
+        send = len(addresses) > 1
+        for k in range(2, n + 1):
+            if not going or stopped():
+                break
+            a_lo, a_hi = split_range(n, k, options.algorithm)
+            summaries = []
+            if a_lo <= a_hi:  # else no splits: f of this size is v, which every worker holds
+                cut = [math.comb(n, k) * w // len(addresses) for w in range(len(addresses) + 1)]
+                previous = [client.submit(_level_on_worker, token, k, cut[w], cut[w + 1], deadline, send, *previous,
+                                          key=f"{token}-level-{k}-{w}", workers=[a], pure=False)
+                            for w, a in enumerate(addresses)]
+                summaries = [client.submit(_level_summary, fut, key=f"{token}-summary-{k}-{w}", workers=[a],
+                                           pure=False) for w, (fut, a) in enumerate(zip(previous, addresses))]
+            queue.append((k, summaries))
+            while going and len(queue) > 1:
+                going = settle(*queue.pop(0))
+        while going and queue:
+            going = settle(*queue.pop(0))
+        phases["dp"] = time.perf_counter() - t
+        answer = client.submit(_answer_on_worker, token, done, *previous, key=f"{token}-answer",
+                               workers=addresses[:1], pure=False).result()
+    finally:
+        client.run(_release_on_worker, token, workers=addresses)
+    engines = sorted({s["engine"] for s in setups})
+    note = (f"{len(addresses)} Dask worker{'s' if len(addresses) > 1 else ''}{f' ({executor})' if executor else ''}"
+            f", levels cut in equal shares; first worker: {setups[0]['note']}")
+    need = {side: max(s["need"][side] for s in setups) for side in setups[0]["need"]}
+    return _result(file, options, n, answer, t0, phases, done, splits, engine="+".join(engines), device_note=note,
+                   peak_bytes=need, workers=len(addresses), worker_compute_s=compute_s)

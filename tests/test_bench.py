@@ -23,20 +23,26 @@ def run(script, *args, results: Path):
                           env=env, timeout=300)
 
 
-def check_quick(script, tmp_path):
+def check_quick(script, tmp_path, *args, bench=None):
+    bench = bench or script
     before = sorted((BENCH / "results").iterdir())
-    p = run(script, "--quick", results=tmp_path)
+    p = run(script, "--quick", *args, results=tmp_path)
     assert p.returncode == 0, p.stderr
     (written,) = tmp_path.iterdir()
     record = json.loads(written.read_text())
-    assert record["bench"] == script and record["device"] and record["date"]
-    assert written.name.startswith(f"{script}-")
+    assert record["bench"] == bench and record["device"] and record["date"]
+    assert written.name.startswith(f"{bench}-")
     assert sorted((BENCH / "results").iterdir()) == before
 
 
 @pytest.mark.parametrize("script", CPU)
 def test_cpu_bench_quick_mode_writes_its_record(script, tmp_path):
     check_quick(script, tmp_path)
+
+
+def test_csg_workers_quick_mode_writes_its_record(tmp_path):
+    pytest.importorskip("dask.distributed")
+    check_quick("csg", tmp_path, "--workers", "2", bench="csg-workers")
 
 
 @pytest.mark.parametrize("script", CPU + GPU)

@@ -118,11 +118,14 @@ def plain_level(f, n, k, algorithm):
 def test_level_step_equals_plain_loop(algorithm):
     n = 9
     f = csg.generate_values("normal", n, 5).astype(np.float32)
+    f[0] = 1e3  # the empty coalition's value is never used: no split has an empty part
     sizes = csg.popcount(np, np.arange(1 << n))
+    g = f.copy()
     for k in range(2, n + 1):
         want = plain_level(f, n, k, algorithm)
         csg.level_step(np, f, csg.level_masks(np, sizes, k), n, k, algorithm, block=64)  # many small blocks
-        assert np.array_equal(f, want)
+        csg.level_step(np, g, csg.level_masks(np, sizes, k), n, k, algorithm, block=64, threads=3)
+        assert np.array_equal(f, want) and np.array_equal(g, want)
 
 
 def test_stopped_runs_bound_the_optimum():
@@ -300,3 +303,87 @@ def test_gpu_time_limit_bounds(cupy):
         seen = []
         r = csg.solve(v, csg.Options(device="gpu"), stop=lambda: seen.append(1) or len(seen) > calls)
         check_answer(r, v, n, exact)
+
+
+# -- over Dask workers -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two single-threaded worker processes, shared by the tests below (a cluster takes seconds to start)."""
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, \
+            distributed.Client(c) as client:
+        yield c, client
+
+
+@pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
+def test_workers_equal_one_process(cluster, distribution):
+    """Levels cut across two worker processes: the same f entry by entry, so the same value and structure."""
+    _, client = cluster
+    for n, algorithm, source in ((1, "idp", None), (4, "dp", "generate"), (9, "idp", None), (13, "idp", "generate")):
+        v = csg.generate_values(distribution, n, n)
+        one = csg.solve(v, csg.Options(algorithm=algorithm, device="cpu"))
+        source = source and ("generate", distribution, n, n)  # rebuilt on each worker, or scattered
+        two = csg.solve_on_workers(v, csg.Options(algorithm=algorithm, device="cpu"), client, source)
+        assert (two.status, two.value, two.structure, two.splits) == (one.status, one.value, one.structure, one.splits)
+        assert two.workers == 2 and two.engine == "numpy"
+        check_answer(two, v, n, brute_force(v, n) if n <= 9 else one.value)
+
+
+def test_workers_stopped_runs_bound_the_optimum(cluster):
+    _, client = cluster
+    n = 9
+    v = csg.generate_values("modified-uniform", n, 4)
+    optimum = brute_force(v, n)
+    for calls in (0, 3, 6):
+        seen = []
+        r = csg.solve_on_workers(v, csg.Options(device="cpu"), client, stop=lambda: seen.append(1) or len(seen) > calls)
+        check_answer(r, v, n, optimum)
+        assert (r.status == "optimal") == (r.levels_done == n)
+    r = csg.solve_on_workers(v, csg.Options(device="cpu", time_limit=0), client)
+    assert r.status == "bounded" and r.levels_done == 1
+    check_answer(r, v, n, optimum)
+
+
+def test_cli_scheduler_and_workers(cluster, tmp_path):
+    c, _ = cluster
+    path = tmp_path / "g.npy"
+    gen = ("--generate", "ndcs", "-n", 12, "--seed", 2)
+    alone = json.loads(run(*gen, "--write", path, "--json", "--device", "cpu").stdout)
+    for args, count in (((path, "--scheduler", c.scheduler_address), 2),  # the workers read the file
+                        ((*gen, "--scheduler", c.scheduler_address, "--workers", 1), 1),
+                        ((*gen, "--workers", 2), 2)):  # an embedded cluster
+        r = run(*args, "--json", "--device", "cpu")
+        assert r.exit_code == 0, r.output
+        spread = json.loads(r.stdout)
+        assert (spread["value"], spread["structure"], spread["status"]) == (alone["value"], alone["structure"],
+                                                                            "optimal")
+        assert spread["workers"] == count and "Dask worker" in spread["device_note"]
+        assert "cluster" in spread["phases"] and spread["time_s"] >= spread["phases"]["cluster"]
+    from test_output import valid
+    valid(spread)
+
+
+@pytest.mark.gpu
+def test_kernel_shares_equal_the_whole_level(cupy):
+    """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit."""
+    for n in (11, 16):
+        f = cupy.asarray(csg.generate_values("uniform", n, n).astype(np.float32))
+        g = f.copy()
+        for k in range(2, n + 1):
+            assert csg.cuda_level(f, n, k, "idp")
+            cut = math.comb(n, k) // 3
+            assert csg.cuda_level(g, n, k, "idp", hi=cut) and csg.cuda_level(g, n, k, "idp", lo=cut)
+            assert cupy.array_equal(f, g), (n, k)
+
+
+@pytest.mark.gpu
+def test_gpu_workers_equal_one_process(cupy, cluster):
+    """Two worker processes, each with its own f on the device (the same GPU here), exchanging shares."""
+    _, client = cluster
+    for n, distribution in ((12, "ndcs"), (19, "agent-based")):
+        v = csg.generate_values(distribution, n, 1)
+        one = csg.solve(v, csg.Options(device="gpu"))
+        two = csg.solve_on_workers(v, csg.Options(device="gpu"), client, ("generate", distribution, n, 1))
+        assert two.engine == "cupy" and (two.value, two.structure) == (one.value, one.structure)
+        check_answer(two, v, n, one.value)
