@@ -4,8 +4,9 @@ One folder: every instance of ../shared/instances with a known optimum (symbolic
 --generated networks (GpuBE section 8.1: random, scale-free, grid; 10-49 variables, domains
 5-10). Three batch runs, each one process: --device cpu, then --device gpu with an empty CuPy
 kernel cache (a new machine), then --device gpu again with that cache warm. Reported: total
-wall of each run, and per instance the GPU's time minus the CPU's (the first instance of a GPU
-run pays CUDA's start-up, so it is listed apart), with every instance over --slack.
+wall of each run, and per instance the GPU's time minus the CPU's (the first instance that runs
+on the GPU engine pays CuPy's import and the CUDA context, so it is listed apart), with every
+instance over --slack.
 Writes bench/results/batch_gpu-<device>-<date>.json.
 """
 from __future__ import annotations
@@ -77,11 +78,15 @@ def main():
                  "same_bounds": (r["lower_bound"], r["upper_bound"]) == (cpu[r["file"]]["lower_bound"],
                                                                          cpu[r["file"]]["upper_bound"]),
                  "status": r["status"]} for r in gpu]
-        over = [r for r in rows[1:] if r["delta_s"] > args.slack]
-        out["runs"][run] = {"first": rows[0] if rows else None, "rows": rows, "over_slack": over,
-                            "max_delta_after_first_s": max((r["delta_s"] for r in rows[1:]), default=None)}
-        print(f"{run}: wall {walls[run]:.1f} s (cpu {walls['cpu']:.1f} s), {len(rows)} instances, first "
-              f"{rows[0]['file']} +{rows[0]['delta_s']:.3f} s; after it max +{out['runs'][run]['max_delta_after_first_s']:.3f} s;"
+        # the first instance on the GPU engine pays CuPy's import and the CUDA context for the process
+        first = next((i for i, r in enumerate(rows) if r["engine"] == "cupy"), 0)
+        rest = rows[:first] + rows[first + 1:]
+        over = [r for r in rest if r["delta_s"] > args.slack]
+        out["runs"][run] = {"first": rows[first] if rows else None, "rows": rows, "over_slack": over,
+                            "max_delta_after_first_s": max((r["delta_s"] for r in rest), default=None)}
+        print(f"{run}: wall {walls[run]:.1f} s (cpu {walls['cpu']:.1f} s), {len(rows)} instances, first on the "
+              f"GPU {rows[first]['file']} +{rows[first]['delta_s']:.3f} s; the others at most "
+              f"+{out['runs'][run]['max_delta_after_first_s']:.3f} s;"
               f" {len(over)} over {args.slack * 1e3:.0f} ms: " + ", ".join(
                   f"{r['file']} +{r['delta_s'] * 1e3:.0f} ms" for r in over[:8]), flush=True)
         for r in rows:
