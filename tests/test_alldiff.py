@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpusolve import globals as gl
-from gpusolve.alldiff import Infeasible, filter_domains, max_matching
+from gpusolve.alldiff import METHODS, Infeasible, filter_domains, max_matching
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.preprocess import preprocess
 from gpusolve.solve import Options, solve
@@ -39,12 +39,58 @@ def gac_or_empty(dom, **kw):
         return np.zeros_like(dom)
 
 
-@pytest.mark.parametrize("kw", [{}, {"xp": np}, {"xp": np, "closure_kind": "warshall"}],
-                         ids=["tarjan", "squaring", "warshall"])
-def test_gac_equals_brute_force_on_300_random_graphs(kw):
+@pytest.mark.parametrize("method", METHODS)
+def test_gac_equals_brute_force_on_300_random_graphs(method):
     for seed in range(300):
         dom = random_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom, **kw), brute_force_gac(dom), err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(gac_or_empty(dom, method=method), brute_force_gac(dom), err_msg=f"seed {seed}")
+
+
+def blocks_domains(seed: int) -> np.ndarray:
+    """A domain graph with many SCCs: variables in blocks, each block dense on its own values (a
+    Hall set, or one more value: free), sparse edges from a block to the values of later blocks
+    (removed by GAC), the blocks shuffled."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 400))
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(1, min(n - 1, 40))), replace=False))
+    sizes = np.diff(np.concatenate([[0], cuts, [n]]))
+    extra = rng.random(len(sizes)) < 0.3  # a free value in the block
+    m = int(n + extra.sum())
+    dom = np.zeros((n, m), dtype=bool)
+    row = col = 0
+    for size, more in zip(sizes, extra):
+        width = size + more
+        block = rng.random((size, width)) < rng.uniform(0.1, 0.9)
+        block[np.arange(size), rng.permutation(width)[:size]] = True
+        dom[row:row + size, col:col + width] = block
+        dom[row:row + size, col + width:] |= rng.random((size, m - col - width)) < rng.uniform(0, 0.05)
+        row, col = row + size, col + width
+    return dom[rng.permutation(n)][:, rng.permutation(m)]
+
+
+@pytest.mark.parametrize("method", ["peel", "squaring", "warshall"])
+def test_methods_equal_tarjan_on_200_graphs_with_many_sccs(method):
+    pruned = 0
+    for seed in range(200 if method == "peel" else 30):
+        dom = blocks_domains(seed)
+        ref = gac_or_empty(dom, method="tarjan")
+        np.testing.assert_array_equal(gac_or_empty(dom, method=method), ref, err_msg=f"seed {seed}")
+        pruned += bool((ref < dom).any())
+    assert pruned >= (150 if method == "peel" else 20)
+
+
+def test_peel_without_early_stop_equals_brute_force(monkeypatch):
+    """Every SCC found by forward-backward searches (none left to Tarjan): small graphs against
+    brute force, graphs of many SCCs against Tarjan."""
+    from gpusolve import alldiff
+    monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
+    monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
+    for seed in range(300):
+        dom = random_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom), brute_force_gac(dom), err_msg=f"seed {seed}")
+    for seed in range(30):
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom), gac_or_empty(dom, method="tarjan"), err_msg=f"seed {seed}")
 
 
 def test_gac_equals_arc_consistency_of_the_binary_decomposition_where_that_is_complete():
@@ -258,13 +304,23 @@ def test_toulbar2_global_instances_solve_to_their_optima(shared_instances):
 # ------------------------------------------------------------------ the GPU propagator
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["squaring", "warshall"])
-def test_gpu_gac_equals_cpu(cupy, kind):
+@pytest.mark.parametrize("kind", ["peel", "squaring", "warshall"])
+def test_gpu_gac_equals_cpu(cupy, kind, monkeypatch):
     for seed in range(300):
         dom = random_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
+    for seed in range(40):  # many SCCs: the peel's rest goes to the closure on the device
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom, method="tarjan"))
     rng = np.random.default_rng(0)
     for n in (100, 700, 2100):  # float16 and float32 products, several words per packed row
         dom = rng.random((n, n + 5)) < 8 / n
         dom[np.arange(n), rng.permutation(n + 5)[:n]] = True
-        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
+    if kind == "peel":  # every SCC by forward-backward searches on the device
+        from gpusolve import alldiff
+        monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
+        monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
+        for seed in range(20):
+            dom = blocks_domains(seed)
+            np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom, method="tarjan"))
