@@ -91,18 +91,28 @@ def residual(xp, dom, match):
 
 def filter_domains(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
                    method: str = "peel") -> tuple[np.ndarray, np.ndarray]:
-    """(the GAC-filtered domains, the matching). The matching stays on the host; the SCCs are
-    found by `method` on the array module `xp` (numpy without it): "peel" (PEEL below), "tarjan"
-    (host only), or the closures "squaring" / "warshall". Raises Infeasible."""
+    """(the GAC-filtered domains, the matching); see `removals`. Raises Infeasible."""
+    dom = np.asarray(dom, dtype=bool)
+    (rows, cols), match = removals(dom, match, xp, method)
+    out = dom.copy()
+    out[rows, cols] = False
+    return out, match
+
+
+def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
+             method: str = "peel") -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """((rows, columns) of the edges GAC removes, the matching), on the host. The matching stays
+    on the host; the SCCs are found by `method` on the array module `xp` (numpy without it):
+    "peel" (PEEL below), "tarjan" (host only), or the closures "squaring" / "warshall". Raises
+    Infeasible."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (choose {', '.join(METHODS)})")
     xp = np if xp is None else xp
     if method == "tarjan" and xp is not np:
         raise ValueError("tarjan runs on the host only")
-    dom = np.asarray(dom, dtype=bool)
     n, m = dom.shape
     if n == 0:
-        return dom.copy(), np.zeros(0, dtype=np.int64)
+        return (np.zeros(0, np.int64), np.zeros(0, np.int64)), np.zeros(0, dtype=np.int64)
     match = max_matching(dom, match)
     if xp is np:
         d, mt = dom, match
@@ -122,23 +132,24 @@ def filter_domains(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
         removed = xp.zeros((n, m), dtype=bool)
         removed[:, mt] = adj[:n, :n] & ~kept
         gone = removed.nonzero()
-    out = dom.copy()
-    out[(gone[0], gone[1]) if xp is np else (xp.asnumpy(gone[0]), xp.asnumpy(gone[1]))] = False
-    return out, match
+    return (gone if xp is np else (xp.asnumpy(gone[0]), xp.asnumpy(gone[1]))), match
 
 
 def crossing(xp, dom, words, match, label):
     """(rows, columns) of the edges from a variable to a value matched in another SCC: the removed
-    ones. Only the variables outside the largest SCC, and those inside with such an edge (one
-    AND of the packed domains), are looked at value by value."""
+    ones. A variable of the largest SCC is looked at only on the values matched outside it, and
+    only if it has one (one AND of the packed domains); the others value by value."""
     lab_val = xp.full(dom.shape[1], -1, dtype=xp.int64)  # free values: -1, never removed
     lab_val[match] = label
     big = xp.bincount(label).argmax()
     in_big = label == big
-    hit = (words & pack(xp, ((lab_val >= 0) & (lab_val != big))[None, :])).any(axis=1)
-    rows = xp.flatnonzero(~in_big | hit)
-    r, c = (dom[rows] & (lab_val[None, :] >= 0) & (lab_val[None, :] != label[rows, None])).nonzero()
-    return rows[r], c
+    bad = (lab_val >= 0) & (lab_val != big)
+    cols = xp.flatnonzero(bad)
+    rows = xp.flatnonzero(in_big & (words & pack(xp, bad[None, :])).any(axis=1))
+    r, c = xp.take(dom[rows], cols, axis=1).nonzero()
+    out = xp.flatnonzero(~in_big)
+    r2, c2 = (dom[out] & (lab_val[None, :] >= 0) & (lab_val[None, :] != label[out, None])).nonzero()
+    return xp.concatenate([rows[r], out[r2]]), xp.concatenate([cols[c], c2])
 
 
 # The peel method: the giant SCCs by breadth-first reachability, the small rest exactly.
@@ -151,7 +162,8 @@ def peel(xp, dom, match, words):
     without building it: forward-backward reachability (Fleischer, Hendrickson, Pinar 2000).
 
     The sink reaches every variable, so its SCC is the set of variables that reach a free value
-    (one backward search). Then up to PEEL_PIVOTS times: from the variable with the largest domain
+    (one backward search). A variable with no edge to another variable left is an SCC of its own
+    (trimmed, repeatedly: an assigned variable first). Then up to PEEL_PIVOTS times: from the variable with the largest domain
     left, its SCC is what it reaches forwards and backwards within the nodes left. A level of a
     forward search ORs the domain rows of the frontier; a backward one ANDs the bit-packed domains
     (`words`) with the frontier's matched values. Dense work per level, few levels when most
@@ -169,6 +181,18 @@ def peel(xp, dom, match, words):
     def forth(frontier, within):
         return dom[xp.flatnonzero(frontier)].any(axis=0)[match] & within
 
+    def trim(left):  # label and drop the variables of `left` with no edge to another one of `left`
+        one = xp.uint64(1)
+        while True:
+            vals[:] = False
+            vals[match] = left
+            out = words & pack(xp, vals[None, :])  # own value always set: alone iff one bit in all
+            alone = left & ~(((out & (out - one)) != 0).any(axis=1) | ((out != 0).sum(axis=1) > 1))
+            if not bool(alone.any()):
+                return left
+            label[:n][alone] = n + 1 + xp.flatnonzero(alone)
+            left = left & ~alone
+
     def reach(start, step, within):
         seen = frontier = start
         while True:
@@ -183,8 +207,8 @@ def peel(xp, dom, match, words):
     sink = reach((words & pack(xp, free[None, :])).any(axis=1), back, everyone)
     label[:n][sink] = n
     label[n] = n
-    left = ~sink
-    sizes = dom.sum(axis=1)
+    left = trim(~sink)
+    sizes = count(dom, 1).astype(xp.int64)
     for _ in range(PEEL_PIVOTS):
         if not bool(left.any()):
             return label
@@ -193,7 +217,7 @@ def peel(xp, dom, match, words):
         start[pivot] = True
         comp = reach(start, forth, left) & reach(start, back, left)
         label[:n][comp] = pivot
-        left &= ~comp
+        left = trim(left & ~comp)
         if int(comp.sum()) < PEEL_SMALL:
             break
     rest = xp.flatnonzero(left)
@@ -204,7 +228,7 @@ def peel(xp, dom, match, words):
         else:
             reached = closure(xp, sub, "squaring")
             comp = xp.argmax(reached & reached.T, axis=1)  # the first node of its SCC
-        label[rest] = n + 1 + comp
+        label[rest] = 2 * n + 1 + comp
     return label
 
 
@@ -227,6 +251,12 @@ def closure(xp, adj, kind: str = "squaring"):
             break
         reach = nxt.astype(dtype)
     return reach > 0
+
+
+def count(mat, axis: int):
+    """True entries of a boolean matrix along `axis` (a uint8 sum: 4x faster than count_nonzero
+    along columns on the host)."""
+    return mat.view(np.uint8).sum(axis=axis, dtype=np.uint16 if mat.shape[axis] < 1 << 16 else np.int64)
 
 
 def pack(xp, mat):
