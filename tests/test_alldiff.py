@@ -2,6 +2,7 @@
 against brute force and the binary decomposition, the wcsp keywords, the toulbar2 instances."""
 import csv
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -211,10 +212,55 @@ def test_propagator_costs_add_up_to_the_constraint_along_the_scope():
             assert min(added, problem.top) == full
 
 
-def test_mac_finds_a_solution_exactly_when_one_exists():
+def test_gac_on_scopes_equals_filtering_the_whole_graph():
+    """globals.gac (assigned variables left out, the graph by a strided copy or a scatter, domains
+    as a list or a matrix) against filter_domains on the whole variable-value graph: value maps
+    that are runs (N-queens-like), arbitrary ones, domains of different sizes, exempt values."""
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(1, 9))
+        sizes = [int(rng.integers(1, 7))] * k if seed % 2 else [int(x) for x in rng.integers(1, 7, size=k)]
+        if seed % 3 == 0:
+            values = tuple(np.arange(d, dtype=np.int64) + int(rng.integers(-1, 2)) * i for i, d in enumerate(sizes))
+        else:
+            values = tuple(np.sort(rng.choice(12, size=d, replace=False)).astype(np.int64) for d in sizes)
+        exempt = frozenset({int(values[0][0])}) if seed % 7 == 0 else frozenset()
+        g = AllDifferent(tuple(range(k)), values, FORBIDDEN, "var", exempt)
+        live = [rng.random(d) < 0.6 for d in sizes]
+        for v in live:
+            v[rng.integers(len(v))] |= rng.random() < 0.7  # mostly non-empty, sometimes one value
+        ids, m = gl.value_ids(g)
+        dom = np.zeros((k, m), dtype=bool)
+        for r in range(k):
+            dom[r, ids[r][live[r]]] = True
+        ref = gac_or_empty(dom)
+        expect = [ref[r, ids[r]] & live[r] for r in range(k)]
+        feasible = bool(ref.any())
+        by_list = [v.copy() for v in live]
+        matrix = np.zeros((k, max(sizes)), dtype=bool)
+        for r, v in enumerate(live):
+            matrix[r, :len(v)] = v
+        for got, rows in ((gl.gac(g, by_list), by_list), (gl.gac(g, matrix), [matrix[r, :d] for r, d in enumerate(sizes)])):
+            assert (got is not None) == feasible, seed
+            if got is not None:
+                for r in range(k):
+                    np.testing.assert_array_equal(rows[r], expect[r], err_msg=f"seed {seed}")
+                assert all(rows[r][list(ids[r]).index(got[r])] for r in range(k)) and len(set(got.tolist())) == k
+
+
+def test_luby():
+    from gpusolve.mac import luby
+    assert [luby(i) for i in range(1, 16)] == [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("base", [64, 1], ids=["default", "restart-after-each-failure"])
+def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
     """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
-    the schedule's phase when elimination is not asked for (a given z)."""
+    the schedule's phase when elimination is not asked for (a given z); with restarts after every
+    failure too (each restart's search stays complete)."""
+    from gpusolve import mac
     from gpusolve.mac import Mac, satisfaction
+    monkeypatch.setattr(mac, "RESTART_BASE", base)
     checked = 0
     for seed in range(150):
         problem = random_global_problem(seed)
@@ -242,6 +288,24 @@ def test_queens_and_langford_first_solutions():
         assert r.status == status
         if status == "optimal":
             assert problem.evaluate(r.assignment) == 0 and r.search["method"] == "MAC"
+
+
+def test_generated_xcsp3_reads_back_as_the_models(tmp_path):
+    """generate-csp's XCSP3 files: the same constraints as generate.queens / langford (every
+    assignment of small ones costs the same), and solve finds a solution or proves there is none."""
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    from gpusolve.generate import langford, queens
+    for model, n, build, status in [("queens", 5, queens, "optimal"), ("queens", 3, queens, "infeasible"),
+                                    ("langford", 3, langford, "optimal"), ("langford", 2, langford, "infeasible")]:
+        path = tmp_path / f"{model}{n}.xml"
+        assert CliRunner().invoke(main, ["generate-csp", model, str(n), "-o", str(path)]).exit_code == 0
+        read_back, ref = read(path), build(n)
+        for a in itertools.product(*(range(d) for d in ref.domains)):
+            assert (read_back.evaluate(a) == 0) == (ref.evaluate(a) == 0), (model, n, a)
+        out = CliRunner().invoke(main, ["solve", str(path), "--json"])
+        assert json.loads(out.stdout)["status"] == status, (model, n)
 
 
 # ------------------------------------------------------------------ the wcsp keywords
