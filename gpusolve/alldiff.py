@@ -227,7 +227,7 @@ def peel(xp, dom, match, words):
             comp = scc(sub)
         else:
             reached = closure(xp, sub, "squaring")
-            comp = xp.argmax(reached & reached.T, axis=1)  # the first node of its SCC
+            comp = xp.argmax((reached & reached.T).astype(xp.int8), axis=1)  # the first node of its SCC
         label[rest] = 2 * n + 1 + comp
     return label
 
