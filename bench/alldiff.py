@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000, 2000, 4000, 8000])
     ap.add_argument("--density", type=float, default=0.1, help="random instances: share of values kept")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cpu-max-edges", type=float, default=2e7, help="no CPU peel above this many edges")
+    ap.add_argument("--cpu-max-edges", type=float, default=1e8, help="no CPU peel above this many edges")
     ap.add_argument("--tarjan-max-edges", type=float, default=4e6,
                     help="no CPU Tarjan above this many edges (Python lists: about 0.3 s per million edges)")
     ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
