@@ -25,7 +25,7 @@ from common import cpu_name, gpu_name, write_result
 
 from gpusolve.alldiff import METHODS, filter_domains, max_matching
 from gpusolve.generate import langford, queens
-from gpusolve.globals import value_ids
+from gpusolve.globals import id_table, value_ids
 from gpusolve.mac import Mac
 from gpusolve.search import Stopped
 
@@ -34,11 +34,10 @@ def queens_graphs(n: int) -> list[np.ndarray]:
     """The variable-value graphs of N-queens' three AllDifferents (full domains)."""
     graphs = []
     for g in queens(n).globals:
-        ids, m = value_ids(g)
-        dom = np.zeros((n, m), dtype=bool)
-        for k, col in enumerate(ids):
-            dom[k, col] = True
-        graphs.append(dom)
+        _, m = value_ids(g)
+        graph = np.zeros(len(g.scope) * (m + 1), dtype=bool)
+        graph[id_table(g)[1]] = True
+        graphs.append(np.ascontiguousarray(graph.reshape(len(g.scope), m + 1)[:, :m]))
     return graphs
 
 

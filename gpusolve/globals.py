@@ -34,8 +34,15 @@ def value_ids(g: AllDifferent) -> tuple[list[np.ndarray], int]:
     Equal values share a column; an exempt value gets a column of its own per variable, so any
     number of variables can take it."""
     flat = np.concatenate([np.asarray(v, dtype=np.int64) for v in g.values]) if g.values else np.zeros(0, np.int64)
-    shared, cols = np.unique(flat, return_inverse=True)
-    cols = cols.astype(np.int64).reshape(-1)
+    low = int(flat.min()) if flat.size else 0
+    if flat.size and int(flat.max()) - low < 2 * flat.size:  # a value range: ranks by a prefix sum, no sort
+        present = np.zeros(int(flat.max()) - low + 1, dtype=bool)
+        present[flat - low] = True
+        rank = np.cumsum(present) - 1
+        shared, cols = np.flatnonzero(present), rank[flat - low]
+    else:
+        shared, cols = np.unique(flat, return_inverse=True)
+        cols = cols.astype(np.int64).reshape(-1)
     if g.exempt:
         private = np.isin(flat, list(g.exempt))
         cols[private] = len(shared) + np.arange(int(private.sum()))

@@ -248,6 +248,17 @@ def test_gac_on_scopes_equals_filtering_the_whole_graph():
                 assert all(rows[r][list(ids[r]).index(got[r])] for r in range(k)) and len(set(got.tolist())) == k
 
 
+def test_value_ids_rank_values_as_unique_does():
+    """The prefix-sum ranks (values in a range) and np.unique (values spread wide) agree."""
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        spread = 10 if seed % 2 else 10**9
+        values = tuple(rng.integers(-spread, spread, size=int(rng.integers(1, 6))) for _ in range(int(rng.integers(1, 6))))
+        ids, m = gl.value_ids(AllDifferent(tuple(range(len(values))), values, FORBIDDEN))
+        shared, inverse = np.unique(np.concatenate(values), return_inverse=True)
+        assert m == len(shared) and np.array_equal(np.concatenate(ids), inverse.reshape(-1))
+
+
 def test_luby():
     from gpusolve.mac import luby
     assert [luby(i) for i in range(1, 16)] == [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]
