@@ -274,8 +274,9 @@ def pack(xp, mat):
 
 
 def unpack(xp, packed, cols: int):
-    shifts = xp.arange(64, dtype=xp.uint64)
-    bits = (packed[:, :, None] >> shifts) & xp.uint64(1)
+    """`pack`'s inverse, byte by byte (little-endian words): a temporary of one byte per bit."""
+    octets = xp.ascontiguousarray(packed).view(xp.uint8)
+    bits = (octets[:, :, None] >> xp.arange(8, dtype=xp.uint8)) & xp.uint8(1)
     return bits.reshape(packed.shape[0], -1)[:, :cols].astype(bool)
 
 
