@@ -248,6 +248,18 @@ def test_gac_on_scopes_equals_filtering_the_whole_graph():
                 assert all(rows[r][list(ids[r]).index(got[r])] for r in range(k)) and len(set(got.tolist())) == k
 
 
+def test_wide_hard_alldifferents_stay_untabled_in_satisfaction_problems_only():
+    """N-queens 13: its cliques' buckets would hold 13^12 > 2^40 entries, so MAC gets no tables;
+    with a cost (an optimisation problem) the tables stay, for the lower bounds; 12 fits."""
+    from gpusolve.generate import queens
+    assert all(g.tabled for g in gl.decompose(queens(12)).globals)
+    assert not any(g.tabled for g in gl.decompose(queens(13)).globals)
+    q = queens(13)
+    cop = finalize_integer(Problem("cop", q.variables, [CostFunction((0,), np.arange(13, dtype=np.int64))],
+                                   globals=[AllDifferent(g.scope, g.values, FORBIDDEN) for g in q.globals]), None)
+    assert all(g.tabled for g in gl.decompose(cop).globals)
+
+
 def test_value_ids_rank_values_as_unique_does():
     """The prefix-sum ranks (values in a range) and np.unique (values spread wide) agree."""
     for seed in range(50):
