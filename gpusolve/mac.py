@@ -112,8 +112,8 @@ class Mac:
 
         Depth-first search restarted after RESTART_BASE times the Luby sequence's failures (the
         learned weights stay), so that one bad early choice does not trap it: branching on a
-        variable with the fewest values left, ties to the one that failed most, then the first
-        (the first run) or at random (later runs); its values in order, then in random order. Each restart is a complete search from the root, so running
+        variable with the fewest values left, ties to the one that failed most, then at random;
+        its values in random order. Each restart is a complete search from the root, so running
         out of values at the root proves that there is no solution."""
         from .search import Stopped
         if not self.propagate(range(len(self.live))):
@@ -136,8 +136,8 @@ class Mac:
                     return [int(np.flatnonzero(m)[0]) for m in self.live]
                 fewest = open_[sizes[open_] == sizes[open_].min()]
                 tied = fewest[weight[fewest] == weight[fewest].max()]
-                values = np.flatnonzero(self.live[x := int(rng.choice(tied) if run > 1 else tied[0])])
-                stack.append([x, (rng.permutation(values) if run > 1 else values).tolist(), None])
+                x = int(rng.choice(tied))
+                stack.append([x, rng.permutation(np.flatnonzero(self.live[x])).tolist(), None])
                 before = self.stats.failures
                 while stack:
                     failures = self.stats.failures
