@@ -5,11 +5,13 @@ rows, x_i + i, x_i - i), Langford L(2, n) at the root (one AllDifferent over the
 and a random domain-reduced instance (each value kept with probability --density, a planted
 permutation so that a matching exists). One timed call is one propagation as search makes it:
 a few values were just removed, the matching of the previous call is passed in (incremental),
-then matching, residual graph, SCCs / closure, filtering. CPU: Tarjan's SCCs over adjacency
-lists (alldiff.scc); GPU: the transitive closure by float16 matrix squaring and by bit-packed
-Warshall (alldiff.closure), the matching staying on the host as in the seed. Prints and writes
-seconds per call and the CPU/GPU ratio to bench/results/alldiff-<device>-<date>.json. The CPU
-column is skipped (null) above --cpu-max-edges edges: its adjacency lists outgrow memory.
+then matching, SCCs, filtering. SCC methods (--methods, alldiff.METHODS): "peel" (forward-backward
+reachability on bit-packed domains, the small rest by Tarjan on the host or the closure on the
+GPU: our propagator, on both), "tarjan" (adjacency lists in Python, host only), "squaring" and
+"warshall" (transitive closures, GPU; float16 matrix squaring and bit-packed Warshall as in the
+seed); the matching stays on the host. Prints and writes seconds per call and the ratios of CPU
+peel and CPU Tarjan to the best GPU method to bench/results/alldiff-<device>-<date>.json. A CPU
+method is skipped (null) above --cpu-max-edges / --tarjan-max-edges edges.
 With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
 CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
 """
@@ -21,9 +23,9 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve.alldiff import CLOSURES, filter_domains, max_matching
+from gpusolve.alldiff import METHODS, filter_domains, max_matching
 from gpusolve.generate import langford, queens
-from gpusolve.globals import value_ids
+from gpusolve.globals import id_table, value_ids
 from gpusolve.mac import Mac
 from gpusolve.search import Stopped
 
@@ -32,11 +34,10 @@ def queens_graphs(n: int) -> list[np.ndarray]:
     """The variable-value graphs of N-queens' three AllDifferents (full domains)."""
     graphs = []
     for g in queens(n).globals:
-        ids, m = value_ids(g)
-        dom = np.zeros((n, m), dtype=bool)
-        for k, col in enumerate(ids):
-            dom[k, col] = True
-        graphs.append(dom)
+        _, m = value_ids(g)
+        graph = np.zeros(len(g.scope) * (m + 1), dtype=bool)
+        graph[id_table(g)[1]] = True
+        graphs.append(np.ascontiguousarray(graph.reshape(len(g.scope), m + 1)[:, :m]))
     return graphs
 
 
@@ -101,7 +102,11 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 1000, 2000, 4000, 8000])
     ap.add_argument("--density", type=float, default=0.1, help="random instances: share of values kept")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cpu-max-edges", type=float, default=2e7)
+    ap.add_argument("--cpu-max-edges", type=float, default=1e8, help="no CPU peel above this many edges")
+    ap.add_argument("--tarjan-max-edges", type=float, default=4e6,
+                    help="no CPU Tarjan above this many edges (Python lists: about 0.3 s per million edges)")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                    help="SCC methods timed: peel and tarjan on the CPU; peel, squaring, warshall on the GPU")
     ap.add_argument("--no-gpu", action="store_true", help="CPU only, even where CuPy imports")
     ap.add_argument("--solve", nargs="*", default=[], metavar="queens:N|langford:N",
                     help="first solutions by MAC search, CPU and GPU")
@@ -125,8 +130,11 @@ def main() -> None:
     sync = cp.cuda.Device().synchronize if cp is not None else (lambda: None)
     rng = np.random.default_rng(1)
     rows = []
-    print(f"{'instance':<22}{'vars':>6}{'edges':>11}{'cpu s':>10}" +
-          "".join(f"{'gpu ' + c + ' s':>18}" for c in CLOSURES) + f"{'cpu/gpu':>9}")
+    cpu_methods = [m for m in args.methods if m in ("peel", "tarjan")]
+    gpu_methods = [m for m in args.methods if m != "tarjan"] if cp is not None else []
+    columns = [f"cpu_{m}" for m in cpu_methods] + [f"gpu_{m}" for m in gpu_methods]
+    print(f"{'instance':<22}{'vars':>6}{'edges':>11}" + "".join(f"{c + ' s':>16}" for c in columns)
+          + f"{'peel/gpu':>9}{'tarjan/gpu':>11}")
     for n in sizes:
         cases = [(f"queens-{n} #{k}", g) for k, g in enumerate(queens_graphs(n))]
         cases += [(f"langford-2-{n // 2}", langford_graph(n // 2)),
@@ -136,23 +144,28 @@ def main() -> None:
             edges = int(after.sum())
             row = {"instance": name, "variables": after.shape[0], "values": after.shape[1], "edges": edges}
             ref = None
-            if edges <= args.cpu_max_edges:
-                row["cpu_s"], ref = timed(lambda: filter_domains(after, match), repeat)
-            else:
-                row["cpu_s"] = None
-            if cp is not None:
-                for kind in CLOSURES:
-                    filter_domains(after, match, cp, kind)  # warm-up: kernels compiled, memory pooled
-                    row[f"gpu_{kind}_s"], got = timed(lambda: filter_domains(after, match, cp, kind), repeat, sync)
-                    if ref is not None:
-                        assert (got[0] == ref[0]).all(), f"{name}: GPU ({kind}) and CPU filtering differ"
-                best = min(row[f"gpu_{k}_s"] for k in CLOSURES)
-                row["ratio"] = row["cpu_s"] / best if row["cpu_s"] else None
+            for m in cpu_methods:
+                limit = args.tarjan_max_edges if m == "tarjan" else args.cpu_max_edges
+                row[f"cpu_{m}_s"], got = timed(lambda: filter_domains(after, match, method=m), repeat) \
+                    if edges <= limit else (None, None)
+                if got is not None:
+                    assert ref is None or (got[0] == ref).all(), f"{name}: CPU {m} filtering differs"
+                    ref = got[0]
+            for m in gpu_methods:
+                filter_domains(after, match, cp, m)  # warm-up: kernels compiled, memory pooled
+                row[f"gpu_{m}_s"], got = timed(lambda: filter_domains(after, match, cp, m), repeat, sync)
+                assert ref is None or (got[0] == ref).all(), f"{name}: GPU ({m}) and CPU filtering differ"
+            if gpu_methods:
+                best = min(row[f"gpu_{m}_s"] for m in gpu_methods)
+                row["best_gpu"] = min(gpu_methods, key=lambda m: row[f"gpu_{m}_s"])
+                row["ratio"] = row["cpu_peel_s"] / best if row.get("cpu_peel_s") else None
+                row["ratio_tarjan"] = row["cpu_tarjan_s"] / best if row.get("cpu_tarjan_s") else None
             rows.append(row)
-            cells = "".join(f"{row.get(f'gpu_{c}_s', float('nan')):>18.4g}" for c in CLOSURES)
-            cpu = f"{row['cpu_s']:>10.4g}" if row["cpu_s"] is not None else f"{'skipped':>10}"
-            ratio = f"{row['ratio']:>9.2f}" if row.get("ratio") else f"{'-':>9}"
-            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cpu}{cells}{ratio}", flush=True)
+            cells = "".join(f"{row[c + '_s']:>16.4g}" if row.get(c + "_s") is not None else f"{'-':>16}"
+                            for c in columns)
+            ratios = "".join(f"{row[k]:>{w}.2f}" if row.get(k) else f"{'-':>{w}}"
+                             for k, w in (("ratio", 9), ("ratio_tarjan", 11)))
+            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cells}{ratios}", flush=True)
     firsts = []
     for spec in solves:
         for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):

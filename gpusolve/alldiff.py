@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 CLOSURES = ("squaring", "warshall")
+METHODS = ("peel", "tarjan", *CLOSURES)
 
 
 class Infeasible(Exception):
@@ -75,44 +76,160 @@ def _augment(dom, match, owner, x: int) -> None:
     raise Infeasible
 
 
-def residual(dom: np.ndarray, match: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(contracted residual adjacency (n+1, n+1) with the sink last, the free values' mask)."""
+def residual(xp, dom, match):
+    """Contracted residual adjacency (n+1, n+1) on `xp`, the sink last: x -> y when x can take y's
+    value, x -> t when x can take a free value, t -> every variable."""
     n, m = dom.shape
-    free = np.ones(m, dtype=bool)
+    free = xp.ones(m, dtype=bool)
     free[match] = False
-    adj = np.zeros((n + 1, n + 1), dtype=bool)
-    adj[:n, :n] = dom[:, match]
+    adj = xp.zeros((n + 1, n + 1), dtype=bool)
+    adj[:n, :n] = xp.take(dom, match, axis=1)  # take: 5x faster than dom[:, match] on the host
     adj[:n, n] = (dom & free).any(axis=1)
     adj[n, :n] = True
-    return adj, free
+    return adj
 
 
 def filter_domains(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
-                   closure_kind: str = "squaring") -> tuple[np.ndarray, np.ndarray]:
-    """(the GAC-filtered domains, the matching): Tarjan's SCCs on the host without `xp`, else the
-    transitive closure on the array module `xp` (numpy or cupy). Raises Infeasible."""
+                   method: str = "peel") -> tuple[np.ndarray, np.ndarray]:
+    """(the GAC-filtered domains, the matching); see `removals`. Raises Infeasible."""
     dom = np.asarray(dom, dtype=bool)
-    n, m = dom.shape
-    if n == 0:
-        return dom.copy(), np.zeros(0, dtype=np.int64)
-    match = max_matching(dom, match)
-    adj, free = residual(dom, match)
-    if xp is None:
-        comp = scc(adj)
-        kept = comp[:n, None] == comp[None, :n]  # kept[x, y]: x and y in one SCC (x -> y is an edge)
-    else:
-        kept = xp.asnumpy(reach_back(xp, xp.asarray(adj), closure_kind)) if xp is not np else \
-            reach_back(np, adj, closure_kind)
-    out = dom & free[None, :]
-    out[:, match] |= dom[:, match] & kept
+    (rows, cols), match = removals(dom, match, xp, method)
+    out = dom.copy()
+    out[rows, cols] = False
     return out, match
 
 
-def reach_back(xp, adj, kind: str):
-    """(n, n) kept[x, y] = y reaches x, from the closure of the (n+1)-node contracted graph."""
-    n = adj.shape[0] - 1
-    reach = closure(xp, adj, kind)
-    return reach[:n, :n].T
+def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
+             method: str = "peel") -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """((rows, columns) of the edges GAC removes, the matching), on the host. The matching stays
+    on the host; the SCCs are found by `method` on the array module `xp` (numpy without it):
+    "peel" (PEEL below), "tarjan" (host only), or the closures "squaring" / "warshall". Raises
+    Infeasible."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r} (choose {', '.join(METHODS)})")
+    xp = np if xp is None else xp
+    if method == "tarjan" and xp is not np:
+        raise ValueError("tarjan runs on the host only")
+    n, m = dom.shape
+    if n == 0:
+        return (np.zeros(0, np.int64), np.zeros(0, np.int64)), np.zeros(0, dtype=np.int64)
+    match = max_matching(dom, match)
+    if xp is np:
+        d, mt = dom, match
+    else:  # bit-packed upload (8x fewer bytes), unpacked on the device
+        words = xp.asarray(pack(np, dom))
+        d, mt = unpack(xp, words, m), xp.asarray(match)
+    if method == "peel":
+        words = pack(np, dom) if xp is np else words
+        gone = crossing(xp, d, words, mt, peel(xp, d, mt, words)[:n])
+    else:
+        adj = residual(xp, d, mt)
+        if method == "tarjan":
+            comp = scc(adj)
+            kept = comp[:n, None] == comp[None, :n]  # kept[x, y]: x and y in one SCC (x -> y is an edge)
+        else:
+            kept = closure(xp, adj, method)[:n, :n].T  # kept[x, y]: y reaches x
+        removed = xp.zeros((n, m), dtype=bool)
+        removed[:, mt] = adj[:n, :n] & ~kept
+        gone = removed.nonzero()
+    return (gone if xp is np else (xp.asnumpy(gone[0]), xp.asnumpy(gone[1]))), match
+
+
+def crossing(xp, dom, words, match, label):
+    """(rows, columns) of the edges from a variable to a value matched in another SCC: the removed
+    ones. A variable of the largest SCC is looked at only on the values matched outside it, and
+    only if it has one (one AND of the packed domains); the others value by value."""
+    lab_val = xp.full(dom.shape[1], -1, dtype=xp.int64)  # free values: -1, never removed
+    lab_val[match] = label
+    big = xp.bincount(label).argmax()
+    in_big = label == big
+    bad = (lab_val >= 0) & (lab_val != big)
+    cols = xp.flatnonzero(bad)
+    rows = xp.flatnonzero(in_big & (words & pack(xp, bad[None, :])).any(axis=1))
+    r, c = xp.take(dom[rows], cols, axis=1).nonzero()
+    out = xp.flatnonzero(~in_big)
+    r2, c2 = (dom[out] & (lab_val[None, :] >= 0) & (lab_val[None, :] != label[out, None])).nonzero()
+    return xp.concatenate([rows[r], out[r2]]), xp.concatenate([cols[c], c2])
+
+
+# The peel method: the giant SCCs by breadth-first reachability, the small rest exactly.
+PEEL_PIVOTS = 8  # forward-backward searches at most, before the rest goes to Tarjan / the closure
+PEEL_SMALL = 16  # a pivot's SCC smaller than this: the rest is made of small ones, stop peeling
+
+
+def peel(xp, dom, match, words):
+    """SCC label of each node of the contracted residual graph (variables 0..n-1, the sink n),
+    without building it: forward-backward reachability (Fleischer, Hendrickson, Pinar 2000).
+
+    The sink reaches every variable, so its SCC is the set of variables that reach a free value
+    (one backward search). A variable with no edge to another variable left is an SCC of its own
+    (trimmed, repeatedly: an assigned variable first). Then up to PEEL_PIVOTS times: from the variable with the largest domain
+    left, its SCC is what it reaches forwards and backwards within the nodes left. A level of a
+    forward search ORs the domain rows of the frontier; a backward one ANDs the bit-packed domains
+    (`words`) with the frontier's matched values. Dense work per level, few levels when most
+    nodes share a giant SCC (a node early in search). The rest, once the SCCs found get small, goes
+    to Tarjan on the host or to the closure by squaring on a device: exact either way."""
+    n, m = dom.shape
+    label = xp.full(n + 1, -1, dtype=xp.int64)
+    vals = xp.zeros(m, dtype=bool)
+
+    def back(frontier, within):  # variables in `within` with an edge into `frontier`
+        vals[:] = False
+        vals[match] = frontier
+        return (words & pack(xp, vals[None, :])).any(axis=1) & within
+
+    def forth(frontier, within):
+        return dom[xp.flatnonzero(frontier)].any(axis=0)[match] & within
+
+    def trim(left):  # label and drop the variables of `left` with no edge to another one of `left`
+        one = xp.uint64(1)
+        while True:
+            vals[:] = False
+            vals[match] = left
+            out = words & pack(xp, vals[None, :])  # own value always set: alone iff one bit in all
+            alone = left & ~(((out & (out - one)) != 0).any(axis=1) | ((out != 0).sum(axis=1) > 1))
+            if not bool(alone.any()):
+                return left
+            label[:n][alone] = n + 1 + xp.flatnonzero(alone)
+            left = left & ~alone
+
+    def reach(start, step, within):
+        seen = frontier = start
+        while True:
+            frontier = step(frontier, within) & ~seen
+            if not bool(frontier.any()):
+                return seen
+            seen = seen | frontier
+
+    everyone = xp.ones(n, dtype=bool)
+    free = xp.ones(m, dtype=bool)
+    free[match] = False
+    sink = reach((words & pack(xp, free[None, :])).any(axis=1), back, everyone)
+    label[:n][sink] = n
+    label[n] = n
+    left = trim(~sink)
+    sizes = count(dom, 1).astype(xp.int64)
+    for _ in range(PEEL_PIVOTS):
+        if not bool(left.any()):
+            return label
+        pivot = int(xp.argmax(xp.where(left, sizes, -1)))
+        start = xp.zeros(n, dtype=bool)
+        start[pivot] = True
+        comp = reach(start, forth, left) & reach(start, back, left)
+        label[:n][comp] = pivot
+        left = trim(left & ~comp)
+        if int(comp.sum()) < PEEL_SMALL:
+            break
+    rest = xp.flatnonzero(left)
+    if rest.size:
+        sub = xp.take(dom[rest], match[rest], axis=1)
+        if xp is np:
+            comp = scc(sub)
+        else:
+            reached = closure(xp, sub, "squaring")
+            comp = xp.argmax((reached & reached.T).astype(xp.int8), axis=1)  # the first node of its SCC
+        label[rest] = 2 * n + 1 + comp
+    return label
 
 
 def closure(xp, adj, kind: str = "squaring"):
@@ -136,10 +253,20 @@ def closure(xp, adj, kind: str = "squaring"):
     return reach > 0
 
 
+def count(mat, axis: int):
+    """True entries of a boolean matrix along `axis` (a uint8 sum: 4x faster than count_nonzero
+    along columns on the host)."""
+    return mat.view(np.uint8).sum(axis=axis, dtype=np.uint16 if mat.shape[axis] < 1 << 16 else np.int64)
+
+
 def pack(xp, mat):
     """Rows of a boolean matrix as uint64 words (bit j of word w = column 64 w + j)."""
     rows, cols = mat.shape
     words = (cols + 63) // 64
+    if xp is np:  # packbits: little bit order, little-endian words: the same layout
+        out = np.zeros((rows, words * 8), dtype=np.uint8)
+        out[:, :(cols + 7) // 8] = np.packbits(mat, axis=1, bitorder="little")
+        return out.view("<u8")
     padded = xp.zeros((rows, words * 64), dtype=xp.uint64)
     padded[:, :cols] = mat
     shifts = xp.arange(64, dtype=xp.uint64)
@@ -147,8 +274,9 @@ def pack(xp, mat):
 
 
 def unpack(xp, packed, cols: int):
-    shifts = xp.arange(64, dtype=xp.uint64)
-    bits = (packed[:, :, None] >> shifts) & xp.uint64(1)
+    """`pack`'s inverse, byte by byte (little-endian words): a temporary of one byte per bit."""
+    octets = xp.ascontiguousarray(packed).view(xp.uint8)
+    bits = (octets[:, :, None] >> xp.arange(8, dtype=xp.uint8)) & xp.uint8(1)
     return bits.reshape(packed.shape[0], -1)[:, :cols].astype(bool)
 
 

@@ -376,7 +376,11 @@ def print_result(r: Result) -> None:
     elif r.peak_bytes is not None:
         t.add_row("peak memory", fmt_bytes(r.peak_bytes) + " (predicted)")
     t.add_row("time", f"{r.time_s:.3f} s (" + ", ".join(f"{k} {v:.3f}" for k, v in r.phases.items()) + ")")
-    if r.search:
+    if r.search and r.search.get("method") == "MAC":  # depth-first search on a CSP: no cache
+        s = r.search
+        t.add_row("search", f"MAC: {s['nodes']:,} nodes, {s['failures']:,} failures, {s['restarts']:,} restarts, "
+                            + ("complete" if s["complete"] else "stopped"))
+    elif r.search:
         s = r.search
         t.add_row("search", f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits, "
                             + ("complete" if s["complete"] else "stopped"))
@@ -552,6 +556,23 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
         err().print(f"generate: {path}: {e}", markup=False)
         sys.exit(EXIT_INPUT)
     err().print(f"wrote {path}: {n} variables, {len(problem.functions)} cost functions", markup=False)
+
+
+@main.command("generate-csp")
+@click.argument("model", type=click.Choice(("queens", "langford")))
+@click.argument("n", type=click.IntRange(min=1))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Output XCSP3 file (default: MODEL-N.xml).")
+def generate_csp_cmd(model, n, output):
+    """Write N-queens (three AllDifferents) or Langford's L(2, N) as XCSP3, for `solve`."""
+    from .generate import csp_xcsp3
+    path = output or f"{model}-{n}.xml"
+    try:
+        Path(path).write_text(csp_xcsp3(model, n))
+    except OSError as e:
+        err().print(f"generate-csp: {path}: {e}", markup=False)
+        sys.exit(EXIT_INPUT)
+    err().print(f"wrote {path}", markup=False)
 
 
 @main.command("dcop")

@@ -129,3 +129,24 @@ def langford(n: int) -> Problem:
     problem = Problem(f"langford-2-{n}", [Variable(f"p{d // 2 + 1}{'ab'[d % 2]}", size) for d in range(size)],
                       functions, globals=globals_)
     return finalize_integer(problem, None)
+
+
+CSP_MODELS = ("queens", "langford")
+
+
+def csp_xcsp3(kind: str, n: int) -> str:
+    """The XCSP3 text of `queens(n)` or `langford(n)` (the same variables, AllDifferents and
+    constraints once read back), as pycsp3 writes them: N-queens' diagonals as allDifferent over
+    add(q[i],i) / sub(q[i],i), Langford's gaps as intension constraints."""
+    if kind not in CSP_MODELS or n < 1:
+        raise GenerateError(f"need one of {', '.join(CSP_MODELS)} and n >= 1")
+    if kind == "queens":
+        body = [f'  <variables>\n    <array id="q" size="[{n}]"> 0..{n - 1} </array>\n  </variables>',
+                "  <constraints>", "    <allDifferent> q[] </allDifferent>",
+                "    <allDifferent> " + " ".join(f"add(q[{i}],{i})" for i in range(n)) + " </allDifferent>",
+                "    <allDifferent> " + " ".join(f"sub(q[{i}],{i})" for i in range(n)) + " </allDifferent>"]
+    else:
+        body = [f'  <variables>\n    <array id="p" size="[{2 * n}]"> 0..{2 * n - 1} </array>\n  </variables>',
+                "  <constraints>", "    <allDifferent> p[] </allDifferent>"]
+        body += [f"    <intension> eq(p[{2 * d - 1}],add(p[{2 * d - 2}],{d + 1})) </intension>" for d in range(1, n + 1)]
+    return '<instance format="XCSP3" type="CSP">\n' + "\n".join(body) + "\n  </constraints>\n</instance>\n"

@@ -10,11 +10,13 @@ values it removed, so backtracking restores them without copying the domains.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from .alldiff import count
 from .globals import gac, hard
 from .model import Problem
 from .preprocess import revise
@@ -22,6 +24,20 @@ from .preprocess import revise
 # AllDifferents over fewer variables stay on the host even with a GPU array module: below 300-400
 # variables the seed paper's GPU propagator lost to the CPU's linear-time SCCs.
 GPU_MIN_SCOPE = 300
+RESTART_BASE = 64  # failures before the first restart
+
+
+def luby(i: int) -> int:
+    """The i-th term (from 1) of the Luby sequence 1 1 2 1 1 2 4 1 1 2 ..."""
+    k = 1
+    while (1 << k) - 1 < i:
+        k += 1
+    while i != (1 << k) - 1:
+        i -= (1 << (k - 1)) - 1
+        k = 1
+        while (1 << k) - 1 < i:
+            k += 1
+    return 1 << (k - 1)
 
 
 def satisfaction(problem: Problem) -> bool:
@@ -34,10 +50,11 @@ def satisfaction(problem: Problem) -> bool:
 class MacStats:
     nodes: int = 0
     failures: int = 0
+    restarts: int = 0
     complete: bool = False
 
     def to_json(self) -> dict:
-        return {"nodes": self.nodes, "failures": self.failures, "complete": self.complete}
+        return {"nodes": self.nodes, "failures": self.failures, "restarts": self.restarts, "complete": self.complete}
 
 
 class Mac:
@@ -62,51 +79,82 @@ class Mac:
         self.stats = MacStats()
 
     def propagate(self, changed) -> bool:
-        """Fixpoint of AC-3 and GAC from the variables `changed`; False when a domain empties."""
+        """Fixpoint of AC-3 and GAC from the variables `changed`; False when a domain empties.
+        GAC is idempotent: an AllDifferent runs again only after another constraint changed one of
+        its variables."""
         queue = sorted({i for v in changed for i in self.watching.get(v, ())})
         queued = set(queue)
+        pending = {j for v in changed for j in self.touching.get(v, ())}
         while True:
+            sizes = count(self.domains, 1)
             if not revise(self.problem, self.live, self.watching, queue, queued):
                 return False
-            sizes = self.domains.sum(axis=1)
-            for j in sorted({j for v in changed for j in self.touching.get(v, ())}):
-                g = self.alldiffs[j]
-                self.matches[j] = gac(g, self.live, self.matches[j], self.xp if len(g.scope) >= GPU_MIN_SCOPE else None)
-                if self.matches[j] is None:
-                    return False
-            changed = np.flatnonzero(self.domains.sum(axis=1) < sizes).tolist()
-            if not changed:
+            pending.update(j for v in np.flatnonzero(count(self.domains, 1) < sizes).tolist()
+                           for j in self.touching.get(v, ()))
+            if not pending:
                 return True
-            queue.extend({i for v in changed for i in self.watching.get(v, ())})
-            queued.update(queue)
+            j = min(pending)
+            pending.discard(j)
+            g = self.alldiffs[j]
+            sizes = count(self.domains, 1)
+            self.matches[j] = gac(g, self.domains, self.matches[j], self.xp if len(g.scope) >= GPU_MIN_SCOPE else None)
+            if self.matches[j] is None:
+                return False
+            for v in np.flatnonzero(count(self.domains, 1) < sizes).tolist():
+                pending.update(k for k in self.touching.get(v, ()) if k != j)
+                for i in self.watching.get(v, ()):
+                    if i not in queued:
+                        queue.append(i)
+                        queued.add(i)
 
     def run(self) -> list[int] | None:
-        """A solution (value index per variable), or None when there is none. Raises Stopped."""
+        """A solution (value index per variable), or None when there is none. Raises Stopped.
+
+        Depth-first search restarted after RESTART_BASE times the Luby sequence's failures (the
+        learned weights stay), so that one bad early choice does not trap it: branching on a
+        variable with the fewest values left, ties to the one that failed most, then at random;
+        its values in random order. Each restart is a complete search from the root, so running
+        out of values at the root proves that there is no solution."""
         from .search import Stopped
         if not self.propagate(range(len(self.live))):
             self.stats.complete = True
             return None
-        stack = []  # per level: (variable, values still to try, removals made by the current value)
-        while True:
-            self.stats.nodes += 1
-            if self.should_stop():
-                raise Stopped
-            sizes = self.domains.sum(axis=1)
-            open_ = np.flatnonzero(sizes > 1)
-            if not open_.size:
-                self.stats.complete = True
-                return [int(np.flatnonzero(m)[0]) for m in self.live]
-            x = int(open_[np.argmin(sizes[open_])])
-            stack.append([x, np.flatnonzero(self.live[x]).tolist(), None])
-            while stack:
-                if self._next_value(stack[-1]):
+        root = self.domains.copy()
+        rng = np.random.default_rng(0)
+        weight = np.zeros(len(self.live))  # failures of each branching variable
+        for run in itertools.count(1):
+            stack = []  # per level: (variable, values still to try, removals made by the current value)
+            budget = RESTART_BASE * luby(run)
+            while True:
+                self.stats.nodes += 1
+                if self.should_stop():
+                    raise Stopped
+                sizes = count(self.domains, 1)
+                open_ = np.flatnonzero(sizes > 1)
+                if not open_.size:
+                    self.stats.complete = True
+                    return [int(np.flatnonzero(m)[0]) for m in self.live]
+                fewest = open_[sizes[open_] == sizes[open_].min()]
+                tied = fewest[weight[fewest] == weight[fewest].max()]
+                x = int(rng.choice(tied))
+                stack.append([x, rng.permutation(np.flatnonzero(self.live[x])).tolist(), None])
+                before = self.stats.failures
+                while stack:
+                    failures = self.stats.failures
+                    if self._next_value(stack[-1]):
+                        break
+                    weight[stack[-1][0]] += self.stats.failures - failures
+                    stack.pop()  # every value of this variable failed: back to the one above
+                    if stack:
+                        self._undo(stack[-1])
+                else:
+                    self.stats.complete = True
+                    return None
+                budget -= self.stats.failures - before
+                if budget < 0:  # restart
+                    self.domains[:] = root
+                    self.stats.restarts += 1
                     break
-                stack.pop()  # every value of this variable failed: back to the one above
-                if stack:
-                    self._undo(stack[-1])
-            else:
-                self.stats.complete = True
-                return None
 
     def _next_value(self, level) -> bool:
         """Try the level's next value until one propagates; False when none is left."""

@@ -2,12 +2,13 @@
 against brute force and the binary decomposition, the wcsp keywords, the toulbar2 instances."""
 import csv
 import itertools
+import json
 
 import numpy as np
 import pytest
 
 from gpusolve import globals as gl
-from gpusolve.alldiff import Infeasible, filter_domains, max_matching
+from gpusolve.alldiff import METHODS, Infeasible, filter_domains, max_matching
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.preprocess import preprocess
 from gpusolve.solve import Options, solve
@@ -39,12 +40,58 @@ def gac_or_empty(dom, **kw):
         return np.zeros_like(dom)
 
 
-@pytest.mark.parametrize("kw", [{}, {"xp": np}, {"xp": np, "closure_kind": "warshall"}],
-                         ids=["tarjan", "squaring", "warshall"])
-def test_gac_equals_brute_force_on_300_random_graphs(kw):
+@pytest.mark.parametrize("method", METHODS)
+def test_gac_equals_brute_force_on_300_random_graphs(method):
     for seed in range(300):
         dom = random_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom, **kw), brute_force_gac(dom), err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(gac_or_empty(dom, method=method), brute_force_gac(dom), err_msg=f"seed {seed}")
+
+
+def blocks_domains(seed: int) -> np.ndarray:
+    """A domain graph with many SCCs: variables in blocks, each block dense on its own values (a
+    Hall set, or one more value: free), sparse edges from a block to the values of later blocks
+    (removed by GAC), the blocks shuffled."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 400))
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(1, min(n - 1, 40))), replace=False))
+    sizes = np.diff(np.concatenate([[0], cuts, [n]]))
+    extra = rng.random(len(sizes)) < 0.3  # a free value in the block
+    m = int(n + extra.sum())
+    dom = np.zeros((n, m), dtype=bool)
+    row = col = 0
+    for size, more in zip(sizes, extra):
+        width = size + more
+        block = rng.random((size, width)) < rng.uniform(0.1, 0.9)
+        block[np.arange(size), rng.permutation(width)[:size]] = True
+        dom[row:row + size, col:col + width] = block
+        dom[row:row + size, col + width:] |= rng.random((size, m - col - width)) < rng.uniform(0, 0.05)
+        row, col = row + size, col + width
+    return dom[rng.permutation(n)][:, rng.permutation(m)]
+
+
+@pytest.mark.parametrize("method", ["peel", "squaring", "warshall"])
+def test_methods_equal_tarjan_on_200_graphs_with_many_sccs(method):
+    pruned = 0
+    for seed in range(200 if method == "peel" else 30):
+        dom = blocks_domains(seed)
+        ref = gac_or_empty(dom, method="tarjan")
+        np.testing.assert_array_equal(gac_or_empty(dom, method=method), ref, err_msg=f"seed {seed}")
+        pruned += bool((ref < dom).any())
+    assert pruned >= (150 if method == "peel" else 20)
+
+
+def test_peel_without_early_stop_equals_brute_force(monkeypatch):
+    """Every SCC found by forward-backward searches (none left to Tarjan): small graphs against
+    brute force, graphs of many SCCs against Tarjan."""
+    from gpusolve import alldiff
+    monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
+    monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
+    for seed in range(300):
+        dom = random_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom), brute_force_gac(dom), err_msg=f"seed {seed}")
+    for seed in range(30):
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom), gac_or_empty(dom, method="tarjan"), err_msg=f"seed {seed}")
 
 
 def test_gac_equals_arc_consistency_of_the_binary_decomposition_where_that_is_complete():
@@ -165,10 +212,78 @@ def test_propagator_costs_add_up_to_the_constraint_along_the_scope():
             assert min(added, problem.top) == full
 
 
-def test_mac_finds_a_solution_exactly_when_one_exists():
+def test_gac_on_scopes_equals_filtering_the_whole_graph():
+    """globals.gac (assigned variables left out, the graph by a strided copy or a scatter, domains
+    as a list or a matrix) against filter_domains on the whole variable-value graph: value maps
+    that are runs (N-queens-like), arbitrary ones, domains of different sizes, exempt values."""
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(1, 9))
+        sizes = [int(rng.integers(1, 7))] * k if seed % 2 else [int(x) for x in rng.integers(1, 7, size=k)]
+        if seed % 3 == 0:
+            values = tuple(np.arange(d, dtype=np.int64) + int(rng.integers(-1, 2)) * i for i, d in enumerate(sizes))
+        else:
+            values = tuple(np.sort(rng.choice(12, size=d, replace=False)).astype(np.int64) for d in sizes)
+        exempt = frozenset({int(values[0][0])}) if seed % 7 == 0 else frozenset()
+        g = AllDifferent(tuple(range(k)), values, FORBIDDEN, "var", exempt)
+        live = [rng.random(d) < 0.6 for d in sizes]
+        for v in live:
+            v[rng.integers(len(v))] |= rng.random() < 0.7  # mostly non-empty, sometimes one value
+        ids, m = gl.value_ids(g)
+        dom = np.zeros((k, m), dtype=bool)
+        for r in range(k):
+            dom[r, ids[r][live[r]]] = True
+        ref = gac_or_empty(dom)
+        expect = [ref[r, ids[r]] & live[r] for r in range(k)]
+        feasible = bool(ref.any())
+        by_list = [v.copy() for v in live]
+        matrix = np.zeros((k, max(sizes)), dtype=bool)
+        for r, v in enumerate(live):
+            matrix[r, :len(v)] = v
+        for got, rows in ((gl.gac(g, by_list), by_list), (gl.gac(g, matrix), [matrix[r, :d] for r, d in enumerate(sizes)])):
+            assert (got is not None) == feasible, seed
+            if got is not None:
+                for r in range(k):
+                    np.testing.assert_array_equal(rows[r], expect[r], err_msg=f"seed {seed}")
+                assert all(rows[r][list(ids[r]).index(got[r])] for r in range(k)) and len(set(got.tolist())) == k
+
+
+def test_wide_hard_alldifferents_stay_untabled_in_satisfaction_problems_only():
+    """N-queens 13: its cliques' buckets would hold 13^12 > 2^40 entries, so MAC gets no tables;
+    with a cost (an optimisation problem) the tables stay, for the lower bounds; 12 fits."""
+    from gpusolve.generate import queens
+    assert all(g.tabled for g in gl.decompose(queens(12)).globals)
+    assert not any(g.tabled for g in gl.decompose(queens(13)).globals)
+    q = queens(13)
+    cop = finalize_integer(Problem("cop", q.variables, [CostFunction((0,), np.arange(13, dtype=np.int64))],
+                                   globals=[AllDifferent(g.scope, g.values, FORBIDDEN) for g in q.globals]), None)
+    assert all(g.tabled for g in gl.decompose(cop).globals)
+
+
+def test_value_ids_rank_values_as_unique_does():
+    """The prefix-sum ranks (values in a range) and np.unique (values spread wide) agree."""
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        spread = 10 if seed % 2 else 10**9
+        values = tuple(rng.integers(-spread, spread, size=int(rng.integers(1, 6))) for _ in range(int(rng.integers(1, 6))))
+        ids, m = gl.value_ids(AllDifferent(tuple(range(len(values))), values, FORBIDDEN))
+        shared, inverse = np.unique(np.concatenate(values), return_inverse=True)
+        assert m == len(shared) and np.array_equal(np.concatenate(ids), inverse.reshape(-1))
+
+
+def test_luby():
+    from gpusolve.mac import luby
+    assert [luby(i) for i in range(1, 16)] == [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("base", [64, 1], ids=["default", "restart-after-each-failure"])
+def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
     """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
-    the schedule's phase when elimination is not asked for (a given z)."""
+    the schedule's phase when elimination is not asked for (a given z); with restarts after every
+    failure too (each restart's search stays complete)."""
+    from gpusolve import mac
     from gpusolve.mac import Mac, satisfaction
+    monkeypatch.setattr(mac, "RESTART_BASE", base)
     checked = 0
     for seed in range(150):
         problem = random_global_problem(seed)
@@ -196,6 +311,24 @@ def test_queens_and_langford_first_solutions():
         assert r.status == status
         if status == "optimal":
             assert problem.evaluate(r.assignment) == 0 and r.search["method"] == "MAC"
+
+
+def test_generated_xcsp3_reads_back_as_the_models(tmp_path):
+    """generate-csp's XCSP3 files: the same constraints as generate.queens / langford (every
+    assignment of small ones costs the same), and solve finds a solution or proves there is none."""
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    from gpusolve.generate import langford, queens
+    for model, n, build, status in [("queens", 5, queens, "optimal"), ("queens", 3, queens, "infeasible"),
+                                    ("langford", 3, langford, "optimal"), ("langford", 2, langford, "infeasible")]:
+        path = tmp_path / f"{model}{n}.xml"
+        assert CliRunner().invoke(main, ["generate-csp", model, str(n), "-o", str(path)]).exit_code == 0
+        read_back, ref = read(path), build(n)
+        for a in itertools.product(*(range(d) for d in ref.domains)):
+            assert (read_back.evaluate(a) == 0) == (ref.evaluate(a) == 0), (model, n, a)
+        out = CliRunner().invoke(main, ["solve", str(path), "--json"])
+        assert json.loads(out.stdout)["status"] == status, (model, n)
 
 
 # ------------------------------------------------------------------ the wcsp keywords
@@ -257,14 +390,47 @@ def test_toulbar2_global_instances_solve_to_their_optima(shared_instances):
 
 # ------------------------------------------------------------------ the GPU propagator
 
+class HostAsDevice:
+    """NumPy posing as a device array module (not `np`, with asnumpy): runs the device branches
+    (packed upload, residual and closure on `xp`, the peel's rest by squaring) on machines without a GPU."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def asnumpy(a):
+        return np.asarray(a)
+
+
+@pytest.mark.parametrize("method", ["peel", "squaring", "warshall"])
+def test_device_branches_equal_tarjan_with_numpy_as_the_device(method):
+    xp = HostAsDevice()
+    for seed in range(100):
+        dom = random_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=xp, method=method), brute_force_gac(dom))
+    for seed in range(20 if method != "squaring" else 3):  # float16 products are slow on the host
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=xp, method=method), gac_or_empty(dom, method="tarjan"))
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["squaring", "warshall"])
-def test_gpu_gac_equals_cpu(cupy, kind):
+@pytest.mark.parametrize("kind", ["peel", "squaring", "warshall"])
+def test_gpu_gac_equals_cpu(cupy, kind, monkeypatch):
     for seed in range(300):
         dom = random_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
+    for seed in range(40):  # many SCCs: the peel's rest goes to the closure on the device
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom, method="tarjan"))
     rng = np.random.default_rng(0)
     for n in (100, 700, 2100):  # float16 and float32 products, several words per packed row
         dom = rng.random((n, n + 5)) < 8 / n
         dom[np.arange(n), rng.permutation(n + 5)[:n]] = True
-        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, closure_kind=kind), gac_or_empty(dom))
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
+    if kind == "peel":  # every SCC by forward-backward searches on the device
+        from gpusolve import alldiff
+        monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
+        monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
+        for seed in range(20):
+            dom = blocks_domains(seed)
+            np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom, method="tarjan"))
