@@ -31,6 +31,8 @@ TABLES = ("auto", "dense", "sparse")
 # --tables auto makes a mini-bucket sparse when its predicted joint rows are at most
 # this share of the dense joint table: a sorted row costs far more than a dense entry.
 SPARSE_FRACTION = 0.05
+# A streamed message is built chunk by chunk, this many in flight (one per CUDA stream).
+CHUNKS_IN_FLIGHT = 2
 
 
 class BudgetError(RuntimeError):
@@ -152,7 +154,7 @@ class Placement:
     before CUDA would have started. `device`: the bucket's host inputs, its message and the
     messages kept so far fit the budget beside the original tables (on the device when they fit
     half of it). `streamed`: its message is built in chunks of output rows, `lead[i]` leading
-    separator variables fixed per chunk (two chunks in flight), and kept in host memory.
+    separator variables fixed per chunk (CHUNKS_IN_FLIGHT in flight), and kept in host memory.
     """
 
     budget: int | None
@@ -170,6 +172,17 @@ class Placement:
                 lines.append(f"  bucket {mb.index} (variable {mb.var}): streamed, {self.lead[mb.index]} leading "
                              f"separator variable(s) fixed per chunk, {rows:,} rows per chunk")
         return "\n".join(lines)
+
+
+def streamed_lead(sep, host_scopes, domains, room: int, itemsize: int = 8) -> int:
+    """Fewest leading separator variables to fix per chunk of a streamed message such that
+    CHUNKS_IN_FLIGHT chunks (their output rows and the slices of the host inputs over
+    `host_scopes` they upload) fit `room` device bytes."""
+    def chunk_bytes(k: int) -> int:
+        fixed = set(sep[:k])
+        return itemsize * (math.prod(domains[u] for u in sep[k:]) + sum(
+            math.prod(domains[u] for u in s if u not in fixed) for s in host_scopes))
+    return next((k for k in range(len(sep) + 1) if CHUNKS_IN_FLIGHT * chunk_bytes(k) <= room), len(sep))
 
 
 def place(problem: Problem, plan: Plan, budget: int | None, host_max: int = 0) -> Placement:
@@ -192,14 +205,8 @@ def place(problem: Problem, plan: Plan, budget: int | None, host_max: int = 0) -
             lead.append(0)
             held += out
             continue
-        room = max(budget - held, 0)
-
-        def chunk_bytes(k: int) -> int:
-            fixed = set(mb.scope[:k])
-            return plan.itemsize * (math.prod(dom[u] for u in mb.scope[k:]) + sum(
-                math.prod(dom[u] for u in s if u not in fixed) for s in host_scopes))
         where.append("streamed")
-        lead.append(next((k for k in range(len(mb.scope) + 1) if 2 * chunk_bytes(k) <= room), len(mb.scope)))
+        lead.append(streamed_lead(mb.scope, host_scopes, dom, max(budget - held, 0), plan.itemsize))
         on_host.add(mb.index)
     return Placement(budget, tuple(where), tuple(lead))
 

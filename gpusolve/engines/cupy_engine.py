@@ -1,10 +1,11 @@
-"""The GPU engine: CuPy tables, one fused raw CUDA kernel per mini-bucket, chunked streaming.
+"""The GPU engine: CuPy tables, one raw CUDA kernel launch per mini-bucket, chunked streaming.
 
 Tables live on the device between buckets. A mini-bucket whose joint table is
 large gets a kernel generated for its exact shape (kernels.py; compiled once per process,
-and by CuPy's disk cache across processes); small ones run the shared dense
-step `eliminate_dense` on CuPy arrays, where compiling would cost more than it
-saves. A message that does not fit the device budget is computed in chunks of
+and by CuPy's disk cache across processes); the others share one shape-generic kernel per
+arithmetic class, which reads the bucket's shape from a descriptor, so no bucket waits for a
+compilation of its own (the dense step `eliminate_dense` on CuPy arrays is left for buckets
+beyond the generic kernel's inputs or axes). A message that does not fit the device budget is computed in chunks of
 output rows on the streaming pipeline (streaming.py) into pinned host memory; later buckets
 stream the slices they need back in. Values are assigned by one more kernel,
 a single block walking the plan backwards, so the phase costs one launch and

@@ -27,7 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-N_STREAMS = 2
+from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
+
+N_STREAMS = CHUNKS_IN_FLIGHT
 
 
 def _union(intervals) -> float:
@@ -213,16 +215,11 @@ class DenseChunks:
 
 def dense_chunks(sep: Sequence[int], inputs: Sequence[tuple[object, tuple[int, ...]]],
                  domains: Sequence[int], room: int, itemsize: int = 8) -> DenseChunks:
-    """Fewest fixed leading separator variables such that two chunks in flight (their output rows
-    and the slices of the host inputs they upload) fit `room` device bytes."""
+    """The chunks of a streamed dense message: its leading separator variables fixed as
+    plan.streamed_lead says (the plan's placement predicts the same), each input's scope in a chunk."""
     host = [s for a, s in inputs if isinstance(a, np.ndarray)]
     dims = [domains[u] for u in sep]
-
-    def chunk_bytes(lead):
-        fixed = set(sep[:lead])
-        return itemsize * (math.prod(dims[lead:]) + sum(math.prod(domains[u] for u in s if u not in fixed)
-                                                        for s in host))
-    lead = next((n for n in range(len(sep) + 1) if N_STREAMS * chunk_bytes(n) <= room), len(sep))
+    lead = streamed_lead(sep, host, domains, room, itemsize)
     fixed = tuple(sep[:lead])
     return DenseChunks(fixed, tuple(sep[lead:]), math.prod(dims[lead:]),
                        tuple(tuple(u for u in s if u not in fixed) for _, s in inputs))
