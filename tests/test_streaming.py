@@ -179,7 +179,11 @@ def test_gpu_streamed_dense_message_equals_the_cpu(cupy, seed):
     pipe = streaming.Pipeline(cupy, [])
     plan, got = stream_dense_bucket(cupy, pipe, var, sep, inputs, dom, top, integer, "min", 64)
     host = [(cupy.asnumpy(t) if not isinstance(t, np.ndarray) else t, s) for t, s in inputs]
-    np.testing.assert_array_equal(got, eliminate_dense(np, var, sep, host, dom, top, integer))
+    want = eliminate_dense(np, var, sep, host, dom, top, integer)
+    if integer:
+        np.testing.assert_array_equal(got, want)
+    else:  # the device may add a row's inputs in another order: equal to the last bits
+        np.testing.assert_allclose(got, want, rtol=1e-12)
     assert pipe.is_pinned(got.reshape(-1)) or got.size == 0
 
 
