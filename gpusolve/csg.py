@@ -51,7 +51,7 @@ import itertools
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -903,12 +903,27 @@ def source_agents(source: tuple | None, values: np.ndarray | None) -> int:
 def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: bool) -> dict:
     from dask.distributed import get_worker
     t = time.perf_counter()
+    options = replace(options, mem_limit=worker_budget(get_worker(), options.mem_limit))
+    if options.mem_limit is not None and source[0] == "generate":  # the values alone, before drawing them
+        check_memory(source[2], options.precision, True, options.mem_limit, None)
     table = Table(load_values(source), options, threads=get_worker().state.nthreads, shares=True)
     if not keep_values:  # only the worker that answers reads v again
         table.values = None
     _TABLES.clear()
     _TABLES[token] = table
     return {"engine": table.engine, "note": table.note, "need": table.need, "seconds": time.perf_counter() - t}
+
+
+def worker_budget(worker, mem_limit: int | None) -> int | None:
+    """Host bytes a Dask worker's table may hold: below the fraction of the worker's memory limit at
+    which Dask pauses it (a paused worker runs no further level), and within --mem-limit."""
+    import dask
+    limit = worker.memory_manager.memory_limit
+    pause = dask.config.get("distributed.worker.memory.pause")
+    if not limit or not pause:
+        return mem_limit
+    room = int(limit * pause * 0.95)
+    return room if mem_limit is None else min(room, mem_limit)
 
 
 def _level_on_worker(token: str, k: int, lo: int, hi: int, deadline: float | None, send: bool, *shares) -> tuple:

@@ -52,6 +52,9 @@ def executor(scheduler: str | None, workers: int | None, threads: bool = False, 
     """A Dask client on a running cluster (`scheduler`, its address) or on an embedded cluster of
     `workers` single-threaded workers: processes unless `threads`; with `gpus`, one process per GPU
     (worker i sees only GPU i, as dask-cuda's LocalCUDACluster arranges; default: every GPU).
+    Each embedded worker may use 1/workers of the host's memory: Dask's default, memory x threads /
+    cores, gives a single-threaded worker 8 GB of a 256 GB, 32-core host, and a worker past 80% of
+    its limit stops taking tasks (a CSG run of 29 agents hung so on two H200s).
     Yields (client, what it is, seconds it took to start or join)."""
     t0 = time.perf_counter()
     try:
@@ -77,7 +80,7 @@ def executor(scheduler: str | None, workers: int | None, threads: bool = False, 
         else:
             n = workers or default_workers()
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=not threads, dashboard_address=":0",
-                                   silence_logs=logging.ERROR)
+                                   memory_limit=1 / n, silence_logs=logging.ERROR)
             what = f"LocalCluster, {n} {'threads' if threads else 'processes'}"
         with cluster, Client(cluster) as client:
             yield client, what, time.perf_counter() - t0
@@ -114,7 +117,7 @@ def _gpu_cluster(workers: int | None):
     count = cupy.cuda.runtime.getDeviceCount()
     n = min(workers or count, count)
     specs = {i: {"cls": Nanny, "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)},
-                                           "silence_logs": logging.ERROR}} for i in range(n)}
+                                           "memory_limit": 1 / n, "silence_logs": logging.ERROR}} for i in range(n)}
     return n, SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
                           silence_logs=logging.ERROR)
 

@@ -330,6 +330,17 @@ def test_workers_equal_one_process(cluster, distribution):
         check_answer(two, v, n, brute_force(v, n) if n <= 9 else one.value)
 
 
+def test_worker_too_small_for_the_values_refuses_before_drawing_them():
+    """A worker past 80% of its memory limit stops taking tasks: the run must be refused, not hang."""
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  memory_limit="300MiB") as c, distributed.Client(c) as client:
+        with pytest.raises(csg.BudgetError, match="n = 26 needs .* host memory"):
+            csg.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 26, 1))
+        r = csg.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 12, 1))
+        assert r.status == "optimal"
+
+
 def test_workers_stopped_runs_bound_the_optimum(cluster):
     _, client = cluster
     n = 9

@@ -103,6 +103,15 @@ def test_search_subproblems_on_workers_find_the_optimum(tmp_path):
     assert spread["search"]["executor"].startswith("scheduler") and spread["search"]["complete"]
 
 
+def test_embedded_workers_share_the_host_memory():
+    """Each of n embedded workers may use 1/n of the host, not Dask's memory x threads / cores."""
+    from distributed.system import MEMORY_LIMIT
+    from gpusolve.scaleout import executor
+    with executor(None, 1) as (client, _, _):
+        limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+    assert limits == [MEMORY_LIMIT]
+
+
 def test_one_worker_per_gpu_needs_a_gpu(tmp_path):
     generate(tmp_path / "in", "random", 6, 3, range(1))
     r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2)
@@ -116,6 +125,9 @@ def test_gpu_workers_each_see_their_own_device(cupy, tmp_path):
     from gpusolve.scaleout import executor
     with executor(None, None, gpus=True) as (client, what, _):
         seen = sorted(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"]).values())
+        limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}
+    from distributed.system import MEMORY_LIMIT
+    assert limits == {MEMORY_LIMIT // len(seen)} or limits == {int(MEMORY_LIMIT * (1 / len(seen)))}
     assert seen == [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())] and "one GPU each" in what
     generate(tmp_path / "in", "random", 16, 8, range(4))
     r = run("batch", tmp_path / "in", "--out", tmp_path / "o.jsonl", "--device", "gpu", "--workers", 2,
