@@ -21,9 +21,10 @@ from .globals import gac, hard
 from .model import Problem
 from .preprocess import revise
 
-# AllDifferents over fewer variables stay on the host even with a GPU array module: below 300-400
-# variables the seed paper's GPU propagator lost to the CPU's linear-time SCCs.
-GPU_MIN_SCOPE = 300
+# AllDifferents over fewer variables stay on the host even with a GPU array module: one propagation
+# call by peeling took 0.2-0.3x the CPU's time on the GPU at 300 variables, 0.5-1.1x at 1000 and
+# 1.2-1.4x at 2000 (H100 against its host's CPU, bench/alldiff.py).
+GPU_MIN_SCOPE = 2000
 RESTART_BASE = 64  # failures before the first restart
 
 
