@@ -367,6 +367,7 @@ class Server:
             raise _Terminated
 
     def handle(self, conn) -> None:
+        import time
         conn.settimeout(10)  # a client that connects and says nothing must not hold the server
         try:
             head = _recv_exact(conn, _LEN.size)
@@ -385,10 +386,12 @@ class Server:
             if request.get("fingerprint") != self.fingerprint or not os.path.isdir(request.get("cwd", "")):
                 _frame(conn, lock, b"n", b"")
                 return
+            t0 = time.perf_counter()
             code = self.execute(request, conn, lock)
             _frame(conn, lock, b"x", str(code).encode())
         except OSError:  # the client has gone; it solves for itself or no longer needs to
-            pass
+            return
+        self.log(f"gpusolve serve: exit {code} in {time.perf_counter() - t0:.3f} s: {' '.join(request['argv'])}")
 
     def execute(self, request: dict, conn, lock) -> int:
         """Run the request's command with its cwd, environment, umask and standard streams; its exit code."""
