@@ -97,9 +97,9 @@ def _request(argv: list[str]) -> bytes:
     os.umask(mask)
     env = dict(os.environ)
     size = _terminal_size()
-    if size:  # rich reads the size from fds 0, 1, 2 unless these say it: theirs are the server's
-        env.setdefault("COLUMNS", str(size[0]))
-        env.setdefault("LINES", str(size[1]))
+    if size:  # rich reads the size from fds 0, 1, 2 (0 meaning 80 by 25) unless these say it
+        env.setdefault("COLUMNS", str(size[0] or 80))
+        env.setdefault("LINES", str(size[1] or 25))
     return json.dumps({"argv": argv[1:], "prog": _prog_name(argv[0]), "cwd": os.getcwd(), "env": env,
                        "umask": mask, "streams": [_stream(sys.stdout, 1), _stream(sys.stderr, 2)],
                        "fingerprint": fingerprint(os.environ)}).encode()
