@@ -297,7 +297,6 @@ class Server:
         """Import the solve pipeline by solving a tiny problem through the command itself; with a GPU, also
         on the device, and load every shape-generic and assignment kernel. Says what was warmed."""
         import contextlib
-        import io
         import tempfile
 
         from .engines import gpu_unavailable_reason
@@ -323,6 +322,7 @@ class Server:
         if reason:
             return f"cpu; GPU not warmed: {reason}"
         name, count = load_kernels()
+        release()
         return f"cpu and {name}, {count} kernels loaded"
 
     def loop(self, listener, wake_r, idle_exit: float | None) -> str:
@@ -367,6 +367,7 @@ class Server:
             raise _Terminated
 
     def handle(self, conn) -> None:
+        import threading
         import time
         conn.settimeout(10)  # a client that connects and says nothing must not hold the server
         try:
@@ -380,7 +381,6 @@ class Server:
         conn.settimeout(None)
         if not isinstance(request, dict):
             return
-        import threading
         lock = threading.Lock()  # frames from the command's thread and rich's refresh thread
         try:
             if request.get("fingerprint") != self.fingerprint or not os.path.isdir(request.get("cwd", "")):
@@ -389,9 +389,11 @@ class Server:
             t0 = time.perf_counter()
             code = self.execute(request, conn, lock)
             _frame(conn, lock, b"x", str(code).encode())
+            self.log(f"gpusolve serve: exit {code} in {time.perf_counter() - t0:.3f} s: {' '.join(request['argv'])}")
         except OSError:  # the client has gone; it solves for itself or no longer needs to
-            return
-        self.log(f"gpusolve serve: exit {code} in {time.perf_counter() - t0:.3f} s: {' '.join(request['argv'])}")
+            pass
+        finally:
+            release()
 
     def execute(self, request: dict, conn, lock) -> int:
         """Run the request's command with its cwd, environment, umask and standard streams; its exit code."""
@@ -445,6 +447,18 @@ class Server:
             return 1
         finally:
             console.cache_clear()
+
+
+def release() -> None:
+    """Leave memory as a finished process would, once the client has its answer: what cycles hold is
+    collected, and CuPy's pools give their blocks back (the next request's device budget, and other
+    processes, see the memory free)."""
+    import gc
+    gc.collect()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
 
 
 def load_kernels() -> tuple[str, int]:
