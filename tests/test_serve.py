@@ -31,11 +31,11 @@ def masked(data: bytes) -> bytes:
     return re.sub(rb"[\d,]+ per s", b"# per s", re.sub(rb"\d+\.\d+(e-?\d+)?", b"#", data))
 
 
-def start_server(path: Path, env, log: Path, *extra):
+def start_server(path: Path, env, log: Path, *extra, device="cpu"):
     with open(log, "ab") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "serve", "--device", "cpu", "--socket", str(path),
+        proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "serve", "--device", device, "--socket", str(path),
                                  *extra], env=env, stdout=f, stderr=f)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a GPU server may compile its kernels first
     while b"listening" not in log.read_bytes():
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
@@ -184,3 +184,29 @@ def test_idle_exit(tmp_path):
     proc = start_server(path, env, log, "--idle-exit", "0.2")
     assert proc.wait(timeout=20) == 0
     assert not path.exists() and (path.parent.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.gpu
+def test_gpu_solves_served_by_a_gpu_server_print_what_local_ones_do(cupy, tmp_path):
+    """The server warmed the GPU: only the local run's note of its kernel compilation differs."""
+    env = dict(os.environ, GPUSOLVE_SERVE_SOCKET=str(tmp_path / "g.sock"), PYTHONPATH=str(ROOT))
+    env.pop("GPUSOLVE_NO_SERVE", None)
+    log = tmp_path / "serve.log"
+    proc = start_server(tmp_path / "g.sock", env, log, device="gpu")
+    try:
+        assert "kernels loaded" in log.read_text()
+        uai = tmp_path / "g.uai"
+        gpusolve("generate", "grid", "-n", 16, "-d", 3, "--seed", 1, "-o", uai, env=dict(env, GPUSOLVE_NO_SERVE="1"))
+        compiled = re.compile(rb"; kernels compiled in # s \(within eliminate\)")
+        for args in ([BUNDLED, "--json"], [BUNDLED, "--z", "3", "--no-search"], [uai, "--task", "PR", "--json"],
+                     [uai, "--task", "MAR"]):
+            args = ["solve", *args, "--device", "gpu", "--host-max", "0"]
+            served = gpusolve(*args, env=env)
+            local = gpusolve(*args, env=dict(env, GPUSOLVE_NO_SERVE="1"))
+            assert served.returncode == local.returncode == 0, local.stderr
+            for a, b in ((served.stdout, local.stdout), (served.stderr, local.stderr)):
+                assert compiled.sub(b"", masked(a)) == compiled.sub(b"", masked(b))
+        assert log.read_text().count("gpusolve serve: exit 0") == 4
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
