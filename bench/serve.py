@@ -11,28 +11,15 @@ import argparse
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, cpu_name, write_result
+from common import ROOT, cpu_name, gpu_present, process_wall as wall, summary, tiny_instance, write_result
 
 SOLVE = [sys.executable, "-m", "gpusolve"]
-
-
-def wall(cmd, env) -> float:
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
-    return time.perf_counter() - t
-
-
-def summary(times) -> dict:
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": times}
 
 
 def served(device: str, cmd, repeat: int, env, folder: Path) -> tuple[dict, float]:
@@ -55,12 +42,6 @@ def served(device: str, cmd, repeat: int, env, folder: Path) -> tuple[dict, floa
     return summary(times), float(re.search(r"warm in ([\d.]+) s", text).group(1))
 
 
-def gpu_present() -> bool:
-    p = subprocess.run([sys.executable, "-c", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"],
-                       capture_output=True)
-    return p.returncode == 0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
@@ -68,11 +49,9 @@ def main():
     args = ap.parse_args()
     repeat = 2 if args.quick else args.repeat
     folder = Path(tempfile.mkdtemp(prefix="gpusolve-serve-bench-"))
-    tiny = folder / "tiny.wcsp"
     env = {k: v for k, v in os.environ.items() if k != "GPUSOLVE_NO_SERVE"}
     env.update(GPUSOLVE_SERVE_SOCKET=str(folder / "s.sock"), PYTHONPATH=str(ROOT))
-    subprocess.run(SOLVE + ["generate", "random", "-n", "10", "-d", "10", "--seed", "1", "-o", str(tiny)],
-                   check=True, capture_output=True, cwd=ROOT, env=env)
+    tiny = tiny_instance(folder, env)
     commands = {"cpu": SOLVE + ["solve", str(tiny), "--device", "cpu", "--json"]}
     device = cpu_name()
     if gpu_present():
