@@ -71,7 +71,7 @@ def main() -> None:
 def hand_over(argv: list[str]) -> int | None:
     """Run argv on the server and return its exit code; None when it must run here (no server,
     a stale socket, a server that declined or died before answering)."""
-    if len(argv) < 2 or argv[1] != HANDED or os.environ.get("GPUSOLVE_NO_SERVE"):
+    if len(argv) < 2 or argv[1] != HANDED or os.environ.get("GPUSOLVE_NO_SERVE") or None in (sys.stdout, sys.stderr):
         return None
     if any(a in LOCAL_ONLY or a.startswith(("--workers=", "--scheduler=")) for a in argv[2:]):
         return None
@@ -137,7 +137,8 @@ def _prog_name(argv0: str) -> str:
 def _relay(conn) -> int | None:
     """Copy the server's frames to our stdout and stderr until the exit code. Output to a
     terminal is shown as it comes; other output is held until the code arrives, so a server
-    that dies mid-request leaves nothing behind and the solve runs here instead."""
+    that dies mid-request leaves nothing behind and the solve runs here instead (unless it was
+    asked to stop: then it ends as an interrupted solve, 130)."""
     held: list[tuple[int, bytes]] = []
     live = {1: sys.stdout.isatty(), 2: sys.stderr.isatty()}
     signals = []
@@ -156,7 +157,7 @@ def _relay(conn) -> int | None:
         while True:
             frame = _recv_frame(conn)
             if frame is None or frame[0] == b"n":
-                return None
+                return 130 if signals else None
             kind, payload = frame
             if kind == b"x":
                 for fd, data in held:
@@ -168,7 +169,7 @@ def _relay(conn) -> int | None:
             else:
                 held.append((fd, payload))
     except OSError:
-        return None
+        return 130 if signals else None
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -388,8 +389,8 @@ class Server:
                 return
             t0 = time.perf_counter()
             code = self.execute(request, conn, lock)
-            _frame(conn, lock, b"x", str(code).encode())
             self.log(f"gpusolve serve: exit {code} in {time.perf_counter() - t0:.3f} s: {' '.join(request['argv'])}")
+            _frame(conn, lock, b"x", str(code).encode())  # after the log line: the client's exit follows it
         except OSError:  # the client has gone; it solves for itself or no longer needs to
             pass
         finally:
