@@ -5,6 +5,7 @@ GPUSOLVE_NO_SERVE=1, and compares stdout, stderr (also both through one pipe, to
 order) and the exit code byte for byte once times are masked (they differ between any two runs).
 The server's log line per request shows the served run was served, not solved by the client.
 """
+import json
 import os
 import re
 import signal
@@ -211,3 +212,22 @@ def test_gpu_solves_served_by_a_gpu_server_print_what_local_ones_do(cupy, tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_a_server_killed_mid_request_leaves_the_client_to_solve_alone(tmp_path):
+    env = dict(os.environ, GPUSOLVE_SERVE_SOCKET=str(tmp_path / "k.sock"), PYTHONPATH=str(ROOT))
+    env.pop("GPUSOLVE_NO_SERVE", None)
+    big = tmp_path / "big.wcsp"
+    gpusolve("generate", "random", "-n", 60, "-d", 5, "--p1", 0.15, "--p2", 0.3, "--seed", 4, "-o", big,
+             env=dict(env, GPUSOLVE_NO_SERVE="1"))
+    log = tmp_path / "serve.log"
+    proc = start_server(tmp_path / "k.sock", env, log)
+    client = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(big), "--z", "3", "--time-limit", "1.5",
+                               "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.7)
+    proc.kill()  # mid-solve: its 1.5 s time limit has not passed
+    proc.wait()
+    out, _ = client.communicate(timeout=60)
+    assert client.returncode == 0 and "exit" not in log.read_text().split("listening")[-1]
+    (line,) = out.decode().splitlines()  # the local solve's one object, nothing of the dead server's
+    assert json.loads(line)["status"] == "bounded"
