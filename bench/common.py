@@ -10,6 +10,8 @@ import datetime
 import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +52,34 @@ def gpu_name() -> str:
     import cupy as cp
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def process_wall(cmd, env=None) -> float:
+    """Seconds of one fresh process running `cmd` in the checkout (RuntimeError when it fails)."""
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
+    return time.perf_counter() - t
+
+
+def summary(times) -> dict:
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": times}
+
+
+def tiny_instance(folder: Path, env=None) -> Path:
+    """The fresh-process benchmarks' instance (random, 10 variables, domain 10, seed 1), generated into `folder`."""
+    path = folder / "tiny.wcsp"
+    subprocess.run([sys.executable, "-m", "gpusolve", "generate", "random", "-n", "10", "-d", "10", "--seed", "1",
+                    "-o", str(path)], check=True, capture_output=True, cwd=ROOT, env=env)
+    return path
+
+
+def gpu_present() -> bool:
+    """Whether CuPy sees a CUDA device, asked in a fresh process (this one keeps no CUDA context)."""
+    p = subprocess.run([sys.executable, "-c", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"],
+                       capture_output=True)
+    return p.returncode == 0
 
 
 def best_time(fn, sync, repeat):

@@ -15,32 +15,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, cpu_name, write_result
+from common import ROOT, cpu_name, gpu_present, process_wall as wall, summary, tiny_instance, write_result
 
 STAGES = {
     "import_cupy": "import cupy",
     "device_count": "import cupy; cupy.cuda.runtime.getDeviceCount()",
     "context": "import cupy; cupy.cuda.runtime.memGetInfo()",
 }
-
-
-def wall(cmd, env=None) -> float:
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-400:]}")
-    return time.perf_counter() - t
-
-
-def summary(times) -> dict:
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": times}
 
 
 def repeated(cmd, repeat, env_for=lambda i: None) -> dict:
@@ -59,12 +45,6 @@ def import_profile() -> list[tuple[str, int]]:
     return sorted(rows, key=lambda r: -r[1])[:10]
 
 
-def gpu_present() -> bool:
-    p = subprocess.run([sys.executable, "-c", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"],
-                       capture_output=True)
-    return p.returncode == 0
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -72,10 +52,8 @@ def main():
     args = ap.parse_args()
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-startup-"))
-    tiny = work / "tiny.wcsp"
+    tiny = tiny_instance(work)
     solve = [sys.executable, "-m", "gpusolve"]
-    subprocess.run(solve + ["generate", "random", "-n", "10", "-d", "10", "--seed", "1", "-o", str(tiny)],
-                   check=True, capture_output=True, cwd=ROOT)
     rows = {"import_cli": repeated([sys.executable, "-c", "import gpusolve.cli"], repeat),
             "solve_cpu": repeated(solve + ["solve", str(tiny), "--device", "cpu", "--json"], repeat)}
     device = cpu_name()

@@ -270,7 +270,9 @@ def interruptible():
 @click.option("--slice-min", type=SizeParam(), default=None,
               help="With --workers or --scheduler: exact BE slices each bucket whose joint table exceeds this "
                    "(e.g. 4G) over the workers; default: the device budget of one GPU, else the memory budget.")
-def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, **solve_kw):
+@click.option("--no-serve", is_flag=True,
+              help="Solve in this process even when `gpusolve serve` is running (as GPUSOLVE_NO_SERVE=1).")
+def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
     Exit 0 when solved or bounded (SIGTERM stops it as a time limit does), 130 when Ctrl-C stopped
@@ -404,6 +406,25 @@ def _fmt(x) -> str:
     if x is None:
         return "none"
     return f"{x:.9g}" if isinstance(x, float) else str(x)
+
+
+@main.command("serve")
+@click.option("--socket", "path", type=click.Path(dir_okay=False), default=None,
+              help="Unix socket to listen on (default: $GPUSOLVE_SERVE_SOCKET, else $XDG_RUNTIME_DIR/gpusolve.sock, "
+                   "else /tmp/gpusolve-UID/serve.sock); `solve` looks where GPUSOLVE_SERVE_SOCKET says, or the default.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+              help="What to warm: cpu (the pipeline), gpu (also the CUDA context and the GPU kernels; exit 2 "
+                   "without a GPU), auto (gpu when there is one). Each request still runs with its own --device.")
+@click.option("--idle-exit", type=Seconds(), default=None, help="Stop after this many seconds without a request.")
+def serve_cmd(path, device, idle_exit):
+    """Keep a warm process: `gpusolve solve` calls hand it their work while it runs, with the output they
+    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C."""
+    from .serve import ServeError, serve, socket_path
+    try:
+        serve(path or socket_path(), device, idle_exit, lambda line: err().print(line, markup=False, soft_wrap=True))
+    except ServeError as e:
+        err().print(str(e), markup=False, soft_wrap=True)
+        sys.exit(EXIT_INPUT)
 
 
 @main.command("info")

@@ -1,0 +1,233 @@
+"""`gpusolve serve`: a solve handed to the warm server prints what the same solve prints by itself.
+
+Every comparison runs the same command line twice in fresh processes, once served and once with
+GPUSOLVE_NO_SERVE=1, and compares stdout, stderr (also both through one pipe, to check their
+order) and the exit code byte for byte once times are masked (they differ between any two runs).
+The server's log line per request shows the served run was served, not solved by the client.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
+
+
+def gpusolve(*args, env, cwd=None, merge=False, **kw):
+    return subprocess.run([sys.executable, "-m", "gpusolve", *map(str, args)], env=env, cwd=cwd, capture_output=not merge,
+                          stdout=subprocess.PIPE if merge else None, stderr=subprocess.STDOUT if merge else None,
+                          timeout=60, **kw)
+
+
+def masked(data: bytes) -> bytes:
+    """Output with times masked: decimals (seconds, their rates) and per-second counts."""
+    return re.sub(rb"[\d,]+ per s", b"# per s", re.sub(rb"\d+\.\d+(e-?\d+)?", b"#", data))
+
+
+def start_server(path: Path, env, log: Path, *extra, device="cpu"):
+    with open(log, "ab") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "serve", "--device", device, "--socket", str(path),
+                                 *extra], env=env, stdout=f, stderr=f)
+    deadline = time.monotonic() + 120  # a GPU server may compile its kernels first
+    while b"listening" not in log.read_bytes():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A CPU server on a socket of its own; yields (env of a client that uses it, its log file)."""
+    folder = tmp_path_factory.mktemp("serve")
+    path, log = folder / "s.sock", folder / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k != "GPUSOLVE_NO_SERVE"}
+    env.update(GPUSOLVE_SERVE_SOCKET=str(path), PYTHONPATH=str(ROOT))
+    proc = start_server(path, env, log)
+    yield env, log
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert not path.exists()
+
+
+def served_and_local(server, args, cwd=None, merge=False):
+    env, log = server
+    before = log.read_text().count("gpusolve serve: exit")
+    served = gpusolve(*args, env=env, cwd=cwd, merge=merge)
+    assert log.read_text().count("gpusolve serve: exit") == before + 1, "not served"
+    local = gpusolve(*args, env=dict(env, GPUSOLVE_NO_SERVE="1"), cwd=cwd, merge=merge)
+    assert log.read_text().count("gpusolve serve: exit") == before + 1, "served despite GPUSOLVE_NO_SERVE"
+    return served, local
+
+
+def same(served, local):
+    assert served.returncode == local.returncode
+    assert masked(served.stdout) == masked(local.stdout)
+    assert masked(served.stderr or b"") == masked(local.stderr or b"")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, server):
+    folder = tmp_path_factory.mktemp("instances")
+    env = dict(server[0], GPUSOLVE_NO_SERVE="1")
+    for name, topology in (("r.wcsp", "random"), ("g.uai", "grid")):
+        assert gpusolve("generate", topology, "-n", 9, "-d", 3, "--p2", 0.1, "--seed", 2, "-o", folder / name,
+                        env=env).returncode == 0
+    (folder / "bad.wcsp").write_text("bad 2 2 1 10\n2 2\n1 0 0 x\n")
+    return folder
+
+
+@pytest.mark.parametrize("args", [
+    [BUNDLED],
+    [BUNDLED, "--json"],
+    [BUNDLED, "--z", "3", "--no-search", "--device", "cpu"],
+    [BUNDLED, "--time-limit", "0"],
+    ["{g}/r.wcsp", "--json", "--tables", "sparse"],
+    ["{g}/g.uai", "--task", "PR"],
+    ["{g}/g.uai", "--task", "MAR", "--json"],
+    ["{g}/bad.wcsp"],
+    ["{g}/bad.wcsp", "--json"],
+    ["{g}/missing.wcsp", "--json"],
+    [BUNDLED, "--z", "0"],
+    [BUNDLED, "--uai-output", "x.uai"],
+], ids=lambda a: " ".join(map(str, a)).replace(str(ROOT) + "/", ""))
+def test_served_output_equals_local(server, generated, args):
+    args = ["solve"] + [str(a).replace("{g}", str(generated)) for a in args]
+    same(*served_and_local(server, args))
+    if "--json" in args:  # stdout and stderr both written, into one pipe: in the same order
+        same(*served_and_local(server, args, merge=True))
+
+
+def test_shared_instances_served_as_solved_locally(server, shared_instances):
+    for name, extra in (("4queens.wcsp", []), ("example.wcsp", ["--json"]), ("network.uai", ["--json"])):
+        same(*served_and_local(server, ["solve", shared_instances / name, *extra]))
+
+
+def test_relative_paths_resolve_in_the_clients_folder(server, generated, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    env, log = server
+    args = ["solve", os.path.relpath(BUNDLED, work), "--solution", "out.sol", "--json"]
+    before = log.read_text().count("gpusolve serve: exit")
+    served = gpusolve(*args, env=env, cwd=work)
+    assert log.read_text().count("gpusolve serve: exit") == before + 1
+    files = [(work / "out.sol").read_bytes()]
+    (work / "out.sol").unlink()
+    local = gpusolve(*args, env=dict(env, GPUSOLVE_NO_SERVE="1"), cwd=work)
+    files.append((work / "out.sol").read_bytes())
+    same(served, local)
+    assert served.returncode == 0 and files[0] == files[1] and files[0].strip()
+    assert not (ROOT / "out.sol").exists()
+
+
+def test_ctrl_c_is_forwarded_and_the_partial_result_printed(server, tmp_path):
+    env, log = server
+    big = tmp_path / "big.wcsp"
+    gpusolve("generate", "random", "-n", 60, "-d", 5, "--p1", 0.15, "--p2", 0.3, "--seed", 4, "-o", big,
+             env=dict(env, GPUSOLVE_NO_SERVE="1"))
+    results = []
+    for extra in ({}, {"GPUSOLVE_NO_SERVE": "1"}):
+        p = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(big), "--z", "3"], env=dict(env, **extra),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        results.append((p.returncode, [line.split()[0] for line in out.decode().splitlines()], out.decode()))
+    (served_code, served_rows, served_out), (local_code, local_rows, _) = results
+    assert served_code == local_code == 130
+    assert served_rows == local_rows and "interrupted" in served_out
+    assert "exit 130" in log.read_text()
+
+
+def test_opt_outs_and_other_environments_run_locally(server):
+    env, log = server
+    before = log.read_text().count("gpusolve serve: exit")
+    assert gpusolve("solve", BUNDLED, "--no-serve", env=env).returncode == 0
+    threads = str(int(env.get("OMP_NUM_THREADS", "1")) + 1)  # read once per process: not as the server's
+    assert gpusolve("solve", BUNDLED, env=dict(env, OMP_NUM_THREADS=threads)).returncode == 0
+    assert gpusolve("info", BUNDLED, env=env).returncode == 0
+    assert log.read_text().count("gpusolve serve: exit") == before
+
+
+def test_second_server_refuses(server):
+    env, _ = server
+    p = gpusolve("serve", "--device", "cpu", env=env)
+    assert p.returncode == 2
+    assert p.stderr.decode().strip() == f"gpusolve serve: a server is already running on {env['GPUSOLVE_SERVE_SOCKET']}"
+
+
+def test_stale_socket_falls_back_then_is_replaced_and_removed_on_sigterm(tmp_path):
+    path = tmp_path / "stale.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: a server that was killed
+    env = dict(os.environ, GPUSOLVE_SERVE_SOCKET=str(path), PYTHONPATH=str(ROOT))
+    env.pop("GPUSOLVE_NO_SERVE", None)
+    fallback = gpusolve("solve", BUNDLED, "--json", env=env)
+    same(fallback, gpusolve("solve", BUNDLED, "--json", env=dict(env, GPUSOLVE_NO_SERVE="1")))
+    log = tmp_path / "serve.log"
+    proc = start_server(path, env, log)
+    assert path.stat().st_mode & 0o777 == 0o600
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert not path.exists() and "stopped (signal)" in log.read_text()
+
+
+def test_idle_exit(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    path, log = tmp_path / "d" / "s.sock", tmp_path / "serve.log"
+    proc = start_server(path, env, log, "--idle-exit", "0.2")
+    assert proc.wait(timeout=20) == 0
+    assert not path.exists() and (path.parent.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.gpu
+def test_gpu_solves_served_by_a_gpu_server_print_what_local_ones_do(cupy, tmp_path):
+    """The server warmed the GPU: only the local run's note of its kernel compilation differs."""
+    env = dict(os.environ, GPUSOLVE_SERVE_SOCKET=str(tmp_path / "g.sock"), PYTHONPATH=str(ROOT))
+    env.pop("GPUSOLVE_NO_SERVE", None)
+    log = tmp_path / "serve.log"
+    proc = start_server(tmp_path / "g.sock", env, log, device="gpu")
+    try:
+        assert "kernels loaded" in log.read_text()
+        uai = tmp_path / "g.uai"
+        gpusolve("generate", "grid", "-n", 16, "-d", 3, "--seed", 1, "-o", uai, env=dict(env, GPUSOLVE_NO_SERVE="1"))
+        compiled = re.compile(rb"; kernels compiled in # s \(within eliminate\)")
+        for args in ([BUNDLED, "--json"], [BUNDLED, "--z", "3", "--no-search"], [uai, "--task", "PR", "--json"],
+                     [uai, "--task", "MAR"]):
+            args = ["solve", *args, "--device", "gpu", "--host-max", "0"]
+            served = gpusolve(*args, env=env)
+            local = gpusolve(*args, env=dict(env, GPUSOLVE_NO_SERVE="1"))
+            assert served.returncode == local.returncode == 0, local.stderr
+            for a, b in ((served.stdout, local.stdout), (served.stderr, local.stderr)):
+                assert compiled.sub(b"", masked(a)) == compiled.sub(b"", masked(b))
+        assert log.read_text().count("gpusolve serve: exit 0") == 4
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_a_server_killed_mid_request_leaves_the_client_to_solve_alone(tmp_path):
+    env = dict(os.environ, GPUSOLVE_SERVE_SOCKET=str(tmp_path / "k.sock"), PYTHONPATH=str(ROOT))
+    env.pop("GPUSOLVE_NO_SERVE", None)
+    big = tmp_path / "big.wcsp"
+    gpusolve("generate", "random", "-n", 60, "-d", 5, "--p1", 0.15, "--p2", 0.3, "--seed", 4, "-o", big,
+             env=dict(env, GPUSOLVE_NO_SERVE="1"))
+    log = tmp_path / "serve.log"
+    proc = start_server(tmp_path / "k.sock", env, log)
+    client = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(big), "--z", "3", "--time-limit", "1.5",
+                               "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.7)
+    proc.kill()  # mid-solve: its 1.5 s time limit has not passed
+    proc.wait()
+    out, _ = client.communicate(timeout=60)
+    assert client.returncode == 0 and "exit" not in log.read_text().split("listening")[-1]
+    (line,) = out.decode().splitlines()  # the local solve's one object, nothing of the dead server's
+    assert json.loads(line)["status"] == "bounded"
