@@ -6,10 +6,13 @@ modes writes to a temporary folder).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
+import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -106,3 +109,27 @@ def time_events(cp, fn, repeat):
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end))
     return float(np.median(times)), times
+
+
+@contextlib.contextmanager
+def server(device: str, env: dict, log: Path):
+    """A `gpusolve serve --device DEVICE` process for the body, with `env` (which must name its
+    GPUSOLVE_SERVE_SOCKET); yields its warm-up seconds once it listens. Its log goes to `log`:
+    a served solve adds one "gpusolve serve: exit" line."""
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "serve", "--device", device], env=env, cwd=ROOT,
+                                stdout=f, stderr=f)
+    try:
+        while b"listening" not in log.read_bytes():
+            if proc.poll() is not None:
+                raise RuntimeError(f"gpusolve serve --device {device} failed: {log.read_text().strip()[-400:]}")
+            time.sleep(0.05)
+        yield float(re.search(r"warm in ([\d.]+) s", log.read_text()).group(1))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def served_count(log: Path) -> int:
+    """Solves a server has answered so far (`server`'s log)."""
+    return log.read_text().count("gpusolve serve: exit")

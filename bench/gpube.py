@@ -6,7 +6,9 @@ Per instance (GpuBE section 8.1 generators and 404.wcsp), medians of --repeat fr
   run, as on a new machine) and with a warm one, as users meet it (a small plan stays on the
   host, see --host-max), and with an empty cache forced onto the device (--host-max 0);
 - gpusolve's elimination on the device in one warm process: the `eliminate` phase of the
-  second and later solves (host_max=0).
+  second and later solves (host_max=0);
+- the same `solve F --device gpu` processes handed to a `gpusolve serve --device gpu` started
+  once with an empty kernel cache (its warm-up, paid once, is reported apart): process wall.
 Optima are compared: GpuBE's Util against ours. The binary is GitHub nandofioretto/GpuBE's
 prebuilt `cudaBE` (--gpube PATH or $GPUBE); without it only gpusolve's side is measured.
 Writes bench/results/gpube-<device>-<date>.json.
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, SHARED, cpu_name, write_result
+from common import ROOT, SHARED, cpu_name, server, served_count, write_result
 
 # (topology, variables, domain): the families of issue 11's table
 FAMILIES = [("random", 10, 5), ("random", 10, 50), ("random", 12, 10), ("random", 14, 10), ("random", 16, 10),
@@ -49,9 +51,11 @@ def gpube(binary: str, path: Path) -> dict:
     return {"wall_s": wall, "init_s": init_ms / 1e3, "solve_s": solve_ms / 1e3, "util": util}
 
 
-def ours(path: Path, cache: Path, *extra) -> dict:
+def ours(path: Path, cache: Path | None, *extra, env=None) -> dict:
+    """One fresh `gpusolve solve --device gpu` process: alone with kernel cache `cache`, or with
+    `env` (a server's: it hands its work over)."""
     cmd = [sys.executable, "-m", "gpusolve", "solve", str(path), "--device", "gpu", "--json", *extra]
-    wall, p = timed(cmd, dict(os.environ, CUPY_CACHE_DIR=str(cache)))
+    wall, p = timed(cmd, env or dict(os.environ, CUPY_CACHE_DIR=str(cache), GPUSOLVE_NO_SERVE="1"))
     if p.returncode != 0:
         return {"wall_s": wall, "error": p.stderr.strip()[-200:]}
     r = json.loads(p.stdout)
@@ -81,6 +85,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpube", default=os.environ.get("GPUBE"), help="path of GpuBE's cudaBE binary")
     ap.add_argument("--quick", action="store_true", help="two small networks, one run each")
+    ap.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                    help="only the instances whose file name contains one of these (e.g. grid 404)")
     args = ap.parse_args()
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-gpube-"))
@@ -92,40 +98,59 @@ def main():
         files.append(path)
     if not args.quick and (SHARED / "404.wcsp").exists():
         files.append(SHARED / "404.wcsp")
+    if args.only:
+        files = [f for f in files if any(t in f.name for t in args.only)]
     from common import gpu_name
     device = gpu_name()
     rows = []
+    serve_env = {k: v for k, v in os.environ.items() if k != "GPUSOLVE_NO_SERVE"}
+    serve_env.update(CUPY_CACHE_DIR=str(work / "serve-cache"), GPUSOLVE_SERVE_SOCKET=str(work / "serve.sock"),
+                     PYTHONPATH=str(ROOT))
+    log = work / "serve.log"
+    with server("gpu", serve_env, log) as serve_warm_s:  # empty cache: a new machine
+        print(f"gpusolve serve --device gpu: warm in {serve_warm_s:.2f} s with an empty kernel cache", flush=True)
+        for path in files:
+            rows.append(measure(path, args, repeat, work, serve_env, log))
+            # written after every instance, so a run cut by its time limit keeps what it measured
+            write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube),
+                         serve_warm_s=serve_warm_s, complete=len(rows) == len(files), rows=rows)
+
+
+def measure(path: Path, args, repeat: int, work: Path, serve_env: dict, log: Path) -> dict:
+    """One instance's row: GpuBE, our fresh processes (empty, warm, forced onto the device, served), our warm process."""
     warm_cache = work / "warm-cache"
-    for path in files:
-        row = {"instance": path.name}
-        if args.gpube:
-            runs = [gpube(args.gpube, path) for _ in range(repeat)]
-            row["gpube"] = {"wall_s": median(runs, "wall_s"), "solve_s": median(runs, "solve_s"),
-                            "util": runs[-1].get("util"), "error": runs[-1].get("error")}
-        ours(path, warm_cache)  # fills the warm cache
-        for name, cache, extra in (("empty", None, ()), ("warm", warm_cache, ()),
-                                   ("empty_on_device", None, ("--host-max", "0"))):
-            if name == "empty_on_device" and row["empty"]["engine"] == "cupy":
-                row[name] = row["empty"]  # the plan is on the device already
-                continue
-            runs = [ours(path, cache or work / f"empty-{path.stem}-{name}-{i}", *extra) for i in range(repeat)]
-            row[name] = {"wall_s": median(runs, "wall_s"), "eliminate_s": median(runs, "eliminate_s"),
-                         "engine": runs[-1].get("engine"), "upper": runs[-1].get("upper"),
-                         "error": runs[-1].get("error")}
-        row["warm_process"] = warm_eliminate(path, max(repeat, 2))
-        g = row.get("gpube", {})
-        agree = g.get("util") is not None and g["util"] == row["warm_process"]["upper"]
-        row["same_optimum"] = agree if g else None
-        rows.append(row)
-        gs = f"{g['solve_s'] * 1e3:7.1f} ms / {g['wall_s']:.2f} s" if g.get("solve_s") is not None else \
-            f"{'-' if not g else 'error':>17}"
-        print(f"{path.name:28} GpuBE {gs} | ours warm elim {row['warm_process']['eliminate_s'] * 1e3:7.1f} ms, "
-              f"fresh empty {row['empty']['wall_s']:.2f} s ({row['empty']['engine']}), warm cache "
-              f"{row['warm']['wall_s']:.2f} s, empty on device {row['empty_on_device']['wall_s']:.2f} s"
-              f" | optimum {row['warm_process']['upper']} vs {g.get('util')}", flush=True)
-        # written after every instance, so a run cut by its time limit keeps what it measured
-        write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube),
-                     complete=len(rows) == len(files), rows=rows)
+    row = {"instance": path.name}
+    if args.gpube:
+        runs = [gpube(args.gpube, path) for _ in range(repeat)]
+        row["gpube"] = {"wall_s": median(runs, "wall_s"), "solve_s": median(runs, "solve_s"),
+                        "util": runs[-1].get("util"), "error": runs[-1].get("error")}
+    ours(path, warm_cache)  # fills the warm cache
+    for name, cache, extra in (("empty", None, ()), ("warm", warm_cache, ()),
+                               ("empty_on_device", None, ("--host-max", "0"))):
+        if name == "empty_on_device" and row["empty"]["engine"] == "cupy":
+            row[name] = row["empty"]  # the plan is on the device already
+            continue
+        runs = [ours(path, cache or work / f"empty-{path.stem}-{name}-{i}", *extra) for i in range(repeat)]
+        row[name] = {"wall_s": median(runs, "wall_s"), "eliminate_s": median(runs, "eliminate_s"),
+                     "engine": runs[-1].get("engine"), "upper": runs[-1].get("upper"),
+                     "error": runs[-1].get("error")}
+    before = served_count(log)
+    runs = [ours(path, None, env=serve_env) for _ in range(repeat)]
+    row["served"] = {"wall_s": median(runs, "wall_s"), "engine": runs[-1].get("engine"),
+                     "upper": runs[-1].get("upper"), "error": runs[-1].get("error"),
+                     "served": served_count(log) - before}
+    row["warm_process"] = warm_eliminate(path, max(repeat, 2))
+    g = row.get("gpube", {})
+    agree = g.get("util") is not None and g["util"] == row["warm_process"]["upper"]
+    row["same_optimum"] = agree if g else None
+    gs = f"{g['solve_s'] * 1e3:7.1f} ms / {g['wall_s']:.2f} s" if g.get("solve_s") is not None else \
+        f"{'-' if not g else 'error':>17}"
+    print(f"{path.name:28} GpuBE {gs} | ours warm elim {row['warm_process']['eliminate_s'] * 1e3:7.1f} ms, "
+          f"fresh empty {row['empty']['wall_s']:.2f} s ({row['empty']['engine']}), warm cache "
+          f"{row['warm']['wall_s']:.2f} s, empty on device {row['empty_on_device']['wall_s']:.2f} s, "
+          f"served {row['served']['wall_s']:.3f} s ({row['served']['engine']}, {row['served']['served']}/{repeat})"
+          f" | optimum {row['warm_process']['upper']} vs {g.get('util')}", flush=True)
+    return row
 
 
 if __name__ == "__main__":

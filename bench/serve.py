@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, cpu_name, gpu_present, process_wall as wall, summary, tiny_instance, write_result
+from common import (ROOT, cpu_name, gpu_present, process_wall as wall, server, served_count, summary, tiny_instance,
+                    write_result)
 
 SOLVE = [sys.executable, "-m", "gpusolve"]
 
@@ -25,21 +22,11 @@ SOLVE = [sys.executable, "-m", "gpusolve"]
 def served(device: str, cmd, repeat: int, env, folder: Path) -> tuple[dict, float]:
     """Per-process times of `cmd` handed to a server warmed for `device`, and the server's warm-up seconds."""
     log = folder / f"serve-{device}.log"
-    with open(log, "wb") as f:
-        server = subprocess.Popen(SOLVE + ["serve", "--device", device], env=env, cwd=ROOT, stdout=f, stderr=f)
-    try:
-        while b"listening" not in log.read_bytes():
-            if server.poll() is not None:
-                raise RuntimeError(f"gpusolve serve --device {device} failed: {log.read_text().strip()[-400:]}")
-            time.sleep(0.05)
+    with server(device, env, log) as warm_s:
         times = [wall(cmd, env) for _ in range(repeat)]
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
-    text = log.read_text()
-    if text.count("gpusolve serve: exit 0") != repeat:
-        raise RuntimeError(f"not every solve was served:\n{text}")
-    return summary(times), float(re.search(r"warm in ([\d.]+) s", text).group(1))
+        if served_count(log) != repeat:
+            raise RuntimeError(f"not every solve was served:\n{log.read_text()}")
+    return summary(times), warm_s
 
 
 def main():

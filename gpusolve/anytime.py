@@ -30,14 +30,11 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from . import engines
 from .model import Problem
 from .plan import Plan, build_plan, choose_plan
 from .scaleout import Cluster
 
-# Joint-table entries per second, to predict a phase's time before starting it.
-CPU_RATE = 1.5e8
-GPU_RATE = 5e10
-BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
 # The cheap first bound may take this long; the search heuristic this share of the time limit
 # (at least HEURISTIC_MIN_S).
 FIRST_BOUND_S = 0.05
@@ -182,16 +179,18 @@ class Schedule:
         return next((p.plan for p in reversed(self.phases) if p.name == "mbe"), None)
 
     @property
-    def largest_joint(self) -> int:
-        return max((sum(mb.joint_entries for mb in p.plan.minibuckets) for p in self.phases if p.plan), default=0)
+    def largest(self) -> tuple[int, int]:
+        """(joint entries, mini-buckets) of the largest phase's plan: what the engine is chosen by."""
+        return max(((sum(mb.joint_entries for mb in p.plan.minibuckets), len(p.plan.minibuckets))
+                    for p in self.phases if p.plan), default=(0, 0))
 
     def describe(self) -> str:
         return "\n".join(f"{i + 1}. {p.describe()}" for i, p in enumerate(self.phases))
 
 
 def predict_s(plan: Plan, engine: str) -> float:
-    rate = GPU_RATE if engine == "cupy" else CPU_RATE
-    return sum(mb.joint_entries / rate + BUCKET_OVERHEAD_S[engine] for mb in plan.minibuckets)
+    """A phase's time before starting it (engines.predict_s: joint entries per second, a cost per bucket)."""
+    return engines.predict_s(sum(mb.joint_entries for mb in plan.minibuckets), len(plan.minibuckets), engine)
 
 
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,

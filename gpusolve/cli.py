@@ -20,7 +20,7 @@ import click
 
 from . import __version__, graph
 from . import csg as csg_names
-from .engines import DEVICES, HOST_MAX_JOINT, DeviceError
+from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
@@ -122,9 +122,10 @@ def solve_options(f):
         click.option("--gpu-mem-limit", type=SizeParam(), default=None,
                      help="Device memory the GPU engine may hold before it streams tables through "
                           "host memory (e.g. 2G); default: free device memory."),
-        click.option("--host-max", type=click.IntRange(min=0), default=HOST_MAX_JOINT, show_default=True,
-                     help="With --device gpu, a plan with fewer joint entries in all runs on the "
-                          "host, where it finishes before CUDA starts; 0: always on the device."),
+        click.option("--host-max", type=click.IntRange(min=0), default=None,
+                     help="With --device gpu, a plan with fewer joint entries in all runs on the host, "
+                          "more on the device; 0: always the device. Default: where it is predicted "
+                          "to finish first, counting CUDA's start in a fresh process."),
         click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
         click.option("--task", type=click.Choice(("MPE", "PR", "MAR"), case_sensitive=False), default=None,
                      help="For .uai files: MPE (default), PR (log10 Z) or MAR (marginals)."),

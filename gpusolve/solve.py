@@ -20,7 +20,7 @@ from typing import Callable
 
 from . import graph, probabilistic
 from .anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
-from .engines import HOST_MAX_JOINT, select_engine, sparse
+from .engines import select_engine, sparse
 from .eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from .memory import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from .model import Problem
@@ -41,7 +41,7 @@ class Options:
     task: str | None = None  # None: the file's own (WCSP or MPE); PR or MAR for .uai files
     tables: str = "auto"  # auto | dense | sparse: table kind per mini-bucket (engines/sparse.py)
     gpu_mem_limit: int | None = None  # bytes of device memory before the GPU engine streams; None: free memory
-    host_max: int = HOST_MAX_JOINT  # --device gpu places plans below this many joint entries on the host
+    host_max: int | None = None  # --device gpu places plans below this many joint entries on the host (None: predicted)
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
     scheduler: str | None = None  # exact BE's sliced buckets (slicing.py) and AND/OR search subproblems
     # (scaleout.search_on_dask) on this Dask cluster ...
@@ -119,7 +119,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
-    engine, note = select_engine(options.device, schedule.largest_joint, options.gpu_mem_limit, options.host_max)
+    engine, note = select_engine(options.device, *schedule.largest, options.gpu_mem_limit, options.host_max)
     if engine.name != "numpy":
         schedule = make_schedule(problem, order, options, budget, n_comp, engine.name)
     t2 = time.perf_counter()
@@ -219,7 +219,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     t_plan = time.perf_counter()
     phases["plan"] = t_plan - t1
     engine, note = select_engine(options.device, sum(mb.joint_entries for mb in plan.minibuckets),
-                                 options.gpu_mem_limit, options.host_max)
+                                 len(plan.minibuckets), options.gpu_mem_limit, options.host_max)
     t2 = time.perf_counter()
     if engine.startup_s:
         phases["gpu_startup"] = t2 - t_plan

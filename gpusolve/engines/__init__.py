@@ -8,14 +8,20 @@ from .base import Engine
 
 DEVICES = ("auto", "cpu", "gpu")
 
-# --device auto uses the GPU from this many joint-table entries in the whole
-# plan: below it the CPU engine (1.5e8-4e8 entries/s) finishes before CuPy's
-# import and CUDA context (0.5 s on an H100) are ready (bench/gpu_end_to_end.py).
-AUTO_MIN_JOINT = 100_000_000
-# --device gpu keeps a plan with fewer joint entries than this (all its buckets) on the host
-# (--host-max): the CPU engine finishes it (under 10 ms at 1.5e8 entries/s) before CuPy's
-# import and CUDA context (0.8 s on an H100) are ready, and nothing is compiled.
-HOST_MAX_JOINT = 1 << 20
+# Predicted seconds of a plan on each engine: joint-table entries per second and a fixed cost per
+# mini-bucket (launches, syncs; bench/cpu_engine.py, bench/gpube.py's warm process).
+RATE = {"numpy": 1.5e8, "cupy": 5e10}
+BUCKET_OVERHEAD_S = {"numpy": 5e-5, "cupy": 5e-4}
+# What the GPU costs before its first bucket in a process where CUDA has not started: CuPy's
+# import and the CUDA context (0.60 s on an H100, bench/startup.py).
+GPU_START_S = 0.6
+# A plan this large gains from the GPU even in a cold process (Dask workers decide by it).
+AUTO_MIN_JOINT = int(GPU_START_S * RATE["numpy"])
+_started: list[bool] = []  # non-empty once select_engine made a CupyEngine: CUDA is up in this process
+
+
+def predict_s(joint_entries: int, buckets: int, engine: str) -> float:
+    return joint_entries / RATE[engine] + buckets * BUCKET_OVERHEAD_S[engine]
 
 
 class DeviceError(RuntimeError):
@@ -36,30 +42,49 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
-def select_engine(device: str, plan_joint_entries: int | None = None,
-                  gpu_mem_limit: int | None = None, host_max: int = HOST_MAX_JOINT) -> tuple[Engine, str]:
-    """The engine for --device, and a sentence saying why it was chosen.
+def where_to_run(device: str, plan_joint_entries: int | None, buckets: int = 1, host_max: int | None = None,
+                 started: bool = False) -> tuple[str, str]:
+    """("host" or "device", why) for --device auto or gpu, before any engine is made.
 
-    `plan_joint_entries` (the plan's total joint-table entries) lets auto keep
-    small plans on the CPU without even importing CuPy; unknown, auto stays on
-    the CPU. `gpu_mem_limit` (bytes) caps the device memory the GPU engine
-    uses before it streams messages through host memory. `host_max`: with --device gpu,
-    a plan below it is placed on the host (0: always the device).
+    A plan (`plan_joint_entries` in `buckets` mini-buckets) runs where it is predicted to finish
+    first, counting GPU_START_S for the device unless CUDA has `started` in this process: a plan
+    the CPU finishes before CuPy is even imported stays on the host. Unknown size: auto stays
+    on the host, gpu goes to the device. `host_max` (--host-max) replaces the prediction for
+    --device gpu: below that many joint entries the host, else the device (0: always the device).
+    """
+    known = plan_joint_entries is not None
+    if device == "gpu" and host_max is not None:
+        if known and plan_joint_entries < host_max:
+            return "host", (f"gpu requested; the plan's {plan_joint_entries:,} joint entries are below "
+                            f"--host-max {host_max:,}, so it is placed on the host and CUDA is not started")
+        return "device", "gpu requested"
+    if not known:
+        return ("host", "auto: plan size unknown, running on the CPU") if device == "auto" else ("device", "gpu requested")
+    cpu_s = predict_s(plan_joint_entries, buckets, "numpy")
+    start = 0.0 if started else GPU_START_S
+    gpu_s = predict_s(plan_joint_entries, buckets, "cupy") + start
+    why = (f"{device}: the plan's {plan_joint_entries:,} joint entries, predicted {cpu_s:.3g} s on the CPU and "
+           f"{gpu_s:.3g} s on the GPU" + (f" with {start:.2g} s to start CUDA" if start else ""))
+    if cpu_s <= gpu_s:
+        return "host", why + "; running on the CPU" + ("" if device == "auto" else " (--host-max 0: on the device)")
+    return "device", why
+
+
+def select_engine(device: str, plan_joint_entries: int | None = None, buckets: int = 1,
+                  gpu_mem_limit: int | None = None, host_max: int | None = None) -> tuple[Engine, str]:
+    """The engine for --device, and a sentence saying why it was chosen (`where_to_run`).
+
+    `gpu_mem_limit` (bytes) caps the device memory the GPU engine uses before it streams
+    messages through host memory.
     """
     from .numpy_engine import NumpyEngine
     if device == "cpu":
         return NumpyEngine(), "cpu requested"
     if device == "gpu" and importlib.util.find_spec("cupy") is None:
         raise DeviceError("--device gpu: CuPy is not installed")
-    if device == "gpu" and plan_joint_entries is not None and plan_joint_entries < host_max:
-        return NumpyEngine(), (f"gpu requested; the plan's {plan_joint_entries:,} joint entries are below "
-                               f"--host-max {host_max:,}, so it is placed on the host and CUDA is not started")
-    if device == "auto":
-        if plan_joint_entries is None:
-            return NumpyEngine(), "auto: plan size unknown, running on the CPU"
-        if plan_joint_entries < AUTO_MIN_JOINT:
-            return NumpyEngine(), (f"auto: the plan's {plan_joint_entries:,} joint entries are below "
-                                   f"{AUTO_MIN_JOINT:,}, where the GPU starts to gain; running on the CPU")
+    where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(_started))
+    if where == "host":
+        return NumpyEngine(), why
     reason = gpu_unavailable_reason()
     if reason:
         if device == "gpu":
@@ -67,5 +92,5 @@ def select_engine(device: str, plan_joint_entries: int | None = None,
         return NumpyEngine(), f"GPU not used: {reason}; running on the CPU"
     from .cupy_engine import CupyEngine
     engine = CupyEngine(gpu_mem_limit=gpu_mem_limit)
-    why = "gpu requested" if device == "gpu" else f"auto: the plan's {plan_joint_entries:,} joint entries favour the GPU"
+    _started.append(True)
     return engine, f"{why}; {engine.device_name}, CuPy start-up {engine.init_s:.2f} s"
