@@ -5,13 +5,15 @@ rows, x_i + i, x_i - i), Langford L(2, n) at the root (one AllDifferent over the
 and a random domain-reduced instance (each value kept with probability --density, a planted
 permutation so that a matching exists). One timed call is one propagation as search makes it:
 a few values were just removed, the matching of the previous call is passed in (incremental),
-then matching, SCCs, filtering. SCC methods (--methods, alldiff.METHODS): "peel" (forward-backward
-reachability on bit-packed domains, the small rest by Tarjan on the host or the closure on the
-GPU: our propagator, on both), "tarjan" (adjacency lists in Python, host only), "squaring" and
-"warshall" (transitive closures, GPU; float16 matrix squaring and bit-packed Warshall as in the
-seed); the matching stays on the host. Prints and writes seconds per call and the ratios of CPU
-peel and CPU Tarjan to the best GPU method to bench/results/alldiff-<device>-<date>.json. A CPU
-method is skipped (null) above --cpu-max-edges / --tarjan-max-edges edges.
+then matching, SCCs, filtering. SCC methods (--methods, alldiff.METHODS): "peel" (our propagator:
+forward-backward reachability on bit-packed domains; on the CPU in NumPy with the small rest by
+Tarjan, on the GPU one kernel launch, alldiff_kernel.py), "tarjan" (adjacency lists in Python,
+host only), "squaring" and "warshall" (transitive closures in array code, GPU; float16 matrix
+squaring and bit-packed Warshall as in the seed); the matching stays on the host. Prints and
+writes seconds per call, the host's share of a GPU call (matching and bit-packing the domains),
+and the ratios of CPU peel and CPU Tarjan to the best GPU method to
+bench/results/alldiff-<device>-<date>.json. A CPU method is skipped (null) above --cpu-max-edges /
+--tarjan-max-edges edges.
 With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
 CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
 """
@@ -23,7 +25,7 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve.alldiff import METHODS, filter_domains, max_matching
+from gpusolve.alldiff import METHODS, filter_domains, max_matching, pack
 from gpusolve.generate import langford, queens
 from gpusolve.globals import id_table, value_ids
 from gpusolve.mac import Mac
@@ -134,7 +136,7 @@ def main() -> None:
     gpu_methods = [m for m in args.methods if m != "tarjan"] if cp is not None else []
     columns = [f"cpu_{m}" for m in cpu_methods] + [f"gpu_{m}" for m in gpu_methods]
     print(f"{'instance':<22}{'vars':>6}{'edges':>11}" + "".join(f"{c + ' s':>16}" for c in columns)
-          + f"{'peel/gpu':>9}{'tarjan/gpu':>11}")
+          + f"{'host part s':>13}{'peel/gpu':>9}{'tarjan/gpu':>11}")
     for n in sizes:
         cases = [(f"queens-{n} #{k}", g) for k, g in enumerate(queens_graphs(n))]
         cases += [(f"langford-2-{n // 2}", langford_graph(n // 2)),
@@ -155,6 +157,7 @@ def main() -> None:
                 filter_domains(after, match, cp, m)  # warm-up: kernels compiled, memory pooled
                 row[f"gpu_{m}_s"], got = timed(lambda: filter_domains(after, match, cp, m), repeat, sync)
                 assert ref is None or (got[0] == ref).all(), f"{name}: GPU ({m}) and CPU filtering differ"
+            row["host_part_s"] = timed(lambda: (max_matching(after, match), pack(np, after)), repeat)[0]
             if gpu_methods:
                 best = min(row[f"gpu_{m}_s"] for m in gpu_methods)
                 row["best_gpu"] = min(gpu_methods, key=lambda m: row[f"gpu_{m}_s"])
@@ -165,7 +168,7 @@ def main() -> None:
                             for c in columns)
             ratios = "".join(f"{row[k]:>{w}.2f}" if row.get(k) else f"{'-':>{w}}"
                              for k, w in (("ratio", 9), ("ratio_tarjan", 11)))
-            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cells}{ratios}", flush=True)
+            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cells}{row['host_part_s']:>13.4g}{ratios}", flush=True)
     firsts = []
     for spec in solves:
         for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):

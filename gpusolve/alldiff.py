@@ -11,14 +11,18 @@ free value. Three steps:
 2. The residual graph contracted: a variable and its matched value are one node, plus a sink t
    (edges: x -> y when x can take y's value, x -> t when x can take a free value, t -> every
    variable); the free-value paths then become cycles through t, as in the seed paper.
-3. An edge (x, value of y) survives iff y reaches x. The CPU finds the SCCs by Tarjan's
-   algorithm (linear); the GPU computes the transitive closure in array code (`closure`):
-   boolean matrix squaring (one matmul per doubling of path length, on the tensor cores) or
-   bit-packed Warshall as in the seed. Cubic work, so the CPU wins on small or sparse graphs.
+3. An edge (x, value of y) survives iff y reaches x. Our propagator ("peel") finds the SCCs by
+   forward-backward reachability on the bit-packed domains: on the CPU in array code (`peel`),
+   on the GPU in one kernel launch (alldiff_kernel.py). Also here for comparison: Tarjan's
+   algorithm (linear, Python lists) and the seed paper's transitive closures in array code on
+   any device (`closure`: boolean matrix squaring on the tensor cores, or bit-packed Warshall),
+   cubic work.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from . import alldiff_kernel
 
 CLOSURES = ("squaring", "warshall")
 METHODS = ("peel", "tarjan", *CLOSURES)
@@ -103,8 +107,8 @@ def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
              method: str = "peel") -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
     """((rows, columns) of the edges GAC removes, the matching), on the host. The matching stays
     on the host; the SCCs are found by `method` on the array module `xp` (numpy without it):
-    "peel" (PEEL below), "tarjan" (host only), or the closures "squaring" / "warshall". Raises
-    Infeasible."""
+    "peel" (PEEL below on the host; on a device, alldiff_kernel's one launch), "tarjan" (host
+    only), or the closures "squaring" / "warshall" (array code, as in the seed). Raises Infeasible."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (choose {', '.join(METHODS)})")
     xp = np if xp is None else xp
@@ -114,50 +118,51 @@ def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
     if n == 0:
         return (np.zeros(0, np.int64), np.zeros(0, np.int64)), np.zeros(0, dtype=np.int64)
     match = max_matching(dom, match)
+    if method == "peel":
+        words = pack(np, dom)
+        if xp is not np and alldiff_kernel.fits(n, m):  # one launch on the device
+            return alldiff_kernel.removals_gpu(xp, words, match, m), match
+        return crossing(dom, words, match, peel(dom, match, words)[:n]), match  # wider: the host
     if xp is np:
         d, mt = dom, match
     else:  # bit-packed upload (8x fewer bytes), unpacked on the device
         words = xp.asarray(pack(np, dom))
         d, mt = unpack(xp, words, m), xp.asarray(match)
-    if method == "peel":
-        words = pack(np, dom) if xp is np else words
-        gone = crossing(xp, d, words, mt, peel(xp, d, mt, words)[:n])
+    adj = residual(xp, d, mt)
+    if method == "tarjan":
+        comp = scc(adj)
+        kept = comp[:n, None] == comp[None, :n]  # kept[x, y]: x and y in one SCC (x -> y is an edge)
     else:
-        adj = residual(xp, d, mt)
-        if method == "tarjan":
-            comp = scc(adj)
-            kept = comp[:n, None] == comp[None, :n]  # kept[x, y]: x and y in one SCC (x -> y is an edge)
-        else:
-            kept = closure(xp, adj, method)[:n, :n].T  # kept[x, y]: y reaches x
-        removed = xp.zeros((n, m), dtype=bool)
-        removed[:, mt] = adj[:n, :n] & ~kept
-        gone = removed.nonzero()
+        kept = closure(xp, adj, method)[:n, :n].T  # kept[x, y]: y reaches x
+    removed = xp.zeros((n, m), dtype=bool)
+    removed[:, mt] = adj[:n, :n] & ~kept
+    gone = removed.nonzero()
     return (gone if xp is np else (xp.asnumpy(gone[0]), xp.asnumpy(gone[1]))), match
 
 
-def crossing(xp, dom, words, match, label):
+def crossing(dom, words, match, label):
     """(rows, columns) of the edges from a variable to a value matched in another SCC: the removed
     ones. A variable of the largest SCC is looked at only on the values matched outside it, and
     only if it has one (one AND of the packed domains); the others value by value."""
-    lab_val = xp.full(dom.shape[1], -1, dtype=xp.int64)  # free values: -1, never removed
+    lab_val = np.full(dom.shape[1], -1, dtype=np.int64)  # free values: -1, never removed
     lab_val[match] = label
-    big = xp.bincount(label).argmax()
+    big = np.bincount(label).argmax()
     in_big = label == big
     bad = (lab_val >= 0) & (lab_val != big)
-    cols = xp.flatnonzero(bad)
-    rows = xp.flatnonzero(in_big & (words & pack(xp, bad[None, :])).any(axis=1))
-    r, c = xp.take(dom[rows], cols, axis=1).nonzero()
-    out = xp.flatnonzero(~in_big)
+    cols = np.flatnonzero(bad)
+    rows = np.flatnonzero(in_big & (words & pack(np, bad[None, :])).any(axis=1))
+    r, c = np.take(dom[rows], cols, axis=1).nonzero()
+    out = np.flatnonzero(~in_big)
     r2, c2 = (dom[out] & (lab_val[None, :] >= 0) & (lab_val[None, :] != label[out, None])).nonzero()
-    return xp.concatenate([rows[r], out[r2]]), xp.concatenate([cols[c], c2])
+    return np.concatenate([rows[r], out[r2]]), np.concatenate([cols[c], c2])
 
 
 # The peel method: the giant SCCs by breadth-first reachability, the small rest exactly.
-PEEL_PIVOTS = 8  # forward-backward searches at most, before the rest goes to Tarjan / the closure
+PEEL_PIVOTS = 8  # forward-backward searches at most, before the rest goes to Tarjan
 PEEL_SMALL = 16  # a pivot's SCC smaller than this: the rest is made of small ones, stop peeling
 
 
-def peel(xp, dom, match, words):
+def peel(dom, match, words):
     """SCC label of each node of the contracted residual graph (variables 0..n-1, the sink n),
     without building it: forward-backward reachability (Fleischer, Hendrickson, Pinar 2000).
 
@@ -168,29 +173,29 @@ def peel(xp, dom, match, words):
     forward search ORs the domain rows of the frontier; a backward one ANDs the bit-packed domains
     (`words`) with the frontier's matched values. Dense work per level, few levels when most
     nodes share a giant SCC (a node early in search). The rest, once the SCCs found get small, goes
-    to Tarjan on the host or to the closure by squaring on a device: exact either way."""
+    to Tarjan. Host only: on a device alldiff_kernel runs the same searches in one launch."""
     n, m = dom.shape
-    label = xp.full(n + 1, -1, dtype=xp.int64)
-    vals = xp.zeros(m, dtype=bool)
+    label = np.full(n + 1, -1, dtype=np.int64)
+    vals = np.zeros(m, dtype=bool)
 
     def back(frontier, within):  # variables in `within` with an edge into `frontier`
         vals[:] = False
         vals[match] = frontier
-        return (words & pack(xp, vals[None, :])).any(axis=1) & within
+        return (words & pack(np, vals[None, :])).any(axis=1) & within
 
     def forth(frontier, within):
-        return dom[xp.flatnonzero(frontier)].any(axis=0)[match] & within
+        return dom[np.flatnonzero(frontier)].any(axis=0)[match] & within
 
     def trim(left):  # label and drop the variables of `left` with no edge to another one of `left`
-        one = xp.uint64(1)
+        one = np.uint64(1)
         while True:
             vals[:] = False
             vals[match] = left
-            out = words & pack(xp, vals[None, :])  # own value always set: alone iff one bit in all
+            out = words & pack(np, vals[None, :])  # own value always set: alone iff one bit in all
             alone = left & ~(((out & (out - one)) != 0).any(axis=1) | ((out != 0).sum(axis=1) > 1))
             if not bool(alone.any()):
                 return left
-            label[:n][alone] = n + 1 + xp.flatnonzero(alone)
+            label[:n][alone] = n + 1 + np.flatnonzero(alone)
             left = left & ~alone
 
     def reach(start, step, within):
@@ -201,34 +206,28 @@ def peel(xp, dom, match, words):
                 return seen
             seen = seen | frontier
 
-    everyone = xp.ones(n, dtype=bool)
-    free = xp.ones(m, dtype=bool)
+    everyone = np.ones(n, dtype=bool)
+    free = np.ones(m, dtype=bool)
     free[match] = False
-    sink = reach((words & pack(xp, free[None, :])).any(axis=1), back, everyone)
+    sink = reach((words & pack(np, free[None, :])).any(axis=1), back, everyone)
     label[:n][sink] = n
     label[n] = n
     left = trim(~sink)
-    sizes = count(dom, 1).astype(xp.int64)
+    sizes = count(dom, 1).astype(np.int64)
     for _ in range(PEEL_PIVOTS):
         if not bool(left.any()):
             return label
-        pivot = int(xp.argmax(xp.where(left, sizes, -1)))
-        start = xp.zeros(n, dtype=bool)
+        pivot = int(np.argmax(np.where(left, sizes, -1)))
+        start = np.zeros(n, dtype=bool)
         start[pivot] = True
         comp = reach(start, forth, left) & reach(start, back, left)
         label[:n][comp] = pivot
         left = trim(left & ~comp)
         if int(comp.sum()) < PEEL_SMALL:
             break
-    rest = xp.flatnonzero(left)
+    rest = np.flatnonzero(left)
     if rest.size:
-        sub = xp.take(dom[rest], match[rest], axis=1)
-        if xp is np:
-            comp = scc(sub)
-        else:
-            reached = closure(xp, sub, "squaring")
-            comp = xp.argmax((reached & reached.T).astype(xp.int8), axis=1)  # the first node of its SCC
-        label[rest] = 2 * n + 1 + comp
+        label[rest] = 2 * n + 1 + scc(np.take(dom[rest], match[rest], axis=1))
     return label
 
 

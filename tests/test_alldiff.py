@@ -402,7 +402,7 @@ class HostAsDevice:
         return np.asarray(a)
 
 
-@pytest.mark.parametrize("method", ["peel", "squaring", "warshall"])
+@pytest.mark.parametrize("method", ["squaring", "warshall"])
 def test_device_branches_equal_tarjan_with_numpy_as_the_device(method):
     xp = HostAsDevice()
     for seed in range(100):
@@ -415,11 +415,11 @@ def test_device_branches_equal_tarjan_with_numpy_as_the_device(method):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["peel", "squaring", "warshall"])
-def test_gpu_gac_equals_cpu(cupy, kind, monkeypatch):
+def test_gpu_gac_equals_cpu(cupy, kind):
     for seed in range(300):
         dom = random_domains(seed)
         np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
-    for seed in range(40):  # many SCCs: the peel's rest goes to the closure on the device
+    for seed in range(40):  # many SCCs: trimmed, then peeled pivot by pivot
         dom = blocks_domains(seed)
         np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom, method="tarjan"))
     rng = np.random.default_rng(0)
@@ -427,10 +427,62 @@ def test_gpu_gac_equals_cpu(cupy, kind, monkeypatch):
         dom = rng.random((n, n + 5)) < 8 / n
         dom[np.arange(n), rng.permutation(n + 5)[:n]] = True
         np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy, method=kind), gac_or_empty(dom))
-    if kind == "peel":  # every SCC by forward-backward searches on the device
-        from gpusolve import alldiff
-        monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
-        monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
-        for seed in range(20):
-            dom = blocks_domains(seed)
-            np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom, method="tarjan"))
+
+
+def test_kernel_source_is_sized_in_a_few_classes_within_shared_memory():
+    from gpusolve import alldiff_kernel as k
+    sources = {k.kernel_source(n, 2 * n) for n in range(1, 12000, 7) if k.fits(n, 2 * n)}
+    assert 2 <= len(sources) <= 10  # a handful of compiled kernels over every size a search meets
+    for src in sources:
+        assert 'extern "C" __global__ void alldiff_gac(' in src and "SHARED_WORDS" not in src
+        assert src.count("{") == src.count("}") and src.count("(") == src.count(")")
+        words = int(src.split("pool[")[1].split("]")[0])
+        assert 64 <= words and 8 * words + 64 <= k.SHARED_MAX
+    assert k.fits(10_000, 20_000) and not k.fits(200_000, 200_000)
+    # every size that fits gets a pool at least as large as its bitsets
+    for n, m in ((1, 1), (64, 65), (1000, 1999), (8000, 15999), (10_000, 20_000)):
+        assert int(k.kernel_source(n, m).split("pool[")[1].split("]")[0]) >= k.shared_words(n, m)
+
+
+def test_too_wide_for_the_kernel_runs_the_host_peel(monkeypatch):
+    """An AllDifferent whose bitsets exceed one block's shared memory is filtered on the host even
+    when a device is given (here a stand-in module that fails if anything touches it)."""
+    from gpusolve import alldiff_kernel
+    monkeypatch.setattr(alldiff_kernel, "SHARED_MAX", 6 * 8 + 64)  # 6 words: fewer than the 3 + 4 needed
+    for seed in range(50):
+        dom = random_domains(seed)
+        assert not alldiff_kernel.fits(*dom.shape)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=object()), brute_force_gac(dom))
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
+    """The one-launch kernel against the CPU peel: random graphs up to 3000 variables, chains and
+    many small SCCs, more values than variables, the matching of an earlier call, and more
+    removals than its list holds (they come back as bit-packed rows)."""
+    from gpusolve import alldiff, alldiff_kernel
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(1, 300 if trial < 190 else 3000))
+        m = n + int(rng.integers(0, n + 2))
+        dom = rng.random((n, m)) < rng.choice([1.5 / max(n, 1), 4 / max(n, 1), 0.05, 0.5])
+        dom[np.arange(n), rng.permutation(m)[:n]] = True
+        if trial % 3 == 0:  # a search state: the matching of the unreduced graph, then values removed
+            match = max_matching(dom)
+            dom[rng.random(dom.shape) < 0.05] = False
+            dom[np.arange(n), match] |= rng.random(n) < 0.8
+        else:
+            match = None
+        np.testing.assert_array_equal(gac_or_empty(dom, match=match, xp=cupy), gac_or_empty(dom, match=match),
+                                      err_msg=f"trial {trial}")
+    for seed in range(60):
+        dom = blocks_domains(seed)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom, method="tarjan"))
+    n = 3000  # a chain: x_i takes values i and i+1 -- the trimming runs a round per variable
+    dom = np.zeros((n, n + 1), dtype=bool)
+    dom[np.arange(n), np.arange(n)] = dom[np.arange(n), np.arange(n) + 1] = True
+    np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom))
+    dom = np.triu(np.ones((n, n), dtype=bool))  # x_i takes i..n-1: all but the diagonal removed
+    (rows, cols), _ = alldiff.removals(dom, xp=cupy)
+    assert rows.size > alldiff_kernel.LIST_CAP
+    np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), np.eye(n, dtype=bool))
