@@ -12,7 +12,10 @@ host only), "squaring" and "warshall" (transitive closures in array code, GPU; f
 squaring and bit-packed Warshall as in the seed); the matching stays on the host. Prints and
 writes seconds per call, the host's share of a GPU call (matching and bit-packing the domains),
 and the ratios of CPU peel and CPU Tarjan to the best GPU method to
-bench/results/alldiff-<device>-<date>.json. A CPU method is skipped (null) above --cpu-max-edges /
+bench/results/alldiff-<device>-<date>.json. Also, as a search keeping the domains bit-packed
+would call it ("kept" columns): the CPU peel given the packed words, and the GPU kernel on
+domains kept on the device that receives the matching and the values just removed
+(alldiff_kernel.DeviceDomains); both return the removed edges. A CPU method is skipped (null) above --cpu-max-edges /
 --tarjan-max-edges edges.
 With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
 CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
@@ -25,7 +28,8 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve.alldiff import METHODS, filter_domains, max_matching, pack
+from gpusolve import alldiff_kernel
+from gpusolve.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
 from gpusolve.generate import langford, queens
 from gpusolve.globals import id_table, value_ids
 from gpusolve.mac import Mac
@@ -83,6 +87,48 @@ def timed(fn, repeat: int, sync=lambda: None) -> tuple[float, object]:
     return best, out
 
 
+def timed_from(setup, fn, repeat: int, sync=lambda: None):
+    """timed, with `setup()`'s result (made before the clock starts) given to each run of fn."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        state = setup()
+        sync()
+        t = time.perf_counter()
+        out = fn(state)
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def kept_calls(dom, after, match, cp, repeat, sync) -> dict:
+    """Seconds of one call on kept bit-packed domains: CPU peel given the words, GPU kernel on the
+    device's copy given the values just removed; both checked against filter_domains."""
+    n, m = after.shape
+    ref = filter_domains(after, match)[0]
+
+    def check(removed):
+        got = after.copy()
+        got[removed] = False
+        assert (got == ref).all(), "kept-domain filtering differs"
+
+    def cpu(words):
+        mt = max_matching(after, match)
+        return crossing(after, words, mt, peel(after, mt, words)[:n])
+    row = {}
+    row["cpu_peel_kept_s"], got = timed_from(lambda: pack(np, after), cpu, repeat)
+    check(got)
+    if cp is not None and alldiff_kernel.fits(n, m):
+        delta = np.nonzero(dom & ~after)  # what the search removed since the last call
+
+        def gpu(dd):
+            return dd.removals(max_matching(after, match), delta)
+        before = pack(np, dom)
+        row["gpu_kept_s"], got = timed_from(lambda: alldiff_kernel.DeviceDomains(cp, before, m), gpu, repeat, sync)
+        check(got)
+        row["ratio_kept"] = row["cpu_peel_kept_s"] / row["gpu_kept_s"]
+    return row
+
+
 def solve_first(spec: str, xp, limit: float) -> dict:
     """MAC's first solution of `queens:N` or `langford:N`: seconds, nodes, whether it was found."""
     kind, n = spec.split(":")
@@ -136,7 +182,7 @@ def main() -> None:
     gpu_methods = [m for m in args.methods if m != "tarjan"] if cp is not None else []
     columns = [f"cpu_{m}" for m in cpu_methods] + [f"gpu_{m}" for m in gpu_methods]
     print(f"{'instance':<22}{'vars':>6}{'edges':>11}" + "".join(f"{c + ' s':>16}" for c in columns)
-          + f"{'host part s':>13}{'peel/gpu':>9}{'tarjan/gpu':>11}")
+          + f"{'host part s':>13}{'peel/gpu':>9}{'tarjan/gpu':>11}{'cpu kept s':>12}{'gpu kept s':>12}{'kept ratio':>11}")
     for n in sizes:
         cases = [(f"queens-{n} #{k}", g) for k, g in enumerate(queens_graphs(n))]
         cases += [(f"langford-2-{n // 2}", langford_graph(n // 2)),
@@ -158,6 +204,8 @@ def main() -> None:
                 row[f"gpu_{m}_s"], got = timed(lambda: filter_domains(after, match, cp, m), repeat, sync)
                 assert ref is None or (got[0] == ref).all(), f"{name}: GPU ({m}) and CPU filtering differ"
             row["host_part_s"] = timed(lambda: (max_matching(after, match), pack(np, after)), repeat)[0]
+            if "peel" in cpu_methods and row.get("cpu_peel_s") is not None:
+                row.update(kept_calls(dom, after, match, cp if "peel" in gpu_methods else None, repeat, sync))
             if gpu_methods:
                 best = min(row[f"gpu_{m}_s"] for m in gpu_methods)
                 row["best_gpu"] = min(gpu_methods, key=lambda m: row[f"gpu_{m}_s"])
@@ -168,7 +216,10 @@ def main() -> None:
                             for c in columns)
             ratios = "".join(f"{row[k]:>{w}.2f}" if row.get(k) else f"{'-':>{w}}"
                              for k, w in (("ratio", 9), ("ratio_tarjan", 11)))
-            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cells}{row['host_part_s']:>13.4g}{ratios}", flush=True)
+            kept = "".join(f"{row[k]:>{w}.4g}" if row.get(k) is not None else f"{'-':>{w}}"
+                           for k, w in (("cpu_peel_kept_s", 12), ("gpu_kept_s", 12), ("ratio_kept", 11)))
+            print(f"{name:<22}{row['variables']:>6}{edges:>11,}{cells}{row['host_part_s']:>13.4g}{ratios}{kept}",
+                  flush=True)
     firsts = []
     for spec in solves:
         for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):

@@ -29,6 +29,7 @@ typedef unsigned long long u64;
 #define FULL 0xffffffffu
 #define BIT(v) (1ull << ((v) & 63))
 #define HAS(set, v) (((set)[(v) >> 6] >> ((v) & 63)) & 1ull)
+#define U 4  // rows a team loads at once: memory-level parallelism for a latency-bound block
 
 // Gauss-Seidel sweeps to a fixpoint: every thread runs the body over the rows, then all agree on
 // whether anything changed (read after the barrier, cleared before the next sweep).
@@ -37,26 +38,49 @@ typedef unsigned long long u64;
     __syncthreads(); __VA_ARGS__; __syncthreads();            \
   } while (changed)
 
+// Rows are read by teams of T lanes (the smallest power of two >= the words per row, at most 32),
+// 32 / T rows per warp and U of those at once: word(y, w, d) for each word d = D[y][w] of the rows y
+// with row(y), then done(y, any) once per such row, `any` telling whether some word(y, ...) was true.
+template <class Row, class Word, class Done>
+__device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word word, Done done) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int T = 1;
+  while (T < W && T < 32) T <<= 1;
+  const int per = 32 / T, team = lane / T, tl = lane % T;
+  const unsigned tmask = (T == 32 ? FULL : ((1u << T) - 1u)) << (team * T);
+  for (int base = warp * per * U; base < n; base += 32 * per * U) {
+    bool on[U], any[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) { int y = base + u * per + team; on[u] = y < n && row(y); any[u] = false; }
+    for (int w = tl; w < W; w += T) {
+      u64 d[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) d[u] = on[u] ? D[(size_t)(base + u * per + team) * W + w] : 0ull;
+#pragma unroll
+      for (int u = 0; u < U; ++u) if (on[u]) any[u] |= word(base + u * per + team, w, d[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      unsigned b = __ballot_sync(FULL, any[u]);
+      if (on[u] && tl == 0) done(base + u * per + team, (b & tmask) != 0);
+    }
+  }
+}
+
 // Variables y of `within` outside `set` with an edge into a value of `vals` join `set` (their
 // values join `vals`), to a fixpoint: backward reachability.
 __device__ void backward(const u64* D, const int* match, int n, int W, u64* set, u64* vals,
                          const u64* within, volatile int& changed) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  FIXPOINT(
-    for (int y = warp; y < n; y += 32) {
-      if (!HAS(within, y) || HAS(set, y)) continue;
-      bool hit = false;
-      for (int w = lane; w < W; w += 32) hit |= (D[(size_t)y * W + w] & vals[w]) != 0;
-      if (__any_sync(FULL, hit) && lane == 0) {
-        atomicOr(&set[y >> 6], BIT(y));
-        atomicOr(&vals[match[y] >> 6], BIT(match[y]));
-        changed = 1;
-      }
-    });
+  FIXPOINT(rows(D, n, W,
+    [&](int y) { return HAS(within, y) && !HAS(set, y); },
+    [&](int y, int w, u64 d) { return (d & vals[w]) != 0; },
+    [&](int y, bool hit) {
+      if (hit) { atomicOr(&set[y >> 6], BIT(y)); atomicOr(&vals[match[y] >> 6], BIT(match[y])); changed = 1; }
+    }));
 }
 
-extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, int cap,
-                                int* owner, int* label, u64* R, int* out) {
+extern "C" __global__ void NAME(u64* D, const int* match, const int* delta, int n, int m, int n_delta,
+                                int cap, int* owner, int* label, int* size, u64* R, int* out) {
   // shared bitsets: variables (NW words) and values (W words)
   __shared__ u64 pool[SHARED_WORDS];
   __shared__ volatile int changed;
@@ -65,12 +89,21 @@ extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, in
   const int W = (m + 63) >> 6, NW = (n + 63) >> 6;
   u64 *rem = pool, *F = rem + NW, *B = F + NW;                     // variables
   u64 *free_vals = B + NW, *rem_vals = free_vals + W, *F_vals = rem_vals + W, *B_vals = F_vals + W;  // values
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
+  auto nothing = [](int, bool) {};
+  auto all = [](int) { return true; };
+  // The values removed since the last call leave the domains kept on the device.
+  for (int k = tid; k < n_delta; k += blockDim.x) {
+    int x = delta[2 * k], v = delta[2 * k + 1];
+    atomicAnd(&D[(size_t)x * W + (v >> 6)], ~BIT(v));
+  }
   for (int i = tid; i < 3 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
+  for (int x = tid; x < n; x += blockDim.x) size[x] = 0;
   if (tid == 0) { count = 0; big = -1; big_size = 0; }
   __syncthreads();
   for (int x = tid; x < n; x += blockDim.x) { owner[match[x]] = x; label[x] = -1; }
+  rows(D, n, W, all, [&](int y, int w, u64 d) { if (d) atomicAdd(&size[y], __popcll(d)); return false; }, nothing);
   __syncthreads();
   for (int v = tid; v < m; v += blockDim.x)
     if (owner[v] < 0) atomicOr(&free_vals[v >> 6], BIT(v));
@@ -78,11 +111,9 @@ extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, in
   __syncthreads();
 
   // The sink's SCC: the variables with an edge to a free value, then all that reach them.
-  for (int x = warp; x < n; x += 32) {
-    bool hit = false;
-    for (int w = lane; w < W; w += 32) hit |= (D[(size_t)x * W + w] & free_vals[w]) != 0;
-    if (__any_sync(FULL, hit) && lane == 0) { atomicOr(&B[x >> 6], BIT(x)); atomicOr(&B_vals[match[x] >> 6], BIT(match[x])); }
-  }
+  rows(D, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool hit) {
+    if (hit) { atomicOr(&B[y >> 6], BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
+  });
   backward(D, match, n, W, B, B_vals, rem, changed);
   for (int x = tid; x < n; x += blockDim.x) {
     if (HAS(B, x)) { label[x] = n; atomicAnd(&rem[x >> 6], ~BIT(x)); atomicAdd(&count, 1); }
@@ -91,46 +122,37 @@ extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, in
   __syncthreads();
   if (tid == 0) { big = n; big_size = count; }
 
+  // An edge of x to another remaining variable's value (not x's own).
+  auto other = [&](int y, int w, u64 d) {
+    u64 e = d & rem_vals[w];
+    if (w == (match[y] >> 6)) e &= ~BIT(match[y]);
+    return e;
+  };
+  auto remaining = [&](int y) { return HAS(rem, y) != 0; };
   while (true) {
     // Trim: a variable with no edge to another remaining one, or none from another, is its own SCC.
     FIXPOINT(
       for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;  // values some other variable can take
       __syncthreads();
-      for (int x = warp; x < n; x += 32) {
-        if (!HAS(rem, x)) continue;
-        for (int w = lane; w < W; w += 32) {
-          u64 e = D[(size_t)x * W + w] & rem_vals[w];
-          if (w == (match[x] >> 6)) e &= ~BIT(match[x]);
-          if (e) atomicOr(&F_vals[w], e);
-        }
-      }
+      rows(D, n, W, remaining, [&](int y, int w, u64 d) {
+        u64 e = other(y, w, d);
+        if (e & ~F_vals[w]) atomicOr(&F_vals[w], e);
+        return false;
+      }, nothing);
       __syncthreads();
-      for (int x = warp; x < n; x += 32) {
-        if (!HAS(rem, x)) continue;
-        bool out_edge = false;
-        for (int w = lane; w < W; w += 32) {
-          u64 e = D[(size_t)x * W + w] & rem_vals[w];
-          if (w == (match[x] >> 6)) e &= ~BIT(match[x]);
-          out_edge |= e != 0;
-        }
-        out_edge = __any_sync(FULL, out_edge);
-        if (lane == 0 && (!out_edge || !HAS(F_vals, match[x]))) {
-          label[x] = n + 1 + x;
-          atomicAnd(&rem[x >> 6], ~BIT(x));
-          atomicAnd(&rem_vals[match[x] >> 6], ~BIT(match[x]));
+      rows(D, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; }, [&](int y, bool out_edge) {
+        if (!out_edge || !HAS(F_vals, match[y])) {
+          label[y] = n + 1 + y;
+          atomicAnd(&rem[y >> 6], ~BIT(y));
+          atomicAnd(&rem_vals[match[y] >> 6], ~BIT(match[y]));
           changed = 1;
         }
-      });
+      }));
     // Pivot: the remaining variable with the largest domain.
     if (tid == 0) best = 0;
     __syncthreads();
-    for (int x = warp; x < n; x += 32) {
-      if (!HAS(rem, x)) continue;
-      int size = 0;
-      for (int w = lane; w < W; w += 32) size += __popcll(D[(size_t)x * W + w]);
-      for (int o = 16; o; o >>= 1) size += __shfl_down_sync(FULL, size, o);
-      if (lane == 0) atomicMax(&best, ((unsigned long long)(size + 1) << 32) | (unsigned)x);
-    }
+    for (int x = tid; x < n; x += blockDim.x)
+      if (HAS(rem, x)) atomicMax(&best, ((unsigned long long)(size[x] + 1) << 32) | (unsigned)x);
     __syncthreads();
     if (best == 0) break;  // every variable labelled (read by all threads after the barrier)
     if (tid == 0) { pivot = (int)(best & 0xffffffffu); pivot_size = 0; }
@@ -142,19 +164,16 @@ extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, in
       F_vals[match[pivot] >> 6] = B_vals[match[pivot] >> 6] = BIT(match[pivot]);
     }
     // Forward: the values of F's variables' domains among the remaining ones bring their owners in.
-    FIXPOINT(
-      for (int x = warp; x < n; x += 32) {
-        if (!HAS(F, x)) continue;
-        for (int w = lane; w < W; w += 32) {
-          u64 e = D[(size_t)x * W + w] & rem_vals[w] & ~F_vals[w];
-          while (e) {
-            int b = __ffsll(e) - 1;
-            e &= e - 1;
-            int y = owner[w * 64 + b];
-            if (!(atomicOr(&F[y >> 6], BIT(y)) & BIT(y))) { atomicOr(&F_vals[w], 1ull << b); changed = 1; }
-          }
-        }
-      });
+    FIXPOINT(rows(D, n, W, [&](int y) { return HAS(F, y) != 0; }, [&](int y, int w, u64 d) {
+      u64 e = d & rem_vals[w] & ~F_vals[w];
+      while (e) {
+        int b = __ffsll(e) - 1;
+        e &= e - 1;
+        int z = owner[w * 64 + b];
+        if (!(atomicOr(&F[z >> 6], BIT(z)) & BIT(z))) { atomicOr(&F_vals[w], 1ull << b); changed = 1; }
+      }
+      return false;
+    }, nothing));
     backward(D, match, n, W, B, B_vals, rem, changed);
     for (int x = tid; x < n; x += blockDim.x)
       if (HAS(F, x) && HAS(B, x)) {
@@ -168,33 +187,34 @@ extern "C" __global__ void NAME(const u64* D, const int* match, int n, int m, in
   }
 
   // Removals: x keeps v iff v is free or matched within x's SCC. The largest SCC's rows are
-  // checked a word at a time against its values (F_vals); the others value by value.
+  // checked a word at a time against its values (F_vals); the others value by value. They also
+  // leave the domains kept on the device.
   for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;
   if (tid == 0) count = 0;
   __syncthreads();
   for (int x = tid; x < n; x += blockDim.x)
     if (label[x] == big) atomicOr(&F_vals[match[x] >> 6], BIT(match[x]));
   __syncthreads();
-  for (int x = warp; x < n; x += 32) {
-    int lx = label[x];
-    for (int w = lane; w < W; w += 32) {
-      u64 e = D[(size_t)x * W + w] & ~free_vals[w], r = 0;
-      if (lx == big) r = e & ~F_vals[w];
-      else
-        while (e) {
-          int b = __ffsll(e) - 1;
-          e &= e - 1;
-          if (label[owner[w * 64 + b]] != lx) r |= 1ull << b;
-        }
-      R[(size_t)x * W + w] = r;
-      while (r) {
-        int b = __ffsll(r) - 1;
-        r &= r - 1;
-        int k = atomicAdd(&count, 1);
-        if (k < cap) { out[1 + 2 * k] = x; out[2 + 2 * k] = w * 64 + b; }
+  rows(D, n, W, all, [&](int x, int w, u64 d) {
+    const int lx = label[x];
+    u64 e = d & ~free_vals[w], r = 0;
+    if (lx == big) r = e & ~F_vals[w];
+    else
+      while (e) {
+        int b = __ffsll(e) - 1;
+        e &= e - 1;
+        if (label[owner[w * 64 + b]] != lx) r |= 1ull << b;
       }
+    R[(size_t)x * W + w] = r;
+    if (r) D[(size_t)x * W + w] = d & ~r;
+    while (r) {
+      int b = __ffsll(r) - 1;
+      r &= r - 1;
+      int k = atomicAdd(&count, 1);
+      if (k < cap) { out[1 + 2 * k] = x; out[2 + 2 * k] = w * 64 + b; }
     }
-  }
+    return false;
+  }, nothing);
   __syncthreads();
   if (tid == 0) out[0] = count;
 }
@@ -222,10 +242,9 @@ def kernel_source(n: int, m: int) -> str:
 _kernels: dict = {}
 
 
-def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
-    domains, n rows) and a matching covering every variable: one upload, one launch, one download
-    (two when more than LIST_CAP edges go)."""
+def _launch(cp, words, match, delta, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run the kernel on device `words` (n rows; `delta`'s edges cleared first, the removed ones
+    after): (rows, columns) of the removed edges on the host."""
     n, width = words.shape
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
@@ -233,22 +252,45 @@ def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.n
     kernel = _kernels.get(source)
     if kernel is None:
         kernel = _kernels[source] = cp.RawKernel(source, NAME)
-    up = np.empty(n * width * 2 + n, dtype=np.int32)  # the words, then the matching: one copy
-    up[:n * width * 2] = np.ascontiguousarray(words).view(np.int32).ravel()
-    up[n * width * 2:] = match
+    rows, cols = delta
+    up = np.empty(n + 2 * len(rows), dtype=np.int32)  # the matching, then the removed edges: one copy
+    up[:n] = match
+    up[n::2], up[n + 1::2] = rows, cols
     dev = cp.asarray(up)
-    d_words, d_match = dev[:n * width * 2].view(cp.uint64), dev[n * width * 2:]
-    owner = cp.empty(m, dtype=cp.int32)
-    label = cp.empty(n, dtype=cp.int32)
+    owner, label, size = cp.empty(m, dtype=cp.int32), cp.empty(n, dtype=cp.int32), cp.empty(n, dtype=cp.int32)
     removed = cp.empty((n, width), dtype=cp.uint64)
     out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
-    kernel((1,), (THREADS,), (d_words, d_match, np.int32(n), np.int32(m), np.int32(LIST_CAP),
-                              owner, label, removed, out))
+    kernel((1,), (THREADS,), (words, dev[:n], dev[n:], np.int32(n), np.int32(m), np.int32(len(rows)),
+                              np.int32(LIST_CAP), owner, label, size, removed, out))
     head = out.get()
     k = int(head[0])
     if k <= LIST_CAP:
         pairs = head[1:1 + 2 * k].reshape(k, 2).astype(np.int64)
         return pairs[:, 0], pairs[:, 1]
     bits = np.unpackbits(removed.get().view(np.uint8), axis=1, bitorder="little")[:, :m]
-    rows, cols = np.nonzero(bits)
-    return rows.astype(np.int64), cols.astype(np.int64)
+    r, c = np.nonzero(bits)
+    return r.astype(np.int64), c.astype(np.int64)
+
+
+_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
+    domains, n rows) and a matching covering every variable: two uploads, one launch, one
+    download (two when more than LIST_CAP edges go)."""
+    return _launch(cp, cp.asarray(words), match, _NONE, m)
+
+
+class DeviceDomains:
+    """One AllDifferent's bit-packed domains kept on the device between the propagation calls of
+    a search: a call sends the matching and the edges removed since the last call (a few, not the
+    n x m domains), and leaves the domains filtered on the device as they are on the host."""
+
+    def __init__(self, cp, words: np.ndarray, m: int):
+        self.cp, self.m = cp, m
+        self.words = cp.asarray(words)
+
+    def removals(self, match: np.ndarray, removed=_NONE) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""
+        return _launch(self.cp, self.words, match, removed, self.m)

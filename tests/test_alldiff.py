@@ -486,3 +486,38 @@ def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
     (rows, cols), _ = alldiff.removals(dom, xp=cupy)
     assert rows.size > alldiff_kernel.LIST_CAP
     np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), np.eye(n, dtype=bool))
+
+
+@pytest.mark.gpu
+def test_gpu_kept_domains_follow_a_search(cupy):
+    """DeviceDomains across a dive: each call sends the values the search removed, gets GAC's
+    removals equal to the CPU's, and leaves the device's words equal to the host's filtered domains."""
+    from gpusolve import alldiff_kernel
+    from gpusolve.alldiff import pack
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        n = int(rng.integers(2, 600))
+        m = n + int(rng.integers(0, 40))
+        dom = rng.random((n, m)) < rng.uniform(0.02, 0.6)
+        dom[np.arange(n), rng.permutation(m)[:n]] = True
+        try:
+            dom, match = filter_domains(dom)
+        except Infeasible:
+            continue
+        kept = alldiff_kernel.DeviceDomains(cupy, pack(np, dom), m)
+        for _ in range(8):
+            after = dom.copy()
+            x = int(rng.integers(n))
+            vals = np.flatnonzero(after[x])
+            after[x, vals] = False
+            after[x, rng.choice(vals)] = True  # the search assigns x
+            try:
+                want, new = filter_domains(after, match)
+            except Infeasible:
+                break
+            r, c = kept.removals(max_matching(after, match), np.nonzero(dom & ~after))
+            got = after.copy()
+            got[r, c] = False
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(kept.words.get(), pack(np, want))
+            dom, match = want, new
