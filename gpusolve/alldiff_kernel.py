@@ -242,55 +242,53 @@ def kernel_source(n: int, m: int) -> str:
 _kernels: dict = {}
 
 
-def _launch(cp, words, match, delta, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Run the kernel on device `words` (n rows; `delta`'s edges cleared first, the removed ones
-    after): (rows, columns) of the removed edges on the host."""
-    n, width = words.shape
+def _kernel(cp, n: int, m: int):
+    """The compiled kernel for this size class (compiled once per process; cupy caches the binary)."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
     source = kernel_source(n, m)
-    kernel = _kernels.get(source)
-    if kernel is None:
-        kernel = _kernels[source] = cp.RawKernel(source, NAME)
-    rows, cols = delta
-    up = np.empty(n + 2 * len(rows), dtype=np.int32)  # the matching, then the removed edges: one copy
-    up[:n] = match
-    up[n::2], up[n + 1::2] = rows, cols
-    dev = cp.asarray(up)
-    owner, label, size = cp.empty(m, dtype=cp.int32), cp.empty(n, dtype=cp.int32), cp.empty(n, dtype=cp.int32)
-    removed = cp.empty((n, width), dtype=cp.uint64)
-    out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
-    kernel((1,), (THREADS,), (words, dev[:n], dev[n:], np.int32(n), np.int32(m), np.int32(len(rows)),
-                              np.int32(LIST_CAP), owner, label, size, removed, out))
-    head = out.get()
-    k = int(head[0])
-    if k <= LIST_CAP:
-        pairs = head[1:1 + 2 * k].reshape(k, 2).astype(np.int64)
-        return pairs[:, 0], pairs[:, 1]
-    bits = np.unpackbits(removed.get().view(np.uint8), axis=1, bitorder="little")[:, :m]
-    r, c = np.nonzero(bits)
-    return r.astype(np.int64), c.astype(np.int64)
+    if source not in _kernels:
+        _kernels[source] = cp.RawKernel(source, NAME)
+    return _kernels[source]
 
 
-_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+class DeviceDomains:
+    """One AllDifferent's bit-packed domains kept on the device between the propagation calls of
+    a search, with the kernel's scratch arrays: a call sends the matching and the edges removed
+    since the last call (a few, not the n x m domains), and leaves the domains filtered on the
+    device as they are on the host."""
+
+    def __init__(self, cp, words: np.ndarray, m: int):
+        n, width = words.shape
+        self.cp, self.n, self.m = cp, n, m
+        self.kernel = _kernel(cp, n, m)
+        self.words = cp.asarray(words)
+        self.owner, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, n, n))
+        self.removed = cp.empty((n, width), dtype=cp.uint64)
+        self.out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
+
+    def removals(self, match: np.ndarray, removed=None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""
+        n, m = self.n, self.m
+        rows, cols = removed if removed is not None else ((), ())
+        up = np.empty(n + 2 * len(rows), dtype=np.int32)  # the matching, then the removed edges: one copy
+        up[:n] = match
+        up[n::2], up[n + 1::2] = rows, cols
+        dev = self.cp.asarray(up)
+        self.kernel((1,), (THREADS,), (self.words, dev[:n], dev[n:], np.int32(n), np.int32(m), np.int32(len(rows)),
+                                       np.int32(LIST_CAP), self.owner, self.label, self.size, self.removed, self.out))
+        head = self.out.get()
+        k = int(head[0])
+        if k <= LIST_CAP:
+            pairs = head[1:1 + 2 * k].reshape(k, 2).astype(np.int64)
+            return pairs[:, 0], pairs[:, 1]
+        bits = np.unpackbits(self.removed.get().view(np.uint8), axis=1, bitorder="little")[:, :m]
+        r, c = np.nonzero(bits)
+        return r.astype(np.int64), c.astype(np.int64)
 
 
 def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
     domains, n rows) and a matching covering every variable: two uploads, one launch, one
     download (two when more than LIST_CAP edges go)."""
-    return _launch(cp, cp.asarray(words), match, _NONE, m)
-
-
-class DeviceDomains:
-    """One AllDifferent's bit-packed domains kept on the device between the propagation calls of
-    a search: a call sends the matching and the edges removed since the last call (a few, not the
-    n x m domains), and leaves the domains filtered on the device as they are on the host."""
-
-    def __init__(self, cp, words: np.ndarray, m: int):
-        self.cp, self.m = cp, m
-        self.words = cp.asarray(words)
-
-    def removals(self, match: np.ndarray, removed=_NONE) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""
-        return _launch(self.cp, self.words, match, removed, self.m)
+    return DeviceDomains(cp, words, m).removals(match)
