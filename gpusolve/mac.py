@@ -22,9 +22,9 @@ from .model import Problem
 from .preprocess import revise
 
 # AllDifferents over fewer variables stay on the host even with a GPU array module: one propagation
-# call by peeling took 0.2-0.3x the CPU's time on the GPU at 300 variables, 0.5-1.1x at 1000 and
-# 1.2-1.4x at 2000 (H100 against its host's CPU, bench/alldiff.py).
-GPU_MIN_SCOPE = 2000
+# call (alldiff_kernel's one launch) took 0.49-1.49x the CPU peel's time at 300 variables and
+# 1.5-3.0x from 1000 (H100 against its host's CPU, bench/alldiff.py).
+GPU_MIN_SCOPE = 1000
 RESTART_BASE = 64  # failures before the first restart
 
 
