@@ -172,6 +172,7 @@ class Phase:
 class Schedule:
     phases: tuple[Phase, ...]
     engine: str  # numpy | cupy: what the predictions assumed
+    threads: int = 1  # ... and the CPU engine's threads
 
     @property
     def heuristic(self) -> Plan | None:
@@ -188,14 +189,15 @@ class Schedule:
         return "\n".join(f"{i + 1}. {p.describe()}" for i, p in enumerate(self.phases))
 
 
-def predict_s(plan: Plan, engine: str) -> float:
+def predict_s(plan: Plan, engine: str, threads: int = 1) -> float:
     """A phase's time before starting it (engines.predict_s: joint entries per second, a cost per bucket)."""
-    return engines.predict_s(sum(mb.joint_entries for mb in plan.minibuckets), len(plan.minibuckets), engine)
+    return engines.predict_s(sum(mb.joint_entries for mb in plan.minibuckets), len(plan.minibuckets), engine,
+                             threads)
 
 
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
                   time_limit: float | None, engine: str, z: int | None = None, search: bool = True,
-                  n_components: int = 1, tables: str = "auto") -> Schedule:
+                  n_components: int = 1, tables: str = "auto", threads: int = 1) -> Schedule:
     """Phases for an optimisation task (WCSP, MPE).
 
     `exact` is the exact plan when it fits the memory budget (None otherwise). A satisfaction
@@ -208,20 +210,23 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     for integer problems by bounded sparse BE, as before search existed.
     """
     limit = math.inf if time_limit is None else time_limit
+
+    def cost(plan: Plan) -> float:
+        return predict_s(plan, engine, threads)
     # A satisfaction problem's first solution is optimal: MAC search unless BE is instant (donald:
     # 0.07 s against 6 s of BE). MAC, with GAC and the globals, is loaded only then.
-    if search and z is None and (exact is None or predict_s(exact, engine) > FIRST_BOUND_S):
+    if search and z is None and (exact is None or cost(exact) > FIRST_BOUND_S):
         from .mac import satisfaction
         if satisfaction(problem):
-            return Schedule((Phase("mac", seconds=math.inf),), engine)
-    if exact is not None and z is None and (not search or predict_s(exact, engine) <= 0.8 * limit):
-        return Schedule((Phase("be", exact, predict_s(exact, engine)),), engine)
+            return Schedule((Phase("mac", seconds=math.inf),), engine, threads)
+    if exact is not None and z is None and (not search or cost(exact) <= 0.8 * limit):
+        return Schedule((Phase("be", exact, cost(exact)),), engine, threads)
     if not search:
         fitting = choose_plan(problem, order, z, budget, n_components)
-        phases = (Phase("mbe", fitting, predict_s(fitting, engine)),)
+        phases = (Phase("mbe", fitting, cost(fitting)),)
         if z is None and tables != "dense" and problem.integer:
             phases = (Phase("bounded-sparse", fitting),) + phases
-        return Schedule(phases, engine)
+        return Schedule(phases, engine, threads)
     max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
     width = build_plan(problem, order, None, n_components).induced_width
 
@@ -232,7 +237,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         for zz in range(max_arity, top_z + 1):
             plan = build_plan(problem, order, zz, n_components)
             if (best is not None and plan.peak_bytes > room) or plan.peak_bytes > budget \
-                    or (best is not None and predict_s(plan, engine) > seconds):
+                    or (best is not None and cost(plan) > seconds):
                 break
             best = plan
             if plan.exact:
@@ -256,16 +261,16 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if timed else Phase("local-search", seconds=LOCAL_SEARCH_S, stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
-        phases += [Phase("mbe", first, predict_s(first, engine))] + ([local] if timed else [])
-    phases.append(Phase("mbe", heuristic, predict_s(heuristic, engine)))
+        phases += [Phase("mbe", first, cost(first))] + ([local] if timed else [])
+    phases.append(Phase("mbe", heuristic, cost(heuristic)))
     phases.append(Phase("fglp"))
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
-    phases.append(Phase("mbe", heuristic, 2 * predict_s(heuristic, engine), shifted=True))
+    phases.append(Phase("mbe", heuristic, 2 * cost(heuristic), shifted=True))
     phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if timed else None))
     if local not in phases:
         phases.append(local)
     phases.append(Phase("search", seconds=math.inf))
-    return Schedule(tuple(phases), engine)
+    return Schedule(tuple(phases), engine, threads)
 
 
 def rng_for(problem: Problem) -> np.random.Generator:
@@ -353,7 +358,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 # Where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6).
                 from .shift import JGLP_BYTES, jglp
                 seconds = min(phase.seconds or math.inf, out.phase_s.get("eliminate", 0.0))
-                if JGLP_PASSES * predict_s(guide.plan, schedule.engine) > seconds:
+                if JGLP_PASSES * predict_s(guide.plan, schedule.engine, schedule.threads) > seconds:
                     out.note += f"; jglp not started (predicted over its {seconds:.3g} s)"
                     continue
                 lower = jglp(guide.problem, guide.plan, engine, guide.tables, guide.messages, guide.matched,

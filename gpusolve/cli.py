@@ -20,7 +20,7 @@ import click
 
 from . import __version__, graph
 from . import csg as csg_names
-from .engines import DEVICES, DeviceError
+from .engines import DEVICES, DeviceError, warm_up_cuda
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
@@ -126,6 +126,8 @@ def solve_options(f):
                      help="With --device gpu, a plan with fewer joint entries in all runs on the host, "
                           "more on the device; 0: always the device. Default: where it is predicted "
                           "to finish first, counting CUDA's start in a fresh process."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="CPU engine threads for the dense buckets (default: one per core)."),
         click.option("--evidence", type=str, default=None, help="UAI evidence file (default: FILE.evid if present)."),
         click.option("--task", type=click.Choice(("MPE", "PR", "MAR"), case_sensitive=False), default=None,
                      help="For .uai files: MPE (default), PR (log10 Z) or MAR (marginals)."),
@@ -293,6 +295,8 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
     problem = check_outputs(file, fmt, solution, uai_output)  # before any work
     if problem:
         fail(problem, EXIT_INPUT)
+    if options.device == "gpu":
+        warm_up_cuda()
     try:
         with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
             result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt)
@@ -726,6 +730,8 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
         if as_csv:
             write_csv(Path(out_path).with_suffix(".csv"), records)
         return
+    if options.device == "gpu" and todo:
+        warm_up_cuda()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
     with bar, _appender(out_path) as sink:

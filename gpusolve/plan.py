@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 # Joint-table entries an engine evaluates at once; bounds the working memory.
 CHUNK_ENTRIES = 1 << 20
+# The CPU engine's threads on one bucket, each a chunk at a time (bench/cpu_engine.py: on 16 cores,
+# no gain past 12-16); a bound the plan's memory counts whatever the machine.
+THREADS_MAX = 16
 # Sparse tables (engines/sparse.py): join output rows gathered at once, bytes per
 # stored row (int64 key + 8-byte cost) and per gathered workspace row (key, cost,
 # input indices, group index, bound and digit temporaries).
@@ -84,10 +87,10 @@ class Plan:
 
     @property
     def workspace_bytes(self) -> int:
-        """Dense: two chunks. Sparse: a chunk of gathered rows plus stored intermediate joins,
-        estimated by the joint bound."""
+        """Dense: two chunks for each CPU thread the largest bucket may take. Sparse: a chunk of
+        gathered rows plus stored intermediate joins, estimated by the joint bound."""
         largest = max((mb.joint_entries for mb in self.minibuckets if not mb.sparse), default=0)
-        dense = 2 * min(largest, CHUNK_ENTRIES) * self.itemsize
+        dense = 2 * min(largest, CHUNK_ENTRIES) * self.itemsize * min(THREADS_MAX, max(1, largest // CHUNK_ENTRIES))
         joint = max((mb.joint_rows for mb in self.minibuckets if mb.sparse), default=None)
         if joint is None:
             return dense

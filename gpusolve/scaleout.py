@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,8 +125,16 @@ def _gpu_cluster(workers: int | None):
 
 @functools.cache
 def _engine(kind: str):
+    """On a Dask worker, the CPU engine takes the worker's threads, not one per core: workers
+    share the host."""
     from .engines import select_engine
-    return select_engine(kind)[0]
+    threads = None
+    if "distributed" in sys.modules:  # not imported: not a worker, and not worth its import
+        try:
+            threads = sys.modules["distributed"].get_worker().state.nthreads
+        except ValueError:  # not on a worker
+            pass
+    return select_engine(kind, threads=threads)[0]
 
 
 @functools.cache
@@ -157,11 +166,16 @@ def batch_on_dask(files: list[str], options: Options, settings: dict, sink, sche
                   workers: int | None, record: Callable[[str, Options, dict], dict],
                   progress: Callable[[], None] | None = None) -> list[dict]:
     """Solve `files` on Dask workers (`record(file, options, settings)` on each), writing each
-    result to the open `sink` as it arrives. Returns the records in the order they finished."""
+    result to the open `sink` as it arrives. Returns the records in the order they finished.
+    Each solve's CPU engine runs one thread unless --threads says otherwise: the workers are the
+    parallelism."""
+    from dataclasses import replace
+
     from dask.distributed import as_completed
 
     from .report import record as failed
     out: list[dict] = []
+    options = replace(options, threads=options.threads or 1)
     with executor(scheduler, workers, gpus=options.device == "gpu") as (client, _, _):
         futures = {client.submit(record, f, options, settings, key=f"solve-{f}-{time.time_ns()}",
                                  pure=False, retries=0): f for f in files}

@@ -20,7 +20,7 @@ from typing import Callable
 
 from . import graph, probabilistic
 from .anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
-from .engines import select_engine, sparse
+from .engines import host_threads, select_engine, sparse
 from .eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from .memory import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from .model import Problem
@@ -47,6 +47,7 @@ class Options:
     # (scaleout.search_on_dask) on this Dask cluster ...
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
     slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
+    threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
 
 
 @dataclass
@@ -119,7 +120,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
-    engine, note = select_engine(options.device, *schedule.largest, options.gpu_mem_limit, options.host_max)
+    engine, note = select_engine(options.device, *schedule.largest, options.gpu_mem_limit, options.host_max,
+                                 options.threads)
     if engine.name != "numpy":
         schedule = make_schedule(problem, order, options, budget, n_comp, engine.name)
     t2 = time.perf_counter()
@@ -182,7 +184,7 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
             exact = plan_within(problem, order, None, budget, n_comp, "dense")
         exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
-                         n_comp, options.tables)
+                         n_comp, options.tables, host_threads(options.threads))
 
 
 def _sparse_bytes(messages: dict) -> int:
@@ -219,7 +221,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     t_plan = time.perf_counter()
     phases["plan"] = t_plan - t1
     engine, note = select_engine(options.device, sum(mb.joint_entries for mb in plan.minibuckets),
-                                 len(plan.minibuckets), options.gpu_mem_limit, options.host_max)
+                                 len(plan.minibuckets), options.gpu_mem_limit, options.host_max, options.threads)
     t2 = time.perf_counter()
     if engine.startup_s:
         phases["gpu_startup"] = t2 - t_plan

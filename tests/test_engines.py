@@ -38,3 +38,70 @@ def test_a_small_plan_on_auto_does_not_import_cupy(monkeypatch):
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
     engine, why = select_engine("auto", 10 ** 6, 5)
     assert engine.name == "numpy" and "cupy" not in sys.modules and "running on the CPU" in why
+
+
+def test_cpu_threads_count_in_the_prediction():
+    entries = 2 * AUTO_MIN_JOINT  # the GPU wins against one thread in a fresh process ...
+    assert where_to_run("auto", entries, 10, threads=1)[0] == "device"
+    where, why = where_to_run("auto", entries, 10, threads=16)  # ... not against sixteen
+    assert where == "host" and "(16 threads)" in why
+    assert predict_s(entries, 10, "numpy", 16) < predict_s(entries, 10, "numpy", 1) / 4
+    assert predict_s(entries, 10, "cupy", 16) == predict_s(entries, 10, "cupy", 1)
+
+
+@pytest.mark.parametrize("op", ["min", "max", "lse"])
+def test_threaded_dense_step_equals_one_thread(op):
+    """Blocks computed by several threads: the same message, bit for bit."""
+    import numpy as np
+
+    from gpusolve.engines import base
+    from helpers import random_bucket
+    rng = np.random.default_rng(7)
+    split = 0
+    for _ in range(150):
+        integer = op == "min" and rng.random() < 0.5
+        mb, inputs, domains, top = random_bucket(rng, integer=integer)
+        if mb.joint_entries > 20000:  # thousands of 64-entry blocks: slow, and no more telling
+            continue
+        one = base.eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op, chunk=64)
+        many = base.eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op, chunk=64,
+                                    threads=4)
+        assert one.dtype == many.dtype and np.array_equal(one, many)
+        split += mb.joint_entries > 64
+    assert split > 30
+
+
+def test_a_stop_in_a_thread_ends_the_threaded_step():
+    import numpy as np
+
+    from gpusolve.engines import base
+    from gpusolve.eliminate import TimeLimit
+    d, calls = 10, []
+
+    def check():
+        calls.append(1)
+        if len(calls) > 5:
+            raise TimeLimit("stop")
+    inputs = [(np.ones((d, d, d, d), dtype=np.int64), (0, 1, 2, 3))]
+    with pytest.raises(TimeLimit):
+        base.eliminate_dense(np, 0, (1, 2, 3), inputs, [d] * 4, 100, True, check, chunk=d, threads=2)
+    assert len(calls) <= 6 + 2  # the blocks not started when the stop came were skipped
+
+
+def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
+    """It runs on a daemon thread beside the solve; where libcuda cannot be loaded it just ends."""
+    import ctypes
+    import threading
+
+    from gpusolve import engines
+
+    def no_driver(name, *args, **kw):
+        raise OSError(f"{name}: cannot open shared object file")
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    engines._retain_primary_context()  # returns, raises nothing
+    engines.warm_up_cuda()
+    started = [t for t in threading.enumerate() if t.name == "gpusolve-cuda-start"]
+    assert all(t.daemon for t in started)
+    for t in started:
+        t.join(5)
+    assert not any(t.is_alive() for t in started)

@@ -20,8 +20,40 @@ AUTO_MIN_JOINT = int(GPU_START_S * RATE["numpy"])
 _started: list[bool] = []  # non-empty once select_engine made a CupyEngine: CUDA is up in this process
 
 
-def predict_s(joint_entries: int, buckets: int, engine: str) -> float:
-    return joint_entries / RATE[engine] + buckets * BUCKET_OVERHEAD_S[engine]
+# What each CPU thread past the first adds to the NumPy engine's rate, as a share of one thread's
+# (random n=18 and n=20 networks on 16 Xeon cores: 5.3x and 6.6x the one-thread rate).
+THREAD_GAIN = 0.3
+
+
+def predict_s(joint_entries: int, buckets: int, engine: str, threads: int = 1) -> float:
+    rate = RATE[engine] * (1 + THREAD_GAIN * (threads - 1) if engine == "numpy" else 1)
+    return joint_entries / rate + buckets * BUCKET_OVERHEAD_S[engine]
+
+
+def warm_up_cuda() -> None:
+    """Start the CUDA driver and the device's primary context on a background thread, while this
+    process reads the model and imports CuPy: CuPy's runtime then finds the context made (0.2-0.3 s
+    of a fresh process on an H100, bench/startup.py). Through ctypes, so nothing is imported for
+    it; without a driver, nothing happens."""
+    import threading
+    threading.Thread(target=_retain_primary_context, name="gpusolve-cuda-start", daemon=True).start()
+
+
+def _retain_primary_context() -> None:
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0:
+        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+
+
+def host_threads(threads: int | None = None) -> int:
+    """The CPU engine's threads: `threads`, else one per core this process may use."""
+    from ..scaleout import default_workers
+    return threads or default_workers()
 
 
 class DeviceError(RuntimeError):
@@ -43,11 +75,12 @@ def gpu_unavailable_reason() -> str | None:
 
 
 def where_to_run(device: str, plan_joint_entries: int | None, buckets: int = 1, host_max: int | None = None,
-                 started: bool = False) -> tuple[str, str]:
+                 started: bool = False, threads: int = 1) -> tuple[str, str]:
     """("host" or "device", why) for --device auto or gpu, before any engine is made.
 
     A plan (`plan_joint_entries` in `buckets` mini-buckets) runs where it is predicted to finish
-    first, counting GPU_START_S for the device unless CUDA has `started` in this process: a plan
+    first (on `threads` CPU threads or the GPU), counting GPU_START_S for the device unless CUDA has
+    `started` in this process: a plan
     the CPU finishes before CuPy is even imported stays on the host. Unknown size: auto stays
     on the host, gpu goes to the device. `host_max` (--host-max) replaces the prediction for
     --device gpu: below that many joint entries the host, else the device (0: always the device).
@@ -60,10 +93,11 @@ def where_to_run(device: str, plan_joint_entries: int | None, buckets: int = 1, 
         return "device", "gpu requested"
     if not known:
         return ("host", "auto: plan size unknown, running on the CPU") if device == "auto" else ("device", "gpu requested")
-    cpu_s = predict_s(plan_joint_entries, buckets, "numpy")
+    cpu_s = predict_s(plan_joint_entries, buckets, "numpy", threads)
     start = 0.0 if started else GPU_START_S
     gpu_s = predict_s(plan_joint_entries, buckets, "cupy") + start
-    why = (f"{device}: the plan's {plan_joint_entries:,} joint entries, predicted {cpu_s:.3g} s on the CPU and "
+    why = (f"{device}: the plan's {plan_joint_entries:,} joint entries, predicted {cpu_s:.3g} s on the CPU "
+           f"({threads} thread{'s' if threads > 1 else ''}) and "
            f"{gpu_s:.3g} s on the GPU" + (f" with {start:.2g} s to start CUDA" if start else ""))
     if cpu_s <= gpu_s:
         return "host", why + "; running on the CPU" + ("" if device == "auto" else " (--host-max 0: on the device)")
@@ -71,25 +105,27 @@ def where_to_run(device: str, plan_joint_entries: int | None, buckets: int = 1, 
 
 
 def select_engine(device: str, plan_joint_entries: int | None = None, buckets: int = 1,
-                  gpu_mem_limit: int | None = None, host_max: int | None = None) -> tuple[Engine, str]:
+                  gpu_mem_limit: int | None = None, host_max: int | None = None,
+                  threads: int | None = None) -> tuple[Engine, str]:
     """The engine for --device, and a sentence saying why it was chosen (`where_to_run`).
 
     `gpu_mem_limit` (bytes) caps the device memory the GPU engine uses before it streams
-    messages through host memory.
+    messages through host memory; `threads` are the CPU engine's (None: one per core).
     """
     from .numpy_engine import NumpyEngine
+    threads = host_threads(threads)
     if device == "cpu":
-        return NumpyEngine(), "cpu requested"
+        return NumpyEngine(threads), "cpu requested"
     if device == "gpu" and importlib.util.find_spec("cupy") is None:
         raise DeviceError("--device gpu: CuPy is not installed")
-    where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(_started))
+    where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(_started), threads)
     if where == "host":
-        return NumpyEngine(), why
+        return NumpyEngine(threads), why
     reason = gpu_unavailable_reason()
     if reason:
         if device == "gpu":
             raise DeviceError(f"--device gpu: {reason}")
-        return NumpyEngine(), f"GPU not used: {reason}; running on the CPU"
+        return NumpyEngine(threads), f"GPU not used: {reason}; running on the CPU"
     from .cupy_engine import CupyEngine
     engine = CupyEngine(gpu_mem_limit=gpu_mem_limit)
     _started.append(True)

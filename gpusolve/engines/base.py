@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import threading
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
@@ -49,6 +50,7 @@ class Engine(ABC):
     xp = None  # the array module tables live in
     budget: int | None = None  # device bytes the engine may hold; None: tables live in host memory
     compile_s: float = 0.0  # seconds spent compiling kernels so far
+    threads: int = 1  # host threads the dense step may use
 
     @property
     def device_bytes(self) -> int:
@@ -194,24 +196,31 @@ def needs_clamp_each_step(n_inputs: int, top, integer: bool) -> bool:
 
 def eliminate_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
                     domains: Sequence[int], top, integer: bool, check=None, op: str = "min",
-                    chunk: int = CHUNK_ENTRIES):
+                    chunk: int = CHUNK_ENTRIES, threads: int = 1):
     """Dense bucket step: join-sum the inputs and minimise over `var`, chunk by chunk.
 
     Axis 0 is the eliminated variable, so the minimum is a sequence of
     element-wise minima over contiguous rows. Chunks run over the leading
     separator axes so the working set stays under `chunk` entries (a GPU, with
-    launch costs per chunk, wants larger chunks than a CPU cache).
+    launch costs per chunk, wants larger chunks than a CPU cache). With
+    `threads` > 1 (NumPy) that many threads compute blocks at once, a working
+    set each: NumPy releases the GIL in the sums and minima.
     """
     out_shape = tuple(domains[u] for u in sep)
     out = xp.empty(out_shape, dtype=xp.int64 if integer else xp.float64)
-    for idx, lead, acc in _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
+
+    def step(idx, lead, acc):
+        if op != "lse" and xp.__name__ == "numpy":  # straight into the message: no temporaries
+            m = (acc.min if op == "min" else acc.max)(axis=0, out=out[idx + (...,)].reshape(acc.shape[1:]))
+            if integer:
+                xp.minimum(m, top, out=m)
+            return
         m = reduce_axes(xp, acc, (0,), op)
         if integer:
             m = xp.minimum(m, top)
         out[idx] = m.reshape(m.shape[lead:]) if lead else m
+    _run_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk, threads, step)
     return out
-
-
 def min_marginal_dense(xp, var: int, sep: tuple[int, ...], inputs: Sequence[Scoped],
                        domains: Sequence[int], top, integer: bool, check=None,
                        chunk: int = CHUNK_ENTRIES):
@@ -243,6 +252,15 @@ def _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
     stay in the union of the scopes seen so far, and only the last addition
     touches the whole joint block.
     """
+    block, indices = _blocker(xp, var, sep, inputs, domains, top, integer, chunk)
+    for idx in indices:
+        if check is not None:
+            check()
+        yield block(idx)
+
+
+def _blocker(xp, var, sep, inputs, domains, top, integer, chunk):
+    """(the function computing one block of _joint_blocks from its index, every index in order)."""
     axes = {var: 0}
     axes.update({u: i + 1 for i, u in enumerate(sep)})
     ndim = len(sep) + 1
@@ -250,17 +268,73 @@ def _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
     out_shape = tuple(domains[u] for u in sep)
     lead = _leading_axes(out_shape, domains[var], chunk)
     clamp_each = needs_clamp_each_step(len(views), top, integer)
-    for idx in itertools.product(*(range(s) for s in out_shape[:lead])):
-        if check is not None:
-            check()
-        block = [v[(slice(None),) + tuple(slice(i, i + 1) if v.shape[a + 1] > 1 else slice(None)
+
+    on_host = xp.__name__ == "numpy"
+
+    def block(idx):
+        parts = [v[(slice(None),) + tuple(slice(i, i + 1) if v.shape[a + 1] > 1 else slice(None)
                                           for a, i in enumerate(idx))] for v in views]
-        acc = block[0]
-        for t in block[1:]:
-            acc = acc + t
+        acc = parts[0]
+        for j, t in enumerate(parts[1:]):
+            if on_host:
+                shape = xp.broadcast_shapes(acc.shape, t.shape)
+                acc = xp.add(acc, t, out=_scratch(xp, j % 2, shape, xp.result_type(acc, t)))
+            else:
+                acc = acc + t
             if clamp_each:
                 xp.minimum(acc, top, out=acc)
-        yield idx, lead, acc
+        return idx, lead, acc
+    return block, list(itertools.product(*(range(s) for s in out_shape[:lead])))
+
+
+_local = threading.local()
+
+
+def _scratch(np, k: int, shape, dtype):
+    """This thread's k-th (0 or 1) scratch array, as `shape`: the host's partial sums without an
+    allocation per block. A large temporary is mmapped and unmapped each time, and with several
+    threads the unmapping (TLB shootdowns on every core) costs more than the sums.
+    A block's sums live until the next block of the same thread asks for the buffer again."""
+    n = math.prod(shape)
+    bufs = _local.__dict__.setdefault("bufs", {})
+    buf = bufs.get((k, dtype))
+    if buf is None or buf.size < n:
+        buf = bufs[(k, dtype)] = np.empty(max(n, 1 << 12), dtype)
+    return buf[:n].reshape(shape)
+
+
+def _run_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk, threads, step):
+    """step(*block) for every block of the join: in this thread, or over up to `threads` threads
+    (NumPy; at most plan.THREADS_MAX, one per `chunk` entries of the join), each thread a block
+    of `chunk` entries at a time: blocks of the same size as one thread's, so the same message bit
+    for bit (smaller blocks cost more in the Python between NumPy calls than the threads gain)."""
+    joint = domains[var] * math.prod(domains[u] for u in sep)
+    threads = min(threads, sizes.THREADS_MAX, joint // chunk) if xp.__name__ == "numpy" else 1
+    if threads <= 1:
+        for b in _joint_blocks(xp, var, sep, inputs, domains, top, integer, check, chunk):
+            step(*b)
+        return
+    block, indices = _blocker(xp, var, sep, inputs, domains, top, integer, chunk)
+    failed = []  # set by a stop (check) or an error: the blocks not started then are skipped
+
+    def work(idx):
+        if failed:
+            return
+        try:
+            if check is not None:
+                check()
+            step(*block(idx))
+        except BaseException:
+            failed.append(True)
+            raise
+    for f in [_pool(threads).submit(work, idx) for idx in indices]:
+        f.result()
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(threads: int):
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-dense")
 
 
 def _leading_axes(shape: tuple[int, ...], d: int, chunk: int) -> int:

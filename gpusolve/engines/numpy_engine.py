@@ -1,4 +1,4 @@
-"""The CPU engine: NumPy arrays, the shared dense bucket step."""
+"""The CPU engine: NumPy arrays, the shared dense bucket step on one thread per core."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +10,10 @@ class NumpyEngine(Engine):
     name = "numpy"
     xp = np
 
+    def __init__(self, threads: int | None = None):
+        from . import host_threads
+        self.threads = host_threads(threads)
+
     def put(self, table):
         return table
 
@@ -17,4 +21,4 @@ class NumpyEngine(Engine):
         return np.asarray(table)
 
     def eliminate(self, mb, inputs, domains, top, integer, check=None, op="min", where=None):
-        return eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, check, op)
+        return eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, check, op, threads=self.threads)
