@@ -26,7 +26,12 @@ THREAD_GAIN = 0.3
 
 
 def predict_s(joint_entries: int, buckets: int, engine: str, threads: int = 1) -> float:
-    rate = RATE[engine] * (1 + THREAD_GAIN * (threads - 1) if engine == "numpy" else 1)
+    """Seconds for `buckets` mini-buckets of `joint_entries` in all; on the CPU, threads share a
+    bucket a chunk each, so only what one holds in chunks counts (pass one bucket at a time)."""
+    rate = RATE[engine]
+    if engine == "numpy":
+        from ..plan import CHUNK_ENTRIES, THREADS_MAX
+        rate *= 1 + THREAD_GAIN * (min(threads, THREADS_MAX, max(1, joint_entries // CHUNK_ENTRIES)) - 1)
     return joint_entries / rate + buckets * BUCKET_OVERHEAD_S[engine]
 
 
