@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTANCE ?= instances/random-n14-d10-s1.wcsp
 
-.PHONY: run test gpu-test bench clean
+.PHONY: run test gpu-test cubins bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ GPU_PYTHON = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 
 gpu-test:
 	$(GPU_PYTHON) -m pytest -q -m gpu
+
+# After a change to the shape-generic kernels' source: their prebuilt cubins (CuPy's NVRTC, no GPU needed).
+cubins:
+	$(GPU_PYTHON) -m gpusolve.engines.cubins
 
 clean:
 	rm -rf $(VENV) .pytest_cache

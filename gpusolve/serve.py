@@ -463,16 +463,12 @@ def release() -> None:
 
 
 def load_kernels() -> tuple[str, int]:
-    """Compile (or load from CuPy's disk cache) the GPU engine's kernels that serve every plan shape: the
-    shape-generic elimination kernel per arithmetic class and operation, and the assignment kernel.
-    (device name, how many)."""
-    from .engines.base import OPS
+    """Load (prebuilt, from CuPy's disk cache, or compiled) the GPU engine's kernels that serve every
+    plan shape (kernels.shape_generic_specs). (device name, how many)."""
     from .engines.cupy_engine import CupyEngine
-    from .engines.kernels import assign_source, generic_source
+    from .engines.kernels import shape_generic_specs
     engine = CupyEngine()
-    specs = [generic_source(mode, clamp, op) for mode, clamp in (("i64", False), ("i64", True), ("f64", False))
-             for op in OPS if op != "lse" or mode == "f64"]
-    specs += [assign_source(mode) for mode in ("i64", "f64")]
+    specs = shape_generic_specs()
     for spec in specs:
         engine.kernel(spec)
     return engine.device_name, len(specs)

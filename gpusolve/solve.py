@@ -148,7 +148,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     elif not bounds.closed and stop.deadline is not None and stop():
         note += "; time limit reached"
     if engine.compile_s:
-        note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
+        note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
     plan = out.plan or schedule.heuristic
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   values=_values(named, assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
@@ -249,7 +249,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
         phases["distribute"] = time.perf_counter() - t3
     lb, ub = (None, None) if status == "infeasible" else _file_bounds(problem, lower, upper)
     if engine.compile_s:
-        note += f"; kernels compiled in {engine.compile_s:.2f} s (within eliminate)"
+        note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
     if options.workers or options.scheduler:
         note += f"; {task} ran in this process (--workers and --scheduler slice exact BE of WCSP and MPE only)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,

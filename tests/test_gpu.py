@@ -42,6 +42,30 @@ def test_fused_kernel_equals_eliminate_dense(cupy, seed):
     assert eng.stats["fused"] == 1
 
 
+def test_prebuilt_kernels_are_loaded_and_equal_compiled_ones(cupy, monkeypatch):
+    """On an architecture engines/cubins.py ships, the shape-generic kernels come from their cubins
+    (no NVRTC); compiled from source instead, every message is the same."""
+    from gpusolve.engines import cubins, cupy_engine
+    from gpusolve.engines.kernels import shape_generic_specs
+    rng = np.random.default_rng(77)
+    buckets = [random_bucket(rng, integer=bool(i % 2)) for i in range(40)]
+
+    def run():
+        monkeypatch.setattr(cupy_engine, "_KERNELS", {})
+        eng = engine(stage=False)
+        outs = [eng.get(eng.eliminate(mb, [(cupy.asarray(t), s) for t, s in inputs], domains, top, i % 2 == 1))
+                for i, (mb, inputs, domains, top) in enumerate(buckets)]
+        return eng, outs
+    prebuilt, a = run()
+    if not any(cubins.find(s.name, prebuilt.capability) for s in shape_generic_specs()):
+        pytest.skip(f"no cubin ships for compute capability {prebuilt.capability}")
+    assert prebuilt.stats["prebuilt"] >= 2 and prebuilt.stats["compiled"] == 0
+    monkeypatch.setattr(cubins, "find", lambda name, capability: None)
+    compiled, b = run()
+    assert compiled.stats["prebuilt"] == 0 and compiled.stats["compiled"] >= 2
+    assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("seed", range(80))
 def test_generic_kernel_equals_eliminate_dense(cupy, seed):
     """The shape-generic kernel, one compiled kernel for every bucket shape: bit-equal messages."""

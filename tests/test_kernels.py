@@ -179,3 +179,26 @@ def test_generic_source_is_one_kernel_per_arithmetic_class():
         generic_source("i64", False, "lse")
     with pytest.raises(ValueError, match="exceed"):
         generic_descriptor([0] * (GENERIC_MAX_OPS + 1), [()] * (GENERIC_MAX_OPS + 1), [1] * (GENERIC_MAX_OPS + 1), (), 2)
+
+
+def test_every_shape_generic_kernel_ships_prebuilt_for_each_architecture():
+    """A change to the generic or assignment kernels' source renames them (the name holds a hash of
+    the source): their cubins must be rebuilt with `make cubins` (CuPy's NVRTC, no GPU needed)."""
+    from gpusolve.engines import cubins
+    from gpusolve.engines.kernels import shape_generic_specs
+    wanted = {cubins.path(s.name, a) for s in shape_generic_specs() for a in cubins.ARCHS}
+    shipped = set(cubins.FOLDER.glob("*.cubin"))
+    assert not wanted - shipped, f"run `make cubins`: missing {sorted(p.name for p in wanted - shipped)}"
+    assert not shipped - wanted, f"stale cubins: {sorted(p.name for p in shipped - wanted)}"
+    assert all(p.read_bytes()[:4] == b"\x7fELF" for p in shipped)  # device code: ELF objects
+
+
+@pytest.mark.parametrize("capability, arch", [("90", "sm_90"), ("80", "sm_80"), ("86", "sm_80"), ("89", "sm_80"),
+                                              ("75", None), ("100", None), ("120", None)])
+def test_a_cubin_is_used_only_where_its_architecture_runs(tmp_path, monkeypatch, capability, arch):
+    from gpusolve.engines import cubins
+    monkeypatch.setattr(cubins, "FOLDER", tmp_path)
+    for a in cubins.ARCHS:
+        cubins.path("k", a).write_bytes(b"\x7fELF")
+    assert cubins.find("k", capability) == (None if arch is None else tmp_path / f"k.{arch}.cubin")
+    assert cubins.find("other", capability) is None

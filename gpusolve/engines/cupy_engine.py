@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from . import cubins
 from .base import Engine, HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
                       assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
@@ -80,6 +81,7 @@ class CupyEngine(Engine):
         self._base_used = self._pool.used_bytes()
         free = cupy.cuda.runtime.memGetInfo()[0] + self._pool.free_bytes()  # cached blocks are reusable
         self.device_name, self.sm_count = _device_info(device.id)
+        self.capability = device.compute_capability  # "90": which prebuilt cubins run here
         self.budget = int(free * 0.9) if gpu_mem_limit is None else min(int(gpu_mem_limit), int(free * 0.9))
         self.fuse_min = fuse_min
         self.stage = stage
@@ -88,7 +90,7 @@ class CupyEngine(Engine):
         self._ring_at = 0
         self.init_s = time.perf_counter() - t0
         self.compile_s = 0.0
-        self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0, "compiled": 0}
+        self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0, "compiled": 0, "prebuilt": 0}
 
     @property
     def device_bytes(self) -> int:
@@ -211,14 +213,20 @@ class CupyEngine(Engine):
         return self._ring_dev.data.ptr + 8 * at
 
     def kernel(self, spec: FusedKernel):
-        """The compiled kernel for `spec`, compiling it the first time in this process."""
+        """The kernel for `spec`: loaded from its prebuilt cubin (engines/cubins.py) or compiled, the
+        first time in this process."""
         k = _KERNELS.get(spec.key)
         if k is None:
             t0 = time.perf_counter()
-            k = self.xp.RawKernel(spec.source, spec.name)
-            k.compile()
+            prebuilt = cubins.find(spec.name, self.capability)
+            if prebuilt is not None:  # get_function loads the module (no NVRTC)
+                k = self.xp.RawModule(path=str(prebuilt)).get_function(spec.name)
+                self.stats["prebuilt"] += 1
+            else:
+                k = self.xp.RawKernel(spec.source, spec.name)
+                k.compile()
+                self.stats["compiled"] += 1
             self.compile_s += time.perf_counter() - t0
-            self.stats["compiled"] += 1
             _KERNELS[spec.key] = k
         return k
 

@@ -383,3 +383,12 @@ def kernel_mode(n_inputs: int, top, integer: bool) -> tuple[str, bool]:
     if n_inputs * int(top) < (1 << 31):
         return "i32", False
     return "i64", needs_clamp_each_step(n_inputs, top, integer)
+
+
+def shape_generic_specs() -> list[FusedKernel]:
+    """The kernels that serve every plan shape: the shape-generic elimination kernel of each
+    arithmetic class and elimination, and the value-assignment kernel of each mode (what a
+    server compiles at start and engines/cubins.py ships prebuilt)."""
+    specs = [generic_source(mode, clamp, op) for mode, clamp in (("i64", False), ("i64", True), ("f64", False))
+             for op in ("min", "max", "lse") if op != "lse" or mode == "f64"]
+    return specs + [assign_source(mode) for mode in ("i64", "f64")]
