@@ -190,10 +190,9 @@ class Schedule:
 
 
 def predict_s(plan: Plan, engine: str, threads: int = 1) -> float:
-    """A phase's time before starting it (engines.predict_s: joint entries per second, a cost per bucket)."""
-    if engine == "numpy" and threads > 1:  # the threads a bucket takes depend on its size
-        return sum(engines.predict_s(mb.joint_entries, 1, engine, threads) for mb in plan.minibuckets)
-    return engines.predict_s(sum(mb.joint_entries for mb in plan.minibuckets), len(plan.minibuckets), engine)
+    """A phase's time before starting it (engines.predict_s: joint entries per second, a cost per bucket),
+    bucket by bucket: the CPU threads a bucket takes depend on its size."""
+    return sum(engines.predict_s(mb.joint_entries, 1, engine, threads) for mb in plan.minibuckets)
 
 
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
