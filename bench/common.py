@@ -50,6 +50,22 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def cache_bytecode(folder: Path) -> dict:
+    """Let this process's children cache compiled Python as an installed package does, and say
+    what was changed. Some container images set PYTHONDONTWRITEBYTECODE and ship packages
+    without .pyc files (the H100's of 2026-11-24: every process compiled NumPy and gpusolve from
+    source, 0.3-0.4 s); pip compiles them at install, so the children keep theirs under `folder`
+    (warmed by `warm_bytecode`)."""
+    was = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+    return {"PYTHONDONTWRITEBYTECODE_was": was, "PYTHONPYCACHEPREFIX": str(folder)}
+
+
+def warm_bytecode(*modules: str) -> None:
+    """Compile `modules` and what they import into the bytecode cache (`cache_bytecode`) once."""
+    subprocess.run([sys.executable, "-c", "; ".join(f"import {m}" for m in modules)], cwd=ROOT, capture_output=True)
+
+
 def gpu_name() -> str:
     """Name of CUDA device 0 (imports CuPy)."""
     import cupy as cp

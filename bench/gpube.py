@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, SHARED, cpu_name, server, served_count, write_result
+from common import ROOT, SHARED, cache_bytecode, cpu_name, server, served_count, warm_bytecode, write_result
 
 # (topology, variables, domain): the families of issue 11's table
 FAMILIES = [("random", 10, 5), ("random", 10, 50), ("random", 12, 10), ("random", 14, 10), ("random", 16, 10),
@@ -90,6 +90,8 @@ def main():
     args = ap.parse_args()
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-gpube-"))
+    bytecode = cache_bytecode(work / "pycache")
+    warm_bytecode("gpusolve.cli", "gpusolve.solve", "cupy")
     files = []
     for topo, n, d in QUICK if args.quick else FAMILIES:
         path = work / f"{topo}-n{n}-d{d}-s{args.seed}.wcsp"
@@ -113,7 +115,7 @@ def main():
             rows.append(measure(path, args, repeat, work, serve_env, log))
             # written after every instance, so a run cut by its time limit keeps what it measured
             write_result("gpube", device, host=cpu_name(), repeat=repeat, seed=args.seed, gpube=bool(args.gpube),
-                         serve_warm_s=serve_warm_s, complete=len(rows) == len(files), rows=rows)
+                         serve_warm_s=serve_warm_s, bytecode=bytecode, complete=len(rows) == len(files), rows=rows)
 
 
 def measure(path: Path, args, repeat: int, work: Path, serve_env: dict, log: Path) -> dict:

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, cpu_name, gpu_present, process_wall as wall, summary, tiny_instance, write_result
+from common import ROOT, cache_bytecode, cpu_name, gpu_present, warm_bytecode, process_wall as wall, summary, tiny_instance, write_result
 
 STAGES = {
     "import_cupy": "import cupy",
@@ -52,12 +52,15 @@ def main():
     args = ap.parse_args()
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-startup-"))
+    bytecode = cache_bytecode(work / "pycache")
+    has_gpu = gpu_present()
+    warm_bytecode("gpusolve.cli", "gpusolve.solve", *(("cupy",) if has_gpu else ()))
     tiny = tiny_instance(work)
     solve = [sys.executable, "-m", "gpusolve"]
     rows = {"import_cli": repeated([sys.executable, "-c", "import gpusolve.cli"], repeat),
             "solve_cpu": repeated(solve + ["solve", str(tiny), "--device", "cpu", "--json"], repeat)}
     device = cpu_name()
-    if gpu_present():
+    if has_gpu:
         from common import gpu_name
         device = gpu_name()
         gpu = solve + ["solve", str(tiny), "--device", "gpu", "--json"]
@@ -80,7 +83,7 @@ def main():
     profile = import_profile()
     print("slowest imports of gpusolve.cli (cumulative us):", ", ".join(f"{m} {us}" for m, us in profile[:5]))
     write_result("startup", device, python=sys.version.split()[0], repeat=repeat, instance="random n=10 d=10 seed 1",
-                 rows=rows, import_profile=profile)
+                 rows=rows, import_profile=profile, bytecode=bytecode)
 
 
 if __name__ == "__main__":
