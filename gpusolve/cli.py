@@ -20,7 +20,7 @@ import click
 
 from . import __version__, graph
 from . import csg as csg_names
-from .engines import DEVICES, DeviceError, warm_up_cuda
+from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
@@ -295,8 +295,6 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
     problem = check_outputs(file, fmt, solution, uai_output)  # before any work
     if problem:
         fail(problem, EXIT_INPUT)
-    if options.device == "gpu":
-        warm_up_cuda()
     try:
         with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
             result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt)
@@ -730,8 +728,6 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
         if as_csv:
             write_csv(Path(out_path).with_suffix(".csv"), records)
         return
-    if options.device == "gpu" and todo:
-        warm_up_cuda()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
     with bar, _appender(out_path) as sink:

@@ -98,6 +98,7 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
     def no_driver(name, *args, **kw):
         raise OSError(f"{name}: cannot open shared object file")
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    monkeypatch.setattr(engines, "_warming", [])
     engines._retain_primary_context()  # returns, raises nothing
     engines.warm_up_cuda()
     started = [t for t in threading.enumerate() if t.name == "gpusolve-cuda-start"]
@@ -105,3 +106,20 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
     for t in started:
         t.join(5)
     assert not any(t.is_alive() for t in started)
+
+
+def test_cuda_is_started_only_for_a_plan_placed_on_the_device(monkeypatch):
+    """A plan that stays on the host never starts CUDA (its context would cost 0.1 s at exit)."""
+    from gpusolve import engines
+    calls = []
+    monkeypatch.setattr(engines, "_warming", [])
+    monkeypatch.setattr(engines, "_retain_primary_context", lambda: calls.append(1))
+    monkeypatch.setattr(engines, "gpu_unavailable_reason", lambda: "no CUDA device found")
+    engine, why = engines.select_engine("auto", 1000, threads=1)
+    assert engine.name == "numpy" and "running on the CPU" in why and not engines.cuda_started()
+    engine, why = engines.select_engine("auto", 10 ** 13, threads=1)
+    assert engine.name == "numpy" and why.startswith("GPU not used: no CUDA device found")
+    engines._warming[0].join(5)
+    assert calls == [1] and engines.cuda_started()
+    engines.select_engine("auto", 10 ** 13, threads=1)
+    assert calls == [1]  # once per process

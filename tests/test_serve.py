@@ -231,3 +231,16 @@ def test_a_server_killed_mid_request_leaves_the_client_to_solve_alone(tmp_path):
     assert client.returncode == 0 and "exit" not in log.read_text().split("listening")[-1]
     (line,) = out.decode().splitlines()  # the local solve's one object, nothing of the dead server's
     assert json.loads(line)["status"] == "bounded"
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
+    """A process that started CUDA leaves with os._exit once its output is flushed: same code and
+    output, no interpreter finalization (atexit handlers); others exit as usual."""
+    code = ("import atexit, sys; from gpusolve import engines, serve\n"
+            + ("engines._warming.append(None)\n" if cuda else "")
+            + "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
+              "print('out', end=''); print('err', end='', file=sys.stderr); serve.leave(3)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 3 and p.stdout == "out"
+    assert p.stderr == ("err" if cuda else "errfinalized\n")

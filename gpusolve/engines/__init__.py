@@ -18,6 +18,7 @@ GPU_START_S = 0.6
 # A plan this large gains from the GPU even in a cold process (Dask workers decide by it).
 AUTO_MIN_JOINT = int(GPU_START_S * RATE["numpy"])
 _started: list[bool] = []  # non-empty once select_engine made a CupyEngine: CUDA is up in this process
+_warming: list = []  # warm_up_cuda's thread, once started
 
 
 # What each CPU thread past the first adds to the NumPy engine's rate, as a share of one thread's
@@ -36,12 +37,21 @@ def predict_s(joint_entries: int, buckets: int, engine: str, threads: int = 1) -
 
 
 def warm_up_cuda() -> None:
-    """Start the CUDA driver and the device's primary context on a background thread, while this
-    process reads the model and imports CuPy: CuPy's runtime then finds the context made (0.2-0.3 s
-    of a fresh process on an H100, bench/startup.py). Through ctypes, so nothing is imported for
-    it; without a driver, nothing happens."""
+    """Start the CUDA driver and the device's primary context on a background thread, once the
+    plan is placed on the device, while CuPy is imported: CuPy's runtime then finds the context
+    made (0.2-0.3 s of a fresh process on an H100, bench/startup.py). Not before: a plan that
+    stays on the host would pay for a context it never uses when the process exits (0.1 s).
+    Through ctypes, so nothing is imported for it; without a driver, nothing happens."""
+    if _warming:
+        return
     import threading
-    threading.Thread(target=_retain_primary_context, name="gpusolve-cuda-start", daemon=True).start()
+    _warming.append(threading.Thread(target=_retain_primary_context, name="gpusolve-cuda-start", daemon=True))
+    _warming[0].start()
+
+
+def cuda_started() -> bool:
+    """Whether this process started CUDA (an engine on the device, or its warm-up)."""
+    return bool(_started or _warming)
 
 
 def _retain_primary_context() -> None:
@@ -126,6 +136,7 @@ def select_engine(device: str, plan_joint_entries: int | None = None, buckets: i
     where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(_started), threads)
     if where == "host":
         return NumpyEngine(threads), why
+    warm_up_cuda()
     reason = gpu_unavailable_reason()
     if reason:
         if device == "gpu":
