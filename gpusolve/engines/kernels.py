@@ -191,7 +191,7 @@ def fused_source(mode: str, clamp_each: bool, d: int, dims: tuple[int, ...],
 # compiled kernel per arithmetic class serves every bucket up to these sizes.
 GENERIC_MAX_OPS = 32
 GENERIC_MAX_FREE = 32
-GENERIC_UNROLLED_OPS = 4  # buckets of up to this many inputs (most) get a kernel path unrolled for their count
+GENERIC_UNROLLED_OPS = 8  # buckets of up to this many inputs (most) get a kernel path unrolled for their count
 GENERIC_HEADER = 5  # descriptor length, inputs, output axes, domain of the eliminated variable, rows
 
 
@@ -222,8 +222,8 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
     the inputs in the descriptor's order, so results equal `fused_source`'s
     and eliminate_dense's bit for bit. A bucket of up to GENERIC_UNROLLED_OPS inputs
     takes a path compiled for its count, with offsets and input pointers in registers
-    rather than local memory (grid n=49 d=10 on an H100: 11 ms instead of 24 ms
-    of elimination). mode: "i64" or "f64"; op as for fused_source.
+    rather than local memory (H100, bench/gpu_kernel.py: 2.2e11 joint entries/s
+    instead of 7.6e10 on six inputs; grid n=49 d=10 eliminated in 10.4 ms, not 21.4). mode: "i64" or "f64"; op as for fused_source.
     """
     if op == "lse" and mode != "f64":
         raise ValueError("lse elimination needs float costs")
@@ -239,9 +239,10 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
     else:
         keep = f"b = s {'>' if op == 'max' else '<'} b ? s : b;"
         final = "b = b < top ? b : top;" if mode == "i64" else ""
-    cases = "".join(f"    case {n}: rows_of<{n}>(out, desc, top); break;\n" for n in range(1, GENERIC_UNROLLED_OPS + 1))
-    source = f"""// Inputs 1..{GENERIC_UNROLLED_OPS}: a template instance each, their offsets and pointers in registers; more: one
-// loop over the descriptor's inputs, offsets in local memory.
+    cases = "".join(f"    case {n}: rows_fixed<{n}>(out, desc, top); break;\n" for n in range(1, GENERIC_UNROLLED_OPS + 1))
+    lse_init = "double e = 0.0;" if op == "lse" else ""
+    source = f"""// Inputs 1..{GENERIC_UNROLLED_OPS}: a template instance each, offsets and pointers in registers; more: a loop
+// over the descriptor's inputs (in shared memory), offsets in local memory.
 template <int N, typename T>  // T: 32-bit division while the rows' index fits (64-bit division is emulated)
 __device__ __forceinline__ void decode(long long r, int n, int m, const long long* dims, const long long* in,
                                        long long* off) {{
@@ -257,35 +258,60 @@ __device__ __forceinline__ void decode(long long r, int n, int m, const long lon
   }}
 }}
 template <int N>
-__device__ __forceinline__ void rows_of({val}* __restrict__ out, const long long* desc, const {val} top) {{
-  constexpr int K = N ? N : {GENERIC_MAX_OPS};
-  const int n = N ? N : (int)desc[1], m = (int)desc[2];
+__device__ __forceinline__ void rows_fixed({val}* __restrict__ out, const long long* desc, const {val} top) {{
+  const int m = (int)desc[2];
   const long long d = desc[3], rows = desc[4];
   const long long* dims = desc + {GENERIC_HEADER};
   const long long* in = dims + m;  // input j: in[j * (m + 2)] address, +1 its stride along v, +2.. its strides
-  const {val}* base[K];
-  long long vs[K], off[K];
+  const {val}* base[N];
+  long long vs[N], off[N];
 #pragma unroll
-  for (int j = 0; j < (N ? N : n); ++j) {{
+  for (int j = 0; j < N; ++j) {{
     base[j] = (const {val}*)in[j * (m + 2)];
     vs[j] = in[j * (m + 2) + 1];
   }}
   for (long long r = blockIdx.x * (long long){BLOCK} + threadIdx.x; r < rows; r += (long long)gridDim.x * {BLOCK}) {{
 #pragma unroll
-    for (int j = 0; j < (N ? N : n); ++j) off[j] = 0;
+    for (int j = 0; j < N; ++j) off[j] = 0;
     if (rows <= 0xffffffffLL)
-      decode<N, unsigned int>(r, n, m, dims, in, off);
+      decode<N, unsigned int>(r, N, m, dims, in, off);
     else
-      decode<N, unsigned long long>(r, n, m, dims, in, off);
+      decode<N, unsigned long long>(r, N, m, dims, in, off);
     {val} b = INIT;
-    {"double e = 0.0;" if op == "lse" else ""}
+    {lse_init}
     for (long long v = 0; v < d; ++v) {{
       {val} s = base[0][off[0]];
       off[0] += vs[0];
 #pragma unroll
-      for (int j = 1; j < (N ? N : n); ++j) {{
+      for (int j = 1; j < N; ++j) {{
         s = s + base[j][off[j]];
         off[j] += vs[j];
+        {clamp}
+      }}
+      {keep}
+    }}
+    {final}
+    out[r] = b;
+  }}
+}}
+__device__ __forceinline__ void rows_any({val}* __restrict__ out, const long long* desc, const {val} top) {{
+  const int n = (int)desc[1], m = (int)desc[2];
+  const long long d = desc[3], rows = desc[4];
+  const long long* dims = desc + {GENERIC_HEADER};
+  const long long* in = dims + m;
+  long long off[{GENERIC_MAX_OPS}];
+  for (long long r = blockIdx.x * (long long){BLOCK} + threadIdx.x; r < rows; r += (long long)gridDim.x * {BLOCK}) {{
+    for (int j = 0; j < n; ++j) off[j] = 0;
+    if (rows <= 0xffffffffLL)
+      decode<0, unsigned int>(r, n, m, dims, in, off);
+    else
+      decode<0, unsigned long long>(r, n, m, dims, in, off);
+    {val} b = INIT;
+    {lse_init}
+    for (long long v = 0; v < d; ++v) {{
+      {val} s = ((const {val}*)in[0])[off[0] + v * in[1]];
+      for (int j = 1; j < n; ++j) {{
+        s = s + ((const {val}*)in[j * (m + 2)])[off[j] + v * in[j * (m + 2) + 1]];
         {clamp}
       }}
       {keep}
@@ -302,7 +328,7 @@ extern "C" __global__ void __launch_bounds__({BLOCK}) NAME(
   __syncthreads();
   const {val} top = ({val})top_;
   switch ((int)desc[1]) {{
-{cases}    default: rows_of<0>(out, desc, top);
+{cases}    default: rows_any(out, desc, top);
   }}
 }}
 """.replace("INIT", init)
