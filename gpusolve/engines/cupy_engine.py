@@ -30,10 +30,11 @@ from .streaming import dense_chunks, stream_dense
 
 # A mini-bucket runs a kernel specialised to its shape when one is already
 # compiled in this process, or when it has FUSE_MIN joint entries: below that the
-# shape-generic kernel (compiled once per arithmetic class, cached on disk) finishes
-# before a specialised one would have compiled (H100, bench/gpu_kernel.py: generic
-# 7.8e10 joint entries/s, specialised 1.9e12-3.7e12 after 0.14-0.27 s of compilation).
-FUSE_MIN = 1 << 34
+# shape-generic kernel (prebuilt, or compiled once per arithmetic class) finishes
+# before a specialised one would have compiled (H100, bench/gpu_kernel.py 2026-11-24:
+# generic 2.2e11 joint entries/s on six inputs, 3.4e11 on three; specialised
+# 1.9e12-3.7e12 after 0.12-0.24 s of compilation: even from about 3e10 entries).
+FUSE_MIN = 1 << 35
 # int64 slots of the pinned ring that stages generic kernels' descriptors (one is at most
 # about 1,100): the stream passes a slot before it is written again, with no host sync per bucket.
 DESCRIPTOR_RING = 1 << 17
