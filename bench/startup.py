@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, cache_bytecode, cpu_name, gpu_present, warm_bytecode, process_wall as wall, summary, tiny_instance, write_result
+from common import (ROOT, cache_bytecode, cpu_name, gpu_present, process_wall as wall, summary, tiny_instance,
+                    warm_bytecode, write_result)
 
 STAGES = {
     "import_cupy": "import cupy",

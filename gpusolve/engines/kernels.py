@@ -223,7 +223,8 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
     and eliminate_dense's bit for bit. A bucket of up to GENERIC_UNROLLED_OPS inputs
     takes a path compiled for its count, with offsets and input pointers in registers
     rather than local memory (H100, bench/gpu_kernel.py: 2.2e11 joint entries/s
-    instead of 7.6e10 on six inputs; grid n=49 d=10 eliminated in 10.4 ms, not 21.4). mode: "i64" or "f64"; op as for fused_source.
+    instead of 7.6e10 on six inputs; grid n=49 d=10 eliminated in 10.4 ms, not
+    21.4). mode: "i64" or "f64"; op as for fused_source.
     """
     if op == "lse" and mode != "f64":
         raise ValueError("lse elimination needs float costs")
@@ -239,7 +240,8 @@ def generic_source(mode: str, clamp_each: bool, op: str = "min") -> FusedKernel:
     else:
         keep = f"b = s {'>' if op == 'max' else '<'} b ? s : b;"
         final = "b = b < top ? b : top;" if mode == "i64" else ""
-    cases = "".join(f"    case {n}: rows_fixed<{n}>(out, desc, top); break;\n" for n in range(1, GENERIC_UNROLLED_OPS + 1))
+    cases = "".join(f"    case {n}: rows_fixed<{n}>(out, desc, top); break;\n"
+                    for n in range(1, GENERIC_UNROLLED_OPS + 1))
     lse_init = "double e = 0.0;" if op == "lse" else ""
     source = f"""// Inputs 1..{GENERIC_UNROLLED_OPS}: a template instance each, offsets and pointers in registers; more: a loop
 // over the descriptor's inputs (in shared memory), offsets in local memory.
