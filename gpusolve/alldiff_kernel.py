@@ -256,7 +256,8 @@ class DeviceDomains:
     """One AllDifferent's bit-packed domains kept on the device between the propagation calls of
     a search, with the kernel's scratch arrays: a call sends the matching and the edges removed
     since the last call (a few, not the n x m domains), and leaves the domains filtered on the
-    device as they are on the host."""
+    device as they are on the host. Both copies go through pinned buffers kept for the
+    constraint's life, asynchronously, with one synchronisation per call."""
 
     def __init__(self, cp, words: np.ndarray, m: int):
         n, width = words.shape
@@ -266,21 +267,36 @@ class DeviceDomains:
         self.owner, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, n, n))
         self.removed = cp.empty((n, width), dtype=cp.uint64)
         self.out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
+        self.head = self._pinned(self.out.size)
+        self._staging(3 * n)  # the matching and n removed edges; grown when a call sends more
+
+    def _pinned(self, size: int) -> np.ndarray:
+        return np.frombuffer(self.cp.cuda.alloc_pinned_memory(4 * size), dtype=np.int32, count=size)
+
+    def _staging(self, size: int) -> None:
+        self.up, self.up_dev = self._pinned(size), self.cp.empty(size, dtype=self.cp.int32)
 
     def removals(self, match: np.ndarray, removed=None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""
-        n, m = self.n, self.m
+        cp, n, m = self.cp, self.n, self.m
         rows, cols = removed if removed is not None else ((), ())
-        up = np.empty(n + 2 * len(rows), dtype=np.int32)  # the matching, then the removed edges: one copy
-        up[:n] = match
-        up[n::2], up[n + 1::2] = rows, cols
-        dev = self.cp.asarray(up)
-        self.kernel((1,), (THREADS,), (self.words, dev[:n], dev[n:], np.int32(n), np.int32(m), np.int32(len(rows)),
-                                       np.int32(LIST_CAP), self.owner, self.label, self.size, self.removed, self.out))
-        head = self.out.get()
-        k = int(head[0])
-        if k <= LIST_CAP:
-            pairs = head[1:1 + 2 * k].reshape(k, 2).astype(np.int64)
+        k = n + 2 * len(rows)  # the matching, then the removed edges: one copy
+        if k > self.up.size:
+            self._staging(2 * k)
+        self.up[:n] = match
+        self.up[n:k:2], self.up[n + 1:k:2] = rows, cols
+        runtime, stream = cp.cuda.runtime, cp.cuda.get_current_stream()
+        base = self.up_dev.data.ptr
+        runtime.memcpyAsync(base, self.up.ctypes.data, 4 * k, runtime.memcpyHostToDevice, stream.ptr)
+        self.kernel((1,), (THREADS,), (self.words, np.uint64(base), np.uint64(base + 4 * n), np.int32(n), np.int32(m),
+                                       np.int32(len(rows)), np.int32(LIST_CAP), self.owner, self.label, self.size,
+                                       self.removed, self.out))
+        runtime.memcpyAsync(self.head.ctypes.data, self.out.data.ptr, 4 * self.head.size, runtime.memcpyDeviceToHost,
+                            stream.ptr)
+        stream.synchronize()
+        count = int(self.head[0])
+        if count <= LIST_CAP:
+            pairs = self.head[1:1 + 2 * count].reshape(count, 2).astype(np.int64)
             return pairs[:, 0], pairs[:, 1]
         bits = np.unpackbits(self.removed.get().view(np.uint8), axis=1, bitorder="little")[:, :m]
         r, c = np.nonzero(bits)
