@@ -79,8 +79,11 @@ def leave(code) -> None:
     from .engines import cuda_started
     if isinstance(code, int | None) and cuda_started():
         for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):  # a reader gone (`| head`) or a closed stream: nothing left to tell
+                pass
         os._exit(code or 0)
     sys.exit(code)
 

@@ -244,3 +244,13 @@ def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 3 and p.stdout == "out"
     assert p.stderr == ("err" if cuda else "errfinalized\n")
+
+
+def test_leave_after_cuda_with_the_reader_gone():
+    """Output to a pipe nobody reads any more: leave still exits with the command's code, no traceback."""
+    code = ("import os, sys; from gpusolve import engines, serve\n"
+            "engines._warming.append(None)\n"
+            "r, w = os.pipe(); os.close(r); sys.stdout = os.fdopen(w, 'w')\n"
+            "print('lost'); serve.leave(0)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and p.stderr == ""
