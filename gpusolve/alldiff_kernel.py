@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .engines.streaming import pinned_array
+
 THREADS = 1024  # one block: 32 warps, a warp per variable
 LIST_CAP = 4096  # removed edges returned as a list up to this many, else as bit-packed rows
 SHARED_MAX = 48 << 10  # static shared memory per block
@@ -267,14 +269,11 @@ class DeviceDomains:
         self.owner, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, n, n))
         self.removed = cp.empty((n, width), dtype=cp.uint64)
         self.out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
-        self.head = self._pinned(self.out.size)
+        self.head = pinned_array(cp, (self.out.size,), np.int32)
         self._staging(3 * n)  # the matching and n removed edges; grown when a call sends more
 
-    def _pinned(self, size: int) -> np.ndarray:
-        return np.frombuffer(self.cp.cuda.alloc_pinned_memory(4 * size), dtype=np.int32, count=size)
-
     def _staging(self, size: int) -> None:
-        self.up, self.up_dev = self._pinned(size), self.cp.empty(size, dtype=self.cp.int32)
+        self.up, self.up_dev = pinned_array(self.cp, (size,), np.int32), self.cp.empty(size, dtype=self.cp.int32)
 
     def removals(self, match: np.ndarray, removed=None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""

@@ -52,6 +52,18 @@ def _land(dest, buf):
     return dest
 
 
+def pinned_array(xp, shape, dtype) -> np.ndarray:
+    """A numpy array in page-locked memory, for asynchronous copies with module `xp` (CuPy); plain
+    memory on the CPU or where none can be had."""
+    if xp is np:
+        return np.empty(shape, dtype=dtype)
+    try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
+        mem = xp.cuda.alloc_pinned_memory(math.prod(shape) * np.dtype(dtype).itemsize)
+    except Exception:  # pinning refused (limits, container): copies just stop overlapping
+        return np.empty(shape, dtype=dtype)
+    return np.ndarray(shape, dtype=dtype, buffer=mem)
+
+
 class Pipeline:
     """Two streams, kept pinned staging buffers, one log; one per engine (module `xp`)."""
 
@@ -66,14 +78,8 @@ class Pipeline:
     def pinned(self, shape, dtype, track: bool = True):
         """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
         be had. `track`: remember it, so that copies from or into it skip the staging buffers."""
-        if not self.gpu:
-            return np.empty(shape, dtype=dtype)
-        try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
-            mem = self.xp.cuda.alloc_pinned_memory(math.prod(shape) * np.dtype(dtype).itemsize)
-        except Exception:  # pinning refused (limits, container): copies just stop overlapping
-            return np.empty(shape, dtype=dtype)
-        a = np.ndarray(shape, dtype=dtype, buffer=mem)
-        if track:
+        a = pinned_array(self.xp, shape, dtype)
+        if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
             self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
         return a
 
