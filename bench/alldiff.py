@@ -13,9 +13,10 @@ squaring and bit-packed Warshall as in the seed); the matching stays on the host
 writes seconds per call, the host's share of a GPU call (matching and bit-packing the domains),
 and the ratios of CPU peel and CPU Tarjan to the best GPU method to
 bench/results/alldiff-<device>-<date>.json. Also, as a search keeping the domains bit-packed
-would call it ("kept" columns): the CPU peel given the packed words, and the GPU kernel on
-domains kept on the device that receives the matching and the values just removed
-(alldiff_kernel.DeviceDomains); both return the removed edges. A CPU method is skipped (null) above --cpu-max-edges /
+would call it ("kept" columns): the CPU peel given the packed words (its matching grown from the
+previous one on the host), and the GPU kernel on domains and matching kept on the device that
+receives the values just removed and repairs the matching there (alldiff_kernel.DeviceDomains);
+both return the removed edges. A CPU method is skipped (null) above --cpu-max-edges /
 --tarjan-max-edges edges.
 With --solve: first solutions by MAC search (mac.py) of N-queens and Langford L(2, n), on the
 CPU and (with CuPy) with GAC on the GPU, each within --solve-limit seconds.
@@ -120,10 +121,11 @@ def kept_calls(dom, after, match, cp, repeat, sync) -> dict:
     if cp is not None and alldiff_kernel.fits(n, m):
         delta = np.nonzero(dom & ~after)  # what the search removed since the last call
 
-        def gpu(dd):
-            return dd.removals(max_matching(after, match), delta)
+        def gpu(dd):  # the matching is repaired on the device
+            return dd.removals(delta)
         before = pack(np, dom)
-        row["gpu_kept_s"], got = timed_from(lambda: alldiff_kernel.DeviceDomains(cp, before, m), gpu, repeat, sync)
+        row["gpu_kept_s"], got = timed_from(lambda: alldiff_kernel.DeviceDomains(cp, before, m, match), gpu,
+                                            repeat, sync)
         check(got)
         row["ratio_kept"] = row["cpu_peel_kept_s"] / row["gpu_kept_s"]
     return row

@@ -1,12 +1,14 @@
-"""AllDifferent GAC's SCC and filtering step in one CUDA launch: `alldiff.removals` on the GPU.
+"""AllDifferent GAC on the GPU in two launches of one thread block: `alldiff.removals` there.
 
 The array-code peel (alldiff.peel) on CuPy makes dozens of small launches and a host sync per
-level of every search, which cost more than the CPU's whole call below ~2000 variables. Here one
-thread block does it all between one upload and one download: the bit-packed domains (as
-alldiff.pack lays them out) and the matching go up in one copy; the kernel finds the sink's SCC
+level of every search, which cost more than the CPU's whole call below ~2000 variables. Here the
+bit-packed domains (as alldiff.pack lays them out) and a matching stay on the device
+(`DeviceDomains`); a call uploads the values removed since the last one and downloads the removed
+edges. The first kernel repairs the matching: entries whose value left are dropped, then one warp
+finds an augmenting path per free variable, breadth first. The second finds the sink's SCC
 (variables reaching a free value), trims variables with no edge into or out of the rest, peels the
 other SCCs by forward-backward reachability from the variable with the largest domain, and writes
-the removed edges (x, v): v matched to a variable of another SCC than x's. The reachability loops
+the removed edges (x, v): v matched to a variable of another SCC than x's. Its reachability loops
 are Gauss-Seidel sweeps to a fixpoint (a variable found early in a sweep extends the same sweep),
 a warp per variable and a lane per 64-bit word of its domain. The removed edges come back as a
 list; when there are more than LIST_CAP of them, as bit-packed rows.
@@ -81,8 +83,89 @@ __device__ void backward(const u64* D, const int* match, int n, int W, u64* set,
     }));
 }
 
-extern "C" __global__ void NAME(u64* D, const int* match, const int* delta, int n, int m, int n_delta,
-                                int cap, int* owner, int* label, int* size, u64* R, int* out) {
+// An augmenting path from the free variable x, breadth first over the alternating graph, by one warp
+// (a lane per 64-bit word of a domain). front and next: variables of this level and the next;
+// seen: values reached, via[v]: the variable that reached v. The path is flipped once a free
+// value is found; false when there is none.
+__device__ bool augment(const u64* D, int* match, int* owner, int* via, int W, int NW, int x,
+                        u64* front, u64* next, u64* seen) {
+  const int lane = threadIdx.x & 31;
+  for (int i = lane; i < 2 * NW; i += 32) front[i] = 0;  // front and next
+  for (int w = lane; w < W; w += 32) seen[w] = 0;
+  __syncwarp();
+  if (lane == 0) front[x >> 6] = BIT(x);
+  __syncwarp();
+  int found = -1;
+  while (found < 0) {
+    bool grew = false;
+    for (int i = 0; i < NW && found < 0; ++i)
+      for (u64 f = front[i]; f && found < 0; f &= f - 1) {
+        const int y = i * 64 + __ffsll(f) - 1;
+        for (int w0 = 0; w0 < W && found < 0; w0 += 32) {  // lanes take distinct words: one claim per value
+          const int w = w0 + lane;
+          u64 e = w < W ? D[(size_t)y * W + w] & ~seen[w] : 0ull;
+          if (e) seen[w] |= e;
+          int mine = -1;
+          for (; e; e &= e - 1) {
+            const int v = w * 64 + __ffsll(e) - 1, z = owner[v];
+            via[v] = y;
+            if (z < 0) mine = v;
+            else { atomicOr(&next[z >> 6], BIT(z)); grew = true; }
+          }
+          const unsigned hit = __ballot_sync(0xffffffffu, mine >= 0);
+          if (hit) found = __shfl_sync(0xffffffffu, mine, __ffs(hit) - 1);
+          __syncwarp();
+        }
+      }
+    if (found >= 0) break;
+    if (!__any_sync(0xffffffffu, grew)) return false;
+    for (int i = lane; i < NW; i += 32) { front[i] = next[i]; next[i] = 0; }
+    __syncwarp();
+  }
+  if (lane == 0)
+    for (int v = found; v >= 0;) {  // x's own entry is -1: the walk ends there
+      const int y = via[v], prev = match[y];
+      match[y] = v;
+      owner[v] = y;
+      v = prev;
+    }
+  __syncwarp();
+  return true;
+}
+
+// The matching, before the SCC kernel (its own launch, so that kernel reads it from memory): the
+// values removed since the last call leave the domains kept on the device, entries whose value
+// left are dropped (their variables listed in `unmatched`), then one warp finds an augmenting path
+// for each free variable. None: out[0] = -1, which the SCC kernel reads as "the constraint fails".
+extern "C" __global__ void __launch_bounds__(BLOCK)
+NAME_match(u64* D, int* match, const int* delta, int n, int m, int n_delta, int* owner, int* unmatched, int* via,
+           int* out) {
+  __shared__ u64 pool[SHARED_WORDS];
+  __shared__ int count;
+  const int W = (m + 63) >> 6, NW = (n + 63) >> 6, tid = threadIdx.x;
+  for (int k = tid; k < n_delta; k += blockDim.x) {
+    int x = delta[2 * k], v = delta[2 * k + 1];
+    atomicAnd(&D[(size_t)x * W + (v >> 6)], ~BIT(v));
+  }
+  for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
+  if (tid == 0) { count = 0; out[0] = 0; }
+  __syncthreads();
+  for (int x = tid; x < n; x += blockDim.x) {
+    int v = match[x];
+    if (v >= 0 && HAS(D + (size_t)x * W, v)) owner[v] = x;
+    else { match[x] = -1; unmatched[atomicAdd(&count, 1)] = x; }
+  }
+  __syncthreads();
+  if (tid >= 32) return;
+  for (int k = 0; k < count; ++k)
+    if (!augment(D, match, owner, via, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) {
+      if (tid == 0) out[0] = -1;
+      return;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+NAME(u64* D, const int* match, int n, int m, int cap, const int* owner, int* label, int* size, u64* R, int* out) {
   // shared bitsets: variables (NW words) and values (W words)
   __shared__ u64 pool[SHARED_WORDS];
   __shared__ volatile int changed;
@@ -94,17 +177,12 @@ extern "C" __global__ void NAME(u64* D, const int* match, const int* delta, int 
   const int tid = threadIdx.x;
   auto nothing = [](int, bool) {};
   auto all = [](int) { return true; };
-  // The values removed since the last call leave the domains kept on the device.
-  for (int k = tid; k < n_delta; k += blockDim.x) {
-    int x = delta[2 * k], v = delta[2 * k + 1];
-    atomicAnd(&D[(size_t)x * W + (v >> 6)], ~BIT(v));
-  }
+  if (out[0] < 0) return;  // no matching covers every variable
   for (int i = tid; i < 3 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
-  for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
   for (int x = tid; x < n; x += blockDim.x) size[x] = 0;
   if (tid == 0) { count = 0; big = -1; big_size = 0; }
   __syncthreads();
-  for (int x = tid; x < n; x += blockDim.x) { owner[match[x]] = x; label[x] = -1; }
+  for (int x = tid; x < n; x += blockDim.x) label[x] = -1;
   rows(D, n, W, all, [&](int y, int w, u64 d) { if (d) atomicAdd(&size[y], __popcll(d)); return false; }, nothing);
   __syncthreads();
   for (int v = tid; v < m; v += blockDim.x)
@@ -238,62 +316,74 @@ def kernel_source(n: int, m: int) -> str:
     the largest of a few classes, so a search compiles a handful of kernels, not one per size."""
     words = 1 << max(shared_words(n, m) - 1, 63).bit_length()  # a power of two, at least 64
     words = min(words, (SHARED_MAX - 64) // 8)
-    return SOURCE.replace("SHARED_WORDS", str(words)).replace("NAME", NAME)
+    return SOURCE.replace("SHARED_WORDS", str(words)).replace("BLOCK", str(THREADS)).replace("NAME", NAME)
 
 
 _kernels: dict = {}
 
 
 def _kernel(cp, n: int, m: int):
-    """The compiled kernel for this size class (compiled once per process; cupy caches the binary)."""
+    """(matching kernel, SCC kernel) for this size class (compiled once per process; cupy caches the
+    binary)."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
     source = kernel_source(n, m)
     if source not in _kernels:
-        _kernels[source] = cp.RawKernel(source, NAME)
+        module = cp.RawModule(code=source)
+        _kernels[source] = module.get_function(NAME + "_match"), module.get_function(NAME)
     return _kernels[source]
 
 
 class DeviceDomains:
-    """One AllDifferent's bit-packed domains kept on the device between the propagation calls of
-    a search, with the kernel's scratch arrays: a call sends the matching and the edges removed
-    since the last call (a few, not the n x m domains), and leaves the domains filtered on the
-    device as they are on the host. Both copies go through pinned buffers kept for the
-    constraint's life, asynchronously, with one synchronisation per call."""
+    """One AllDifferent's bit-packed domains and matching kept on the device between the
+    propagation calls of a search, with the kernel's scratch arrays: a call sends only the edges
+    removed since the last call (a few, not the n x m domains); the kernel repairs the matching
+    there and leaves the domains filtered as they are on the host. Both copies go through pinned
+    buffers kept for the constraint's life, asynchronously, with one synchronisation per call."""
 
-    def __init__(self, cp, words: np.ndarray, m: int):
+    def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
-        self.kernel = _kernel(cp, n, m)
+        self.match_kernel, self.kernel = _kernel(cp, n, m)
         self.words = cp.asarray(words)
-        self.owner, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, n, n))
+        self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
+        self.owner, self.via, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
         self.removed = cp.empty((n, width), dtype=cp.uint64)
         self.out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
         self.head = pinned_array(cp, (self.out.size,), np.int32)
-        self._staging(3 * n)  # the matching and n removed edges; grown when a call sends more
+        self._staging(2 * n)  # n removed edges; grown when a call sends more
 
     def _staging(self, size: int) -> None:
         self.up, self.up_dev = pinned_array(self.cp, (size,), np.int32), self.cp.empty(size, dtype=self.cp.int32)
 
-    def removals(self, match: np.ndarray, removed=None) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone."""
+    def matching(self) -> np.ndarray:
+        """The matching on the device (value per variable), on the host."""
+        return self.match.get().astype(np.int64)
+
+    def removals(self, removed=None) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone; raises
+        alldiff.Infeasible when no matching covers every variable then."""
         cp, n, m = self.cp, self.n, self.m
         rows, cols = removed if removed is not None else ((), ())
-        k = n + 2 * len(rows)  # the matching, then the removed edges: one copy
+        k = 2 * len(rows)
         if k > self.up.size:
             self._staging(2 * k)
-        self.up[:n] = match
-        self.up[n:k:2], self.up[n + 1:k:2] = rows, cols
+        self.up[:k:2], self.up[1:k:2] = rows, cols
         runtime, stream = cp.cuda.runtime, cp.cuda.get_current_stream()
-        base = self.up_dev.data.ptr
-        runtime.memcpyAsync(base, self.up.ctypes.data, 4 * k, runtime.memcpyHostToDevice, stream.ptr)
-        self.kernel((1,), (THREADS,), (self.words, np.uint64(base), np.uint64(base + 4 * n), np.int32(n), np.int32(m),
-                                       np.int32(len(rows)), np.int32(LIST_CAP), self.owner, self.label, self.size,
-                                       self.removed, self.out))
+        if k:
+            runtime.memcpyAsync(self.up_dev.data.ptr, self.up.ctypes.data, 4 * k, runtime.memcpyHostToDevice,
+                                stream.ptr)
+        self.match_kernel((1,), (THREADS,), (self.words, self.match, self.up_dev, np.int32(n), np.int32(m),
+                                             np.int32(len(rows)), self.owner, self.size, self.via, self.out))
+        self.kernel((1,), (THREADS,), (self.words, self.match, np.int32(n), np.int32(m), np.int32(LIST_CAP),
+                                       self.owner, self.label, self.size, self.removed, self.out))
         runtime.memcpyAsync(self.head.ctypes.data, self.out.data.ptr, 4 * self.head.size, runtime.memcpyDeviceToHost,
                             stream.ptr)
         stream.synchronize()
         count = int(self.head[0])
+        if count < 0:
+            from .alldiff import Infeasible  # alldiff imports this module
+            raise Infeasible
         if count <= LIST_CAP:
             pairs = self.head[1:1 + 2 * count].reshape(count, 2).astype(np.int64)
             return pairs[:, 0], pairs[:, 1]
@@ -304,6 +394,6 @@ class DeviceDomains:
 
 def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
-    domains, n rows) and a matching covering every variable: two uploads, one launch, one
+    domains, n rows) and a matching covering every variable: two uploads, two launches, one
     download (two when more than LIST_CAP edges go)."""
-    return DeviceDomains(cp, words, m).removals(match)
+    return DeviceDomains(cp, words, m, match).removals()

@@ -434,7 +434,7 @@ def test_kernel_source_is_sized_in_a_few_classes_within_shared_memory():
     sources = {k.kernel_source(n, 2 * n) for n in range(1, 12000, 7) if k.fits(n, 2 * n)}
     assert 2 <= len(sources) <= 10  # a handful of compiled kernels over every size a search meets
     for src in sources:
-        assert 'extern "C" __global__ void alldiff_gac(' in src and "SHARED_WORDS" not in src
+        assert "\nalldiff_gac(u64* D" in src and "\nalldiff_gac_match(" in src and "SHARED_WORDS" not in src
         assert src.count("{") == src.count("}") and src.count("(") == src.count(")")
         words = int(src.split("pool[")[1].split("]")[0])
         assert 64 <= words and 8 * words + 64 <= k.SHARED_MAX
@@ -504,7 +504,7 @@ def test_gpu_kept_domains_follow_a_search(cupy):
             dom, match = filter_domains(dom)
         except Infeasible:
             continue
-        kept = alldiff_kernel.DeviceDomains(cupy, pack(np, dom), m)
+        kept = alldiff_kernel.DeviceDomains(cupy, pack(np, dom), m, match)
         for _ in range(8):
             after = dom.copy()
             x = int(rng.integers(n))
@@ -514,10 +514,48 @@ def test_gpu_kept_domains_follow_a_search(cupy):
             try:
                 want, new = filter_domains(after, match)
             except Infeasible:
+                with pytest.raises(Infeasible):
+                    kept.removals(np.nonzero(dom & ~after))
                 break
-            r, c = kept.removals(max_matching(after, match), np.nonzero(dom & ~after))
+            r, c = kept.removals(np.nonzero(dom & ~after))
             got = after.copy()
             got[r, c] = False
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(kept.words.get(), pack(np, want))
+            assert_covering_matching(kept.matching(), want)
             dom, match = want, new
+
+
+def assert_covering_matching(match, dom):
+    """match gives every variable a value of its domain, no value twice."""
+    assert (match >= 0).all() and dom[np.arange(dom.shape[0]), match].all()
+    assert np.unique(match).size == match.size
+
+
+@pytest.mark.gpu
+def test_gpu_matching_from_scratch_on_the_device(cupy):
+    """DeviceDomains given no matching builds one on the device (an augmenting path per variable):
+    the same removals as the CPU, Infeasible exactly when max_matching finds no covering matching."""
+    from gpusolve import alldiff_kernel
+    from gpusolve.alldiff import pack
+    rng = np.random.default_rng(5)
+    feasible = infeasible = 0
+    for trial in range(120):
+        n = int(rng.integers(1, 300))
+        m = n + int(rng.integers(0, 20))
+        dom = rng.random((n, m)) < rng.uniform(0.001, 0.1)
+        kept = alldiff_kernel.DeviceDomains(cupy, pack(np, dom), m)
+        try:
+            max_matching(dom)
+        except Infeasible:
+            infeasible += 1
+            with pytest.raises(Infeasible):
+                kept.removals()
+            continue
+        feasible += 1
+        r, c = kept.removals()
+        got = dom.copy()
+        got[r, c] = False
+        np.testing.assert_array_equal(got, filter_domains(dom)[0])
+        assert_covering_matching(kept.matching(), got)
+    assert feasible >= 20 and infeasible >= 20
