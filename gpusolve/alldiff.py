@@ -107,7 +107,7 @@ def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
              method: str = "peel") -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
     """((rows, columns) of the edges GAC removes, the matching), on the host. The matching stays
     on the host; the SCCs are found by `method` on the array module `xp` (numpy without it):
-    "peel" (PEEL below on the host; on a device, alldiff_kernel's two launches), "tarjan" (host
+    "peel" (PEEL below on the host; on a device, alldiff_kernel's one launch), "tarjan" (host
     only), or the closures "squaring" / "warshall" (array code, as in the seed). Raises Infeasible."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (choose {', '.join(METHODS)})")
@@ -120,7 +120,7 @@ def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
     match = max_matching(dom, match)
     if method == "peel":
         words = pack(np, dom)
-        if xp is not np and alldiff_kernel.fits(n, m):  # two launches on the device
+        if xp is not np and alldiff_kernel.fits(n, m):  # one launch on the device
             return alldiff_kernel.removals_gpu(xp, words, match, m), match
         return crossing(dom, words, match, peel(dom, match, words)[:n]), match  # wider: the host
     if xp is np:

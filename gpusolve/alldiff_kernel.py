@@ -1,11 +1,12 @@
-"""AllDifferent GAC on the GPU in two launches of one thread block: `alldiff.removals` there.
+"""AllDifferent GAC on the GPU in one launch of one thread block: `alldiff.removals` there.
 
 The array-code peel (alldiff.peel) on CuPy makes dozens of small launches and a host sync per
 level of every search, which cost more than the CPU's whole call below ~2000 variables. Here the
 bit-packed domains (as alldiff.pack lays them out) and a matching stay on the device
-(`DeviceDomains`); a call uploads the values removed since the last one and downloads the removed
-edges. The first kernel repairs the matching: entries whose value left are dropped, then one warp
-finds an augmenting path per free variable, breadth first. The second finds the sink's SCC
+(`DeviceDomains`); a call hands over the values removed since the last one and gets the removed
+edges back, both through page-locked host memory the kernel reads and writes in place. The kernel
+first repairs the matching: entries whose value left are dropped, then one warp finds an augmenting
+path per free variable, breadth first, while the rest of the block waits. It then finds the sink's SCC
 (variables reaching a free value), trims variables with no edge into or out of the rest, peels the
 other SCCs by forward-backward reachability from the variable with the largest domain, and writes
 the removed edges (x, v): v matched to a variable of another SCC than x's. Its reachability loops
@@ -133,22 +134,28 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int W, i
   return true;
 }
 
-// The matching, before the SCC kernel (its own launch, so that kernel reads it from memory): the
-// values removed since the last call leave the domains kept on the device, entries whose value
-// left are dropped (their variables listed in `unmatched`), then one warp finds an augmenting path
-// for each free variable. None: out[0] = -1, which the SCC kernel reads as "the constraint fails".
+// One launch: the matching, then its SCCs and the removals. The values removed since the last call
+// leave the domains kept on the device, entries whose value left are dropped (their variables
+// listed in `unmatched`), then one warp finds an augmenting path for each free
+// variable while the others wait. None: out[0] = -1. delta and out may be host memory (mapped).
 extern "C" __global__ void __launch_bounds__(BLOCK)
-NAME_match(u64* D, int* match, const int* delta, int n, int m, int n_delta, int* owner, int* unmatched, int* via,
-           int* out) {
-  __shared__ u64 pool[SHARED_WORDS];
-  __shared__ int count;
-  const int W = (m + 63) >> 6, NW = (n + 63) >> 6, tid = threadIdx.x;
+NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, int* owner, int* via, int* label,
+     int* unmatched, u64* R, int* out) {
+  __shared__ u64 pool[SHARED_WORDS];  // bitsets: the path search's, then the SCCs' (variables NW words, values W)
+  __shared__ volatile int changed;
+  __shared__ int pivot, pivot_size, big, big_size, count, failed;
+  const int W = (m + 63) >> 6, NW = (n + 63) >> 6;
+  u64 *rem = pool, *B = rem + NW;                                   // variables
+  u64 *free_vals = B + NW, *rem_vals = free_vals + W, *F_vals = rem_vals + W, *B_vals = F_vals + W;  // values
+  const int tid = threadIdx.x;
+  auto nothing = [](int, bool) {};
+  auto all = [](int) { return true; };
   for (int k = tid; k < n_delta; k += blockDim.x) {
     int x = delta[2 * k], v = delta[2 * k + 1];
     atomicAnd(&D[(size_t)x * W + (v >> 6)], ~BIT(v));
   }
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
-  if (tid == 0) { count = 0; out[0] = 0; }
+  if (tid == 0) { count = 0; failed = 0; }
   __syncthreads();
   for (int x = tid; x < n; x += blockDim.x) {
     int v = match[x];
@@ -156,34 +163,14 @@ NAME_match(u64* D, int* match, const int* delta, int n, int m, int n_delta, int*
     else { match[x] = -1; unmatched[atomicAdd(&count, 1)] = x; }
   }
   __syncthreads();
-  if (tid >= 32) return;
-  for (int k = 0; k < count; ++k)
-    if (!augment(D, match, owner, via, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) {
-      if (tid == 0) out[0] = -1;
-      return;
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(BLOCK)
-NAME(u64* D, const int* match, int n, int m, int cap, const int* owner, int* label, int* size, u64* R, int* out) {
-  // shared bitsets: variables (NW words) and values (W words)
-  __shared__ u64 pool[SHARED_WORDS];
-  __shared__ volatile int changed;
-  __shared__ int pivot, pivot_size, big, big_size, count;
-  __shared__ unsigned long long best;
-  const int W = (m + 63) >> 6, NW = (n + 63) >> 6;
-  u64 *rem = pool, *F = rem + NW, *B = F + NW;                     // variables
-  u64 *free_vals = B + NW, *rem_vals = free_vals + W, *F_vals = rem_vals + W, *B_vals = F_vals + W;  // values
-  const int tid = threadIdx.x;
-  auto nothing = [](int, bool) {};
-  auto all = [](int) { return true; };
-  if (out[0] < 0) return;  // no matching covers every variable
-  for (int i = tid; i < 3 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
-  for (int x = tid; x < n; x += blockDim.x) size[x] = 0;
-  if (tid == 0) { count = 0; big = -1; big_size = 0; }
+  if (tid < 32)
+    for (int k = 0; k < count; ++k)
+      if (!augment(D, match, owner, via, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
   __syncthreads();
+  if (failed) { if (tid == 0) out[0] = -1; return; }  // no matching covers every variable
+  for (int i = tid; i < 2 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
+  if (tid == 0) { count = 0; big = -1; big_size = 0; }
   for (int x = tid; x < n; x += blockDim.x) label[x] = -1;
-  rows(D, n, W, all, [&](int y, int w, u64 d) { if (d) atomicAdd(&size[y], __popcll(d)); return false; }, nothing);
   __syncthreads();
   for (int v = tid; v < m; v += blockDim.x)
     if (owner[v] < 0) atomicOr(&free_vals[v >> 6], BIT(v));
@@ -228,35 +215,31 @@ NAME(u64* D, const int* match, int n, int m, int cap, const int* owner, int* lab
           changed = 1;
         }
       }));
-    // Pivot: the remaining variable with the largest domain.
-    if (tid == 0) best = 0;
+    // Pivot: the first remaining variable (trimming has taken the ones alone in their SCC, the
+    // assigned ones among them).
+    if (tid == 0) pivot = n;
     __syncthreads();
-    for (int x = tid; x < n; x += blockDim.x)
-      if (HAS(rem, x)) atomicMax(&best, ((unsigned long long)(size[x] + 1) << 32) | (unsigned)x);
-    __syncthreads();
-    if (best == 0) break;  // every variable labelled (read by all threads after the barrier)
-    if (tid == 0) { pivot = (int)(best & 0xffffffffu); pivot_size = 0; }
-    for (int i = tid; i < 2 * NW; i += blockDim.x) F[i] = 0;  // F and B
+    for (int i = tid; i < NW; i += blockDim.x)
+      if (rem[i]) atomicMin(&pivot, i * 64 + __ffsll(rem[i]) - 1);
     for (int w = tid; w < 2 * W; w += blockDim.x) F_vals[w] = 0;  // F_vals and B_vals
+    for (int i = tid; i < NW; i += blockDim.x) B[i] = 0;
     __syncthreads();
+    if (pivot == n) break;  // every variable labelled (read by all threads after the barrier)
     if (tid == 0) {
-      F[pivot >> 6] = B[pivot >> 6] = BIT(pivot);
+      pivot_size = 0;
+      B[pivot >> 6] = BIT(pivot);
       F_vals[match[pivot] >> 6] = B_vals[match[pivot] >> 6] = BIT(match[pivot]);
     }
-    // Forward: the values of F's variables' domains among the remaining ones bring their owners in.
-    FIXPOINT(rows(D, n, W, [&](int y) { return HAS(F, y) != 0; }, [&](int y, int w, u64 d) {
+    // Forward, over values: a remaining variable whose value is reached brings in the remaining
+    // values of its domain. The variables reached are those whose value ends in F_vals.
+    FIXPOINT(rows(D, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
       u64 e = d & rem_vals[w] & ~F_vals[w];
-      while (e) {
-        int b = __ffsll(e) - 1;
-        e &= e - 1;
-        int z = owner[w * 64 + b];
-        if (!(atomicOr(&F[z >> 6], BIT(z)) & BIT(z))) { atomicOr(&F_vals[w], 1ull << b); changed = 1; }
-      }
+      if (e) { atomicOr(&F_vals[w], e); changed = 1; }
       return false;
     }, nothing));
     backward(D, match, n, W, B, B_vals, rem, changed);
     for (int x = tid; x < n; x += blockDim.x)
-      if (HAS(F, x) && HAS(B, x)) {
+      if (HAS(rem, x) && HAS(F_vals, match[x]) && HAS(B, x)) {
         label[x] = pivot;
         atomicAnd(&rem[x >> 6], ~BIT(x));
         atomicAnd(&rem_vals[match[x] >> 6], ~BIT(match[x]));
@@ -285,13 +268,12 @@ NAME(u64* D, const int* match, int n, int m, int cap, const int* owner, int* lab
         e &= e - 1;
         if (label[owner[w * 64 + b]] != lx) r |= 1ull << b;
       }
-    R[(size_t)x * W + w] = r;
-    if (r) D[(size_t)x * W + w] = d & ~r;
+    if (r) { R[(size_t)x * W + w] = r; D[(size_t)x * W + w] = d & ~r; }  // R is all zero between calls
     while (r) {
       int b = __ffsll(r) - 1;
       r &= r - 1;
       int k = atomicAdd(&count, 1);
-      if (k < cap) { out[1 + 2 * k] = x; out[2 + 2 * k] = w * 64 + b; }
+      if (k < cap) reinterpret_cast<int2*>(out + 2)[k] = make_int2(x, w * 64 + b);
     }
     return false;
   }, nothing);
@@ -302,8 +284,8 @@ NAME(u64* D, const int* match, int n, int m, int cap, const int* owner, int* lab
 
 
 def shared_words(n: int, m: int) -> int:
-    """64-bit words of shared bitsets the kernel needs: three over variables, four over values."""
-    return 3 * ((n + 63) // 64) + 4 * ((m + 63) // 64)
+    """64-bit words of shared bitsets the kernel needs: two over variables, four over values."""
+    return 2 * ((n + 63) // 64) + 4 * ((m + 63) // 64)
 
 
 def fits(n: int, m: int) -> bool:
@@ -323,38 +305,59 @@ _kernels: dict = {}
 
 
 def _kernel(cp, n: int, m: int):
-    """(matching kernel, SCC kernel) for this size class (compiled once per process; cupy caches the
-    binary)."""
+    """The kernel for this size class (compiled once per process; cupy caches the binary)."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
     source = kernel_source(n, m)
     if source not in _kernels:
-        module = cp.RawModule(code=source)
-        _kernels[source] = module.get_function(NAME + "_match"), module.get_function(NAME)
+        _kernels[source] = cp.RawModule(code=source).get_function(NAME)
     return _kernels[source]
+
+
+class _HostBuffer:
+    """int32 host memory the kernel reads or writes in place: page-locked memory is addressed from
+    the device by its host pointer (unified addressing), so a call makes no copies and no copy
+    calls. Where memory cannot be pinned, through a device array and copies."""
+
+    def __init__(self, cp, size: int):
+        self.cp, self.host = cp, pinned_array(cp, (size,), np.int32)
+        self.dev = None if self.host.base is not None else cp.empty(size, dtype=cp.int32)
+
+    def arg(self, upload: int = 0):
+        """The kernel argument, once the first `upload` entries written on the host are there."""
+        if self.dev is None:
+            return np.uint64(self.host.ctypes.data)
+        if upload:
+            self.dev[:upload].set(self.host[:upload])
+        return self.dev
+
+    def written(self) -> np.ndarray:
+        """The host array, once the kernel's writes have landed (waits for the stream)."""
+        if self.dev is None:
+            self.cp.cuda.get_current_stream().synchronize()
+        else:
+            self.dev.get(out=self.host)
+        return self.host
 
 
 class DeviceDomains:
     """One AllDifferent's bit-packed domains and matching kept on the device between the
     propagation calls of a search, with the kernel's scratch arrays: a call sends only the edges
     removed since the last call (a few, not the n x m domains); the kernel repairs the matching
-    there and leaves the domains filtered as they are on the host. Both copies go through pinned
-    buffers kept for the constraint's life, asynchronously, with one synchronisation per call."""
+    there and leaves the domains filtered as they are on the host. The removed edges go in, and
+    GAC's removals come out, through page-locked host memory the kernel reads and writes: one
+    launch and one synchronisation per call."""
 
     def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
-        self.match_kernel, self.kernel = _kernel(cp, n, m)
+        self.kernel = _kernel(cp, n, m)
         self.words = cp.asarray(words)
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
-        self.owner, self.via, self.label, self.size = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
-        self.removed = cp.empty((n, width), dtype=cp.uint64)
-        self.out = cp.empty(1 + 2 * LIST_CAP, dtype=cp.int32)
-        self.head = pinned_array(cp, (self.out.size,), np.int32)
-        self._staging(2 * n)  # n removed edges; grown when a call sends more
-
-    def _staging(self, size: int) -> None:
-        self.up, self.up_dev = pinned_array(self.cp, (size,), np.int32), self.cp.empty(size, dtype=self.cp.int32)
+        self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
+        self.removed = cp.zeros((n, width), dtype=cp.uint64)  # the kernel writes its non-zero words
+        self.out = _HostBuffer(cp, 2 + 2 * LIST_CAP)  # count, padding, then (variable, value) pairs
+        self.up = _HostBuffer(cp, 2 * n)  # n removed edges; grown when a call sends more
 
     def matching(self) -> np.ndarray:
         """The matching on the device (value per variable), on the host."""
@@ -366,34 +369,29 @@ class DeviceDomains:
         cp, n, m = self.cp, self.n, self.m
         rows, cols = removed if removed is not None else ((), ())
         k = 2 * len(rows)
-        if k > self.up.size:
-            self._staging(2 * k)
-        self.up[:k:2], self.up[1:k:2] = rows, cols
-        runtime, stream = cp.cuda.runtime, cp.cuda.get_current_stream()
-        if k:
-            runtime.memcpyAsync(self.up_dev.data.ptr, self.up.ctypes.data, 4 * k, runtime.memcpyHostToDevice,
-                                stream.ptr)
-        self.match_kernel((1,), (THREADS,), (self.words, self.match, self.up_dev, np.int32(n), np.int32(m),
-                                             np.int32(len(rows)), self.owner, self.size, self.via, self.out))
-        self.kernel((1,), (THREADS,), (self.words, self.match, np.int32(n), np.int32(m), np.int32(LIST_CAP),
-                                       self.owner, self.label, self.size, self.removed, self.out))
-        runtime.memcpyAsync(self.head.ctypes.data, self.out.data.ptr, 4 * self.head.size, runtime.memcpyDeviceToHost,
-                            stream.ptr)
-        stream.synchronize()
-        count = int(self.head[0])
+        if k > self.up.host.size:
+            self.up = _HostBuffer(cp, 2 * k)
+        self.up.host[:k:2], self.up.host[1:k:2] = rows, cols
+        self.kernel((1,), (THREADS,), (self.words, self.match, self.up.arg(k), np.int32(n), np.int32(m),
+                                       np.int32(k // 2), np.int32(LIST_CAP), self.owner, self.via, self.label,
+                                       self.unmatched, self.removed, self.out.arg()))
+        head = self.out.written()
+        count = int(head[0])
         if count < 0:
             from .alldiff import Infeasible  # alldiff imports this module
             raise Infeasible
         if count <= LIST_CAP:
-            pairs = self.head[1:1 + 2 * count].reshape(count, 2).astype(np.int64)
+            pairs = head[2:2 + 2 * count].reshape(count, 2).astype(np.int64)
             return pairs[:, 0], pairs[:, 1]
-        bits = np.unpackbits(self.removed.get().view(np.uint8), axis=1, bitorder="little")[:, :m]
+        words = self.removed.get()
+        self.removed.fill(0)
+        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :m]
         r, c = np.nonzero(bits)
         return r.astype(np.int64), c.astype(np.int64)
 
 
 def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
-    domains, n rows) and a matching covering every variable: two uploads, two launches, one
-    download (two when more than LIST_CAP edges go)."""
+    domains, n rows) and a matching covering every variable: two uploads and one launch (a
+    download more when more than LIST_CAP edges go)."""
     return DeviceDomains(cp, words, m, match).removals()
