@@ -24,7 +24,7 @@ import numpy as np
 
 from .engines.streaming import pinned_array
 
-THREADS = 1024  # one block: 32 warps, a warp per variable
+THREADS = 1024  # one block: a thread per variable
 LIST_CAP = 4096  # removed edges returned as a list up to this many, else as bit-packed rows
 SHARED_MAX = 48 << 10  # static shared memory per block
 NAME = "alldiff_gac"
@@ -34,7 +34,7 @@ typedef unsigned long long u64;
 #define FULL 0xffffffffu
 #define BIT(v) (1ull << ((v) & 63))
 #define HAS(set, v) (((set)[(v) >> 6] >> ((v) & 63)) & 1ull)
-#define U 4  // rows a team loads at once: memory-level parallelism for a latency-bound block
+#define U 4  // words a thread loads at once
 
 // Gauss-Seidel sweeps to a fixpoint: every thread runs the body over the rows, then all agree on
 // whether anything changed (read after the barrier, cleared before the next sweep).
@@ -43,32 +43,35 @@ typedef unsigned long long u64;
     __syncthreads(); __VA_ARGS__; __syncthreads();            \
   } while (changed)
 
-// Rows are read by teams of T lanes (the smallest power of two >= the words per row, at most 32),
-// 32 / T rows per warp and U of those at once: word(y, w, d) for each word d = D[y][w] of the rows y
-// with row(y), then done(y, any) once per such row, `any` telling whether some word(y, ...) was true.
+// Rows are read a thread per row, the 32 rows of a warp side by side: the domains are kept
+// word-major (D[w * n + y], word w of y's domain), so a warp's loads of a word are contiguous.
+// word(y, w, d) for each word d of the rows y with row(y), U words loaded at once, then done(y, any),
+// `any` telling whether some word(y, ...) was true.
 template <class Row, class Word, class Done>
 __device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word word, Done done) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int T = 1;
-  while (T < W && T < 32) T <<= 1;
-  const int per = 32 / T, team = lane / T, tl = lane % T;
-  const unsigned tmask = (T == 32 ? FULL : ((1u << T) - 1u)) << (team * T);
-  for (int base = warp * per * U; base < n; base += 32 * per * U) {
-    bool on[U], any[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) { int y = base + u * per + team; on[u] = y < n && row(y); any[u] = false; }
-    for (int w = tl; w < W; w += T) {
+  for (int y = threadIdx.x; y < n; y += blockDim.x) {
+    if (!row(y)) continue;
+    bool any = false;
+    for (int w0 = 0; w0 < W; w0 += U) {
       u64 d[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) d[u] = on[u] ? D[(size_t)(base + u * per + team) * W + w] : 0ull;
+      for (int u = 0; u < U; ++u) d[u] = w0 + u < W ? D[(size_t)(w0 + u) * n + y] : 0ull;
 #pragma unroll
-      for (int u = 0; u < U; ++u) if (on[u]) any[u] |= word(base + u * per + team, w, d[u]);
+      for (int u = 0; u < U; ++u) if (w0 + u < W) any |= word(y, w0 + u, d[u]);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      unsigned b = __ballot_sync(FULL, any[u]);
-      if (on[u] && tl == 0) done(base + u * per + team, (b & tmask) != 0);
-    }
+    done(y, any);
+  }
+}
+
+// set[i] |= bits (or &= ~bits with `clear`), one shared atomic for the lanes of a warp that call it
+// together with the same i (a warp's 32 rows share a word of a variable bitset; its rows' words
+// w of values are word w of the value bitsets).
+__device__ __forceinline__ void warp_or(u64* set, int i, u64 bits, bool clear = false) {
+  const unsigned active = __activemask();
+  const u64 all = ((u64)__reduce_or_sync(active, (unsigned)(bits >> 32)) << 32) | __reduce_or_sync(active, (unsigned)bits);
+  if (all && (threadIdx.x & 31) == __ffs(active) - 1) {
+    if (clear) atomicAnd(&set[i], ~all);
+    else atomicOr(&set[i], all);
   }
 }
 
@@ -80,7 +83,7 @@ __device__ void backward(const u64* D, const int* match, int n, int W, u64* set,
     [&](int y) { return HAS(within, y) && !HAS(set, y); },
     [&](int y, int w, u64 d) { return (d & vals[w]) != 0; },
     [&](int y, bool hit) {
-      if (hit) { atomicOr(&set[y >> 6], BIT(y)); atomicOr(&vals[match[y] >> 6], BIT(match[y])); changed = 1; }
+      if (hit) { warp_or(set, y >> 6, BIT(y)); atomicOr(&vals[match[y] >> 6], BIT(match[y])); changed = 1; }
     }));
 }
 
@@ -88,7 +91,7 @@ __device__ void backward(const u64* D, const int* match, int n, int W, u64* set,
 // (a lane per 64-bit word of a domain). front and next: variables of this level and the next;
 // seen: values reached, via[v]: the variable that reached v. The path is flipped once a free
 // value is found; false when there is none.
-__device__ bool augment(const u64* D, int* match, int* owner, int* via, int W, int NW, int x,
+__device__ bool augment(const u64* D, int* match, int* owner, int* via, int n, int W, int NW, int x,
                         u64* front, u64* next, u64* seen) {
   const int lane = threadIdx.x & 31;
   for (int i = lane; i < 2 * NW; i += 32) front[i] = 0;  // front and next
@@ -104,7 +107,7 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int W, i
         const int y = i * 64 + __ffsll(f) - 1;
         for (int w0 = 0; w0 < W && found < 0; w0 += 32) {  // lanes take distinct words: one claim per value
           const int w = w0 + lane;
-          u64 e = w < W ? D[(size_t)y * W + w] & ~seen[w] : 0ull;
+          u64 e = w < W ? D[(size_t)w * n + y] & ~seen[w] : 0ull;
           if (e) seen[w] |= e;
           int mine = -1;
           for (; e; e &= e - 1) {
@@ -152,20 +155,20 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   auto all = [](int) { return true; };
   for (int k = tid; k < n_delta; k += blockDim.x) {
     int x = delta[2 * k], v = delta[2 * k + 1];
-    atomicAnd(&D[(size_t)x * W + (v >> 6)], ~BIT(v));
+    atomicAnd(&D[(size_t)(v >> 6) * n + x], ~BIT(v));
   }
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
   if (tid == 0) { count = 0; failed = 0; }
   __syncthreads();
   for (int x = tid; x < n; x += blockDim.x) {
     int v = match[x];
-    if (v >= 0 && HAS(D + (size_t)x * W, v)) owner[v] = x;
+    if (v >= 0 && ((D[(size_t)(v >> 6) * n + x] >> (v & 63)) & 1)) owner[v] = x;
     else { match[x] = -1; unmatched[atomicAdd(&count, 1)] = x; }
   }
   __syncthreads();
   if (tid < 32)
     for (int k = 0; k < count; ++k)
-      if (!augment(D, match, owner, via, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
+      if (!augment(D, match, owner, via, n, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
   __syncthreads();
   if (failed) { if (tid == 0) out[0] = -1; return; }  // no matching covers every variable
   for (int i = tid; i < 2 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
@@ -179,7 +182,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
 
   // The sink's SCC: the variables with an edge to a free value, then all that reach them.
   rows(D, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool hit) {
-    if (hit) { atomicOr(&B[y >> 6], BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
+    if (hit) { warp_or(B, y >> 6, BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
   });
   backward(D, match, n, W, B, B_vals, rem, changed);
   for (int x = tid; x < n; x += blockDim.x) {
@@ -202,15 +205,14 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
       for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;  // values some other variable can take
       __syncthreads();
       rows(D, n, W, remaining, [&](int y, int w, u64 d) {
-        u64 e = other(y, w, d);
-        if (e & ~F_vals[w]) atomicOr(&F_vals[w], e);
+        warp_or(F_vals, w, other(y, w, d));
         return false;
       }, nothing);
       __syncthreads();
       rows(D, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; }, [&](int y, bool out_edge) {
         if (!out_edge || !HAS(F_vals, match[y])) {
           label[y] = n + 1 + y;
-          atomicAnd(&rem[y >> 6], ~BIT(y));
+          warp_or(rem, y >> 6, BIT(y), true);
           atomicAnd(&rem_vals[match[y] >> 6], ~BIT(match[y]));
           changed = 1;
         }
@@ -234,7 +236,8 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
     // values of its domain. The variables reached are those whose value ends in F_vals.
     FIXPOINT(rows(D, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
       u64 e = d & rem_vals[w] & ~F_vals[w];
-      if (e) { atomicOr(&F_vals[w], e); changed = 1; }
+      if (e) changed = 1;
+      warp_or(F_vals, w, e);
       return false;
     }, nothing));
     backward(D, match, n, W, B, B_vals, rem, changed);
@@ -268,7 +271,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
         e &= e - 1;
         if (label[owner[w * 64 + b]] != lx) r |= 1ull << b;
       }
-    if (r) { R[(size_t)x * W + w] = r; D[(size_t)x * W + w] = d & ~r; }  // R is all zero between calls
+    if (r) { R[(size_t)x * W + w] = r; D[(size_t)w * n + x] = d & ~r; }  // R (rows) is all zero between calls
     while (r) {
       int b = __ffsll(r) - 1;
       r &= r - 1;
@@ -352,12 +355,16 @@ class DeviceDomains:
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
         self.kernel = _kernel(cp, n, m)
-        self.words = cp.asarray(words)
+        self.words = cp.asarray(np.ascontiguousarray(words.T))  # word-major: the kernel's layout
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
         self.removed = cp.zeros((n, width), dtype=cp.uint64)  # the kernel writes its non-zero words
         self.out = _HostBuffer(cp, 2 + 2 * LIST_CAP)  # count, padding, then (variable, value) pairs
         self.up = _HostBuffer(cp, 2 * n)  # n removed edges; grown when a call sends more
+
+    def domains(self) -> np.ndarray:
+        """The domains on the device, bit-packed as alldiff.pack lays them out, on the host."""
+        return self.words.get().T
 
     def matching(self) -> np.ndarray:
         """The matching on the device (value per variable), on the host."""

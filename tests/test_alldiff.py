@@ -521,7 +521,7 @@ def test_gpu_kept_domains_follow_a_search(cupy):
             got = after.copy()
             got[r, c] = False
             np.testing.assert_array_equal(got, want)
-            np.testing.assert_array_equal(kept.words.get(), pack(np, want))
+            np.testing.assert_array_equal(kept.domains(), pack(np, want))
             assert_covering_matching(kept.matching(), want)
             dom, match = want, new
 
