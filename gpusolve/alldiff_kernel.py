@@ -46,13 +46,13 @@ typedef unsigned long long u64;
 // Rows are read a thread per row, the 32 rows of a warp side by side: the domains are kept
 // word-major (D[w * n + y], word w of y's domain), so a warp's loads of a word are contiguous.
 // word(y, w, d) for each word d of the rows y with row(y), U words loaded at once, then done(y, any),
-// `any` telling whether some word(y, ...) was true.
-template <class Row, class Word, class Done>
+// `any` telling whether some word(y, ...) was true; with FIRST, a row stops at its first true word.
+template <bool FIRST = false, class Row, class Word, class Done>
 __device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word word, Done done) {
   for (int y = threadIdx.x; y < n; y += blockDim.x) {
     if (!row(y)) continue;
     bool any = false;
-    for (int w0 = 0; w0 < W; w0 += U) {
+    for (int w0 = 0; w0 < W && !(FIRST && any); w0 += U) {
       u64 d[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) d[u] = w0 + u < W ? D[(size_t)(w0 + u) * n + y] : 0ull;
@@ -65,11 +65,12 @@ __device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word w
 
 // set[i] |= bits (or &= ~bits with `clear`), one shared atomic for the lanes of a warp that call it
 // together with the same i (a warp's 32 rows share a word of a variable bitset; its rows' words
-// w of values are word w of the value bitsets).
+// w of values are word w of the value bitsets). Lanes may meet here from different rows or words
+// (independent thread scheduling), hence the grouping by i.
 __device__ __forceinline__ void warp_or(u64* set, int i, u64 bits, bool clear = false) {
-  const unsigned active = __activemask();
-  const u64 all = ((u64)__reduce_or_sync(active, (unsigned)(bits >> 32)) << 32) | __reduce_or_sync(active, (unsigned)bits);
-  if (all && (threadIdx.x & 31) == __ffs(active) - 1) {
+  const unsigned same = __match_any_sync(__activemask(), i);
+  const u64 all = ((u64)__reduce_or_sync(same, (unsigned)(bits >> 32)) << 32) | __reduce_or_sync(same, (unsigned)bits);
+  if (all && (threadIdx.x & 31) == __ffs(same) - 1) {
     if (clear) atomicAnd(&set[i], ~all);
     else atomicOr(&set[i], all);
   }
@@ -79,7 +80,7 @@ __device__ __forceinline__ void warp_or(u64* set, int i, u64 bits, bool clear = 
 // values join `vals`), to a fixpoint: backward reachability.
 __device__ void backward(const u64* D, const int* match, int n, int W, u64* set, u64* vals,
                          const u64* within, volatile int& changed) {
-  FIXPOINT(rows(D, n, W,
+  FIXPOINT(rows<true>(D, n, W,
     [&](int y) { return HAS(within, y) && !HAS(set, y); },
     [&](int y, int w, u64 d) { return (d & vals[w]) != 0; },
     [&](int y, bool hit) {
@@ -141,9 +142,11 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int n, i
 // leave the domains kept on the device, entries whose value left are dropped (their variables
 // listed in `unmatched`), then one warp finds an augmenting path for each free
 // variable while the others wait. None: out[0] = -1. delta and out may be host memory (mapped).
+// With `resident`, the domains are read from a copy in dynamic shared memory (n * W words).
 extern "C" __global__ void __launch_bounds__(BLOCK)
 NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, int* owner, int* via, int* label,
-     int* unmatched, u64* R, int* out) {
+     int* unmatched, u64* R, int* out, int resident) {
+  extern __shared__ u64 copy[];
   __shared__ u64 pool[SHARED_WORDS];  // bitsets: the path search's, then the SCCs' (variables NW words, values W)
   __shared__ volatile int changed;
   __shared__ int pivot, pivot_size, big, big_size, count, failed;
@@ -160,15 +163,21 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
   if (tid == 0) { count = 0; failed = 0; }
   __syncthreads();
+  const u64* Dr = D;  // where the domains are read; the removals are written to D
+  if (resident) {
+    for (int i = tid; i < n * W; i += blockDim.x) copy[i] = D[i];
+    Dr = copy;
+    __syncthreads();
+  }
   for (int x = tid; x < n; x += blockDim.x) {
     int v = match[x];
-    if (v >= 0 && ((D[(size_t)(v >> 6) * n + x] >> (v & 63)) & 1)) owner[v] = x;
+    if (v >= 0 && ((Dr[(size_t)(v >> 6) * n + x] >> (v & 63)) & 1)) owner[v] = x;
     else { match[x] = -1; unmatched[atomicAdd(&count, 1)] = x; }
   }
   __syncthreads();
   if (tid < 32)
     for (int k = 0; k < count; ++k)
-      if (!augment(D, match, owner, via, n, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
+      if (!augment(Dr, match, owner, via, n, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
   __syncthreads();
   if (failed) { if (tid == 0) out[0] = -1; return; }  // no matching covers every variable
   for (int i = tid; i < 2 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
@@ -176,15 +185,21 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   for (int x = tid; x < n; x += blockDim.x) label[x] = -1;
   __syncthreads();
   for (int v = tid; v < m; v += blockDim.x)
-    if (owner[v] < 0) atomicOr(&free_vals[v >> 6], BIT(v));
+    if (owner[v] < 0) { atomicOr(&free_vals[v >> 6], BIT(v)); count = 1; }
   for (int x = tid; x < n; x += blockDim.x) atomicOr(&rem[x >> 6], BIT(x));
   __syncthreads();
 
-  // The sink's SCC: the variables with an edge to a free value, then all that reach them.
-  rows(D, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool hit) {
-    if (hit) { warp_or(B, y >> 6, BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
-  });
-  backward(D, match, n, W, B, B_vals, rem, changed);
+  // The sink's SCC: the variables with an edge to a free value, then all that reach them (none
+  // without free values: as many values as variables).
+  if (count) {
+    rows<true>(Dr, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool hit) {
+      if (hit) { warp_or(B, y >> 6, BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
+    });
+    backward(Dr, match, n, W, B, B_vals, rem, changed);
+  }
+  __syncthreads();
+  if (tid == 0) count = 0;
+  __syncthreads();
   for (int x = tid; x < n; x += blockDim.x) {
     if (HAS(B, x)) { label[x] = n; atomicAnd(&rem[x >> 6], ~BIT(x)); atomicAdd(&count, 1); }
     else atomicOr(&rem_vals[match[x] >> 6], BIT(match[x]));
@@ -204,12 +219,12 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
     FIXPOINT(
       for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;  // values some other variable can take
       __syncthreads();
-      rows(D, n, W, remaining, [&](int y, int w, u64 d) {
+      rows(Dr, n, W, remaining, [&](int y, int w, u64 d) {
         warp_or(F_vals, w, other(y, w, d));
         return false;
       }, nothing);
       __syncthreads();
-      rows(D, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; }, [&](int y, bool out_edge) {
+      rows<true>(Dr, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; }, [&](int y, bool out_edge) {
         if (!out_edge || !HAS(F_vals, match[y])) {
           label[y] = n + 1 + y;
           warp_or(rem, y >> 6, BIT(y), true);
@@ -234,13 +249,13 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
     }
     // Forward, over values: a remaining variable whose value is reached brings in the remaining
     // values of its domain. The variables reached are those whose value ends in F_vals.
-    FIXPOINT(rows(D, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
+    FIXPOINT(rows(Dr, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
       u64 e = d & rem_vals[w] & ~F_vals[w];
       if (e) changed = 1;
       warp_or(F_vals, w, e);
       return false;
     }, nothing));
-    backward(D, match, n, W, B, B_vals, rem, changed);
+    backward(Dr, match, n, W, B, B_vals, rem, changed);
     for (int x = tid; x < n; x += blockDim.x)
       if (HAS(rem, x) && HAS(F_vals, match[x]) && HAS(B, x)) {
         label[x] = pivot;
@@ -261,7 +276,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   for (int x = tid; x < n; x += blockDim.x)
     if (label[x] == big) atomicOr(&F_vals[match[x] >> 6], BIT(match[x]));
   __syncthreads();
-  rows(D, n, W, all, [&](int x, int w, u64 d) {
+  rows(Dr, n, W, all, [&](int x, int w, u64 d) {
     const int lx = label[x];
     u64 e = d & ~free_vals[w], r = 0;
     if (lx == big) r = e & ~F_vals[w];
@@ -308,12 +323,17 @@ _kernels: dict = {}
 
 
 def _kernel(cp, n: int, m: int):
-    """The kernel for this size class (compiled once per process; cupy caches the binary)."""
+    """(the kernel for this size class, the bytes of dynamic shared memory it may have beside its
+    bitsets: where the domains fit, they are read from there). Compiled once per process; cupy
+    caches the binary."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
     source = kernel_source(n, m)
     if source not in _kernels:
-        _kernels[source] = cp.RawModule(code=source).get_function(NAME)
+        fn = cp.RawModule(code=source).get_function(NAME)
+        room = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] - fn.shared_size_bytes
+        fn.max_dynamic_shared_size_bytes = room
+        _kernels[source] = fn, room
     return _kernels[source]
 
 
@@ -347,14 +367,16 @@ class DeviceDomains:
     """One AllDifferent's bit-packed domains and matching kept on the device between the
     propagation calls of a search, with the kernel's scratch arrays: a call sends only the edges
     removed since the last call (a few, not the n x m domains); the kernel repairs the matching
-    there and leaves the domains filtered as they are on the host. The removed edges go in, and
-    GAC's removals come out, through page-locked host memory the kernel reads and writes: one
-    launch and one synchronisation per call."""
+    there and leaves the domains filtered as they are on the host; where they fit in the block's
+    shared memory (about 1300 x 1300 on an H100), it reads them from a copy there. The removed
+    edges go in, and GAC's removals come out, through page-locked host memory the kernel reads
+    and writes: one launch and one synchronisation per call."""
 
     def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
-        self.kernel = _kernel(cp, n, m)
+        self.kernel, room = _kernel(cp, n, m)
+        self.resident = 8 * n * width if 8 * n * width <= room else 0  # bytes of domains in shared memory
         self.words = cp.asarray(np.ascontiguousarray(words.T))  # word-major: the kernel's layout
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
@@ -381,7 +403,8 @@ class DeviceDomains:
         self.up.host[:k:2], self.up.host[1:k:2] = rows, cols
         self.kernel((1,), (THREADS,), (self.words, self.match, self.up.arg(k), np.int32(n), np.int32(m),
                                        np.int32(k // 2), np.int32(LIST_CAP), self.owner, self.via, self.label,
-                                       self.unmatched, self.removed, self.out.arg()))
+                                       self.unmatched, self.removed, self.out.arg(), np.int32(self.resident > 0)),
+                    shared_mem=self.resident)
         head = self.out.written()
         count = int(head[0])
         if count < 0:
