@@ -43,36 +43,49 @@ typedef unsigned long long u64;
     __syncthreads(); __VA_ARGS__; __syncthreads();            \
   } while (changed)
 
-// Rows are read a thread per row, the 32 rows of a warp side by side: the domains are kept
-// word-major (D[w * n + y], word w of y's domain), so a warp's loads of a word are contiguous.
-// word(y, w, d) for each word d of the rows y with row(y), U words loaded at once, then done(y, any),
-// `any` telling whether some word(y, ...) was true; with FIRST, a row stops at its first true word.
-template <bool FIRST = false, class Row, class Word, class Done>
-__device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word word, Done done) {
-  for (int y = threadIdx.x; y < n; y += blockDim.x) {
-    if (!row(y)) continue;
-    bool any = false;
-    for (int w0 = 0; w0 < W && !(FIRST && any); w0 += U) {
-      u64 d[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) d[u] = w0 + u < W ? D[(size_t)(w0 + u) * n + y] : 0ull;
-#pragma unroll
-      for (int u = 0; u < U; ++u) if (w0 + u < W) any |= word(y, w0 + u, d[u]);
-    }
-    done(y, any);
-  }
+// Bitsets are arrays of 64-bit words, updated through their 32-bit halves: shared-memory atomics
+// on those are single instructions, on 64-bit words compare-and-swap loops.
+__device__ __forceinline__ unsigned* halves(u64* set) { return reinterpret_cast<unsigned*>(set); }
+__device__ __forceinline__ void set_bit(u64* set, int v) { atomicOr(halves(set) + (v >> 5), 1u << (v & 31)); }
+__device__ __forceinline__ void clear_bit(u64* set, int v) { atomicAnd(halves(set) + (v >> 5), ~(1u << (v & 31))); }
+__device__ __forceinline__ void or_word(u64* set, int w, u64 bits) {
+  if ((unsigned)bits) atomicOr(halves(set) + 2 * w, (unsigned)bits);
+  if (bits >> 32) atomicOr(halves(set) + 2 * w + 1, (unsigned)(bits >> 32));
 }
 
-// set[i] |= bits (or &= ~bits with `clear`), one shared atomic for the lanes of a warp that call it
-// together with the same i (a warp's 32 rows share a word of a variable bitset; its rows' words
-// w of values are word w of the value bitsets). Lanes may meet here from different rows or words
-// (independent thread scheduling), hence the grouping by i.
-__device__ __forceinline__ void warp_or(u64* set, int i, u64 bits, bool clear = false) {
-  const unsigned same = __match_any_sync(__activemask(), i);
-  const u64 all = ((u64)__reduce_or_sync(same, (unsigned)(bits >> 32)) << 32) | __reduce_or_sync(same, (unsigned)bits);
-  if (all && (threadIdx.x & 31) == __ffs(same) - 1) {
-    if (clear) atomicAnd(&set[i], ~all);
-    else atomicOr(&set[i], all);
+// Bits y of `set` set (or cleared) where `cond`, for the 32 consecutive y of a warp at once (a
+// 32-bit half of a word): every lane calls it. Returns the warp's bits.
+__device__ __forceinline__ unsigned warp_bits(u64* set, int y, bool cond, bool clear = false) {
+  const unsigned bits = __ballot_sync(FULL, cond);
+  if ((threadIdx.x & 31) == 0 && bits) {
+    if (clear) atomicAnd(halves(set) + (y >> 5), ~bits);
+    else atomicOr(halves(set) + (y >> 5), bits);
+  }
+  return bits;
+}
+
+// Loops over 0..n-1 a thread per index, the 32 consecutive indices of a warp together (a warp
+// leaves together: the body guards x < n itself).
+#define WARP_LOOP(I, N) for (int I = threadIdx.x; I - (int)(threadIdx.x & 31) < (N); I += blockDim.x)
+
+// Rows are read a thread per row, the 32 rows of a warp side by side: the domains are kept
+// word-major (D[w * n + y], word w of y's domain), so a warp's loads of a word are contiguous.
+// word(y, w, d) for each word d of the rows y with row(y), U words loaded at once, then done(y, on,
+// any) by every lane of the warp together (`on`: row(y) held; `any`: some word(y, ...) was true).
+// With FIRST, a warp stops once each of its rows has had a true word.
+template <bool FIRST = false, class Row, class Word, class Done>
+__device__ __forceinline__ void rows(const u64* D, int n, int W, Row row, Word word, Done done) {
+  WARP_LOOP(y, n) {
+    const bool on = y < n && row(y);
+    bool any = false;
+    for (int w0 = 0; w0 < W && __any_sync(FULL, on && !(FIRST && any)); w0 += U) {
+      u64 d[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) d[u] = on && w0 + u < W ? D[(size_t)(w0 + u) * n + y] : 0ull;
+#pragma unroll
+      for (int u = 0; u < U; ++u) if (on && w0 + u < W) any |= word(y, w0 + u, d[u]);
+    }
+    done(y, on, any);
   }
 }
 
@@ -83,8 +96,9 @@ __device__ void backward(const u64* D, const int* match, int n, int W, u64* set,
   FIXPOINT(rows<true>(D, n, W,
     [&](int y) { return HAS(within, y) && !HAS(set, y); },
     [&](int y, int w, u64 d) { return (d & vals[w]) != 0; },
-    [&](int y, bool hit) {
-      if (hit) { warp_or(set, y >> 6, BIT(y)); atomicOr(&vals[match[y] >> 6], BIT(match[y])); changed = 1; }
+    [&](int y, bool on, bool hit) {
+      warp_bits(set, y, on && hit);
+      if (on && hit) { set_bit(vals, match[y]); changed = 1; }
     }));
 }
 
@@ -115,7 +129,7 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int n, i
             const int v = w * 64 + __ffsll(e) - 1, z = owner[v];
             via[v] = y;
             if (z < 0) mine = v;
-            else { atomicOr(&next[z >> 6], BIT(z)); grew = true; }
+            else { set_bit(next, z); grew = true; }
           }
           const unsigned hit = __ballot_sync(0xffffffffu, mine >= 0);
           if (hit) found = __shfl_sync(0xffffffffu, mine, __ffs(hit) - 1);
@@ -154,7 +168,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   u64 *rem = pool, *B = rem + NW;                                   // variables
   u64 *free_vals = B + NW, *rem_vals = free_vals + W, *F_vals = rem_vals + W, *B_vals = F_vals + W;  // values
   const int tid = threadIdx.x;
-  auto nothing = [](int, bool) {};
+  auto nothing = [](int, bool, bool) {};
   auto all = [](int) { return true; };
   for (int k = tid; k < n_delta; k += blockDim.x) {
     int x = delta[2 * k], v = delta[2 * k + 1];
@@ -184,25 +198,32 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   if (tid == 0) { count = 0; big = -1; big_size = 0; }
   for (int x = tid; x < n; x += blockDim.x) label[x] = -1;
   __syncthreads();
-  for (int v = tid; v < m; v += blockDim.x)
-    if (owner[v] < 0) { atomicOr(&free_vals[v >> 6], BIT(v)); count = 1; }
-  for (int x = tid; x < n; x += blockDim.x) atomicOr(&rem[x >> 6], BIT(x));
+  WARP_LOOP(v, m) {
+    const bool free = v < m && owner[v] < 0;
+    if (free) count = 1;
+    warp_bits(free_vals, v, free);
+  }
+  for (int i = tid; i < NW; i += blockDim.x) rem[i] = i < n >> 6 ? ~0ull : BIT(n) - 1;  // every variable
   __syncthreads();
 
   // The sink's SCC: the variables with an edge to a free value, then all that reach them (none
   // without free values: as many values as variables).
   if (count) {
-    rows<true>(Dr, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool hit) {
-      if (hit) { warp_or(B, y >> 6, BIT(y)); atomicOr(&B_vals[match[y] >> 6], BIT(match[y])); }
+    rows<true>(Dr, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool on, bool hit) {
+      warp_bits(B, y, on && hit);
+      if (on && hit) set_bit(B_vals, match[y]);
     });
     backward(Dr, match, n, W, B, B_vals, rem, changed);
   }
   __syncthreads();
   if (tid == 0) count = 0;
   __syncthreads();
-  for (int x = tid; x < n; x += blockDim.x) {
-    if (HAS(B, x)) { label[x] = n; atomicAnd(&rem[x >> 6], ~BIT(x)); atomicAdd(&count, 1); }
-    else atomicOr(&rem_vals[match[x] >> 6], BIT(match[x]));
+  WARP_LOOP(x, n) {
+    const bool sink = x < n && HAS(B, x);
+    if (sink) label[x] = n;
+    else if (x < n) set_bit(rem_vals, match[x]);
+    const unsigned bits = warp_bits(rem, x, sink, true);
+    if ((tid & 31) == 0 && bits) atomicAdd(&count, __popc(bits));
   }
   __syncthreads();
   if (tid == 0) { big = n; big_size = count; }
@@ -220,17 +241,16 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
       for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;  // values some other variable can take
       __syncthreads();
       rows(Dr, n, W, remaining, [&](int y, int w, u64 d) {
-        warp_or(F_vals, w, other(y, w, d));
+        const u64 e = other(y, w, d);
+        if (e & ~F_vals[w]) or_word(F_vals, w, e);
         return false;
       }, nothing);
       __syncthreads();
-      rows<true>(Dr, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; }, [&](int y, bool out_edge) {
-        if (!out_edge || !HAS(F_vals, match[y])) {
-          label[y] = n + 1 + y;
-          warp_or(rem, y >> 6, BIT(y), true);
-          atomicAnd(&rem_vals[match[y] >> 6], ~BIT(match[y]));
-          changed = 1;
-        }
+      rows<true>(Dr, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; },
+                 [&](int y, bool on, bool out_edge) {
+        const bool alone = on && (!out_edge || !HAS(F_vals, match[y]));
+        warp_bits(rem, y, alone, true);
+        if (alone) { label[y] = n + 1 + y; clear_bit(rem_vals, match[y]); changed = 1; }
       }));
     // Pivot: the first remaining variable (trimming has taken the ones alone in their SCC, the
     // assigned ones among them).
@@ -250,19 +270,17 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
     // Forward, over values: a remaining variable whose value is reached brings in the remaining
     // values of its domain. The variables reached are those whose value ends in F_vals.
     FIXPOINT(rows(Dr, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
-      u64 e = d & rem_vals[w] & ~F_vals[w];
-      if (e) changed = 1;
-      warp_or(F_vals, w, e);
+      const u64 e = d & rem_vals[w] & ~F_vals[w];
+      if (e) { or_word(F_vals, w, e); changed = 1; }
       return false;
     }, nothing));
     backward(Dr, match, n, W, B, B_vals, rem, changed);
-    for (int x = tid; x < n; x += blockDim.x)
-      if (HAS(rem, x) && HAS(F_vals, match[x]) && HAS(B, x)) {
-        label[x] = pivot;
-        atomicAnd(&rem[x >> 6], ~BIT(x));
-        atomicAnd(&rem_vals[match[x] >> 6], ~BIT(match[x]));
-        atomicAdd(&pivot_size, 1);
-      }
+    WARP_LOOP(x, n) {
+      const bool scc = x < n && HAS(rem, x) && HAS(F_vals, match[x]) && HAS(B, x);
+      if (scc) { label[x] = pivot; clear_bit(rem_vals, match[x]); }
+      const unsigned bits = warp_bits(rem, x, scc, true);
+      if ((tid & 31) == 0 && bits) atomicAdd(&pivot_size, __popc(bits));
+    }
     __syncthreads();
     if (tid == 0 && pivot_size > big_size) { big = pivot; big_size = pivot_size; }
   }
@@ -274,7 +292,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   if (tid == 0) count = 0;
   __syncthreads();
   for (int x = tid; x < n; x += blockDim.x)
-    if (label[x] == big) atomicOr(&F_vals[match[x] >> 6], BIT(match[x]));
+    if (label[x] == big) set_bit(F_vals, match[x]);
   __syncthreads();
   rows(Dr, n, W, all, [&](int x, int w, u64 d) {
     const int lx = label[x];
