@@ -158,7 +158,7 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int n, i
 // variable while the others wait. None: out[0] = -1. delta and out may be host memory (mapped).
 // With `resident`, the domains are read from a copy in dynamic shared memory (n * W words).
 extern "C" __global__ void __launch_bounds__(BLOCK)
-NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, int* owner, int* via, int* label,
+NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, int* via, int* label,
      int* unmatched, u64* R, int* out, int resident) {
   extern __shared__ u64 copy[];
   __shared__ u64 pool[SHARED_WORDS];  // bitsets: the path search's, then the SCCs' (variables NW words, values W)
@@ -170,8 +170,8 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int n_delta, int cap, i
   const int tid = threadIdx.x;
   auto nothing = [](int, bool, bool) {};
   auto all = [](int) { return true; };
-  for (int k = tid; k < n_delta; k += blockDim.x) {
-    int x = delta[2 * k], v = delta[2 * k + 1];
+  for (int k = tid; k < delta[0]; k += blockDim.x) {  // delta: count, padding, (variable, value) pairs
+    int x = delta[2 + 2 * k], v = delta[3 + 2 * k];
     atomicAnd(&D[(size_t)(v >> 6) * n + x], ~BIT(v));
   }
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
@@ -364,13 +364,14 @@ class _HostBuffer:
         self.cp, self.host = cp, pinned_array(cp, (size,), np.int32)
         self.dev = None if self.host.base is not None else cp.empty(size, dtype=cp.int32)
 
-    def arg(self, upload: int = 0):
-        """The kernel argument, once the first `upload` entries written on the host are there."""
-        if self.dev is None:
-            return np.uint64(self.host.ctypes.data)
-        if upload:
-            self.dev[:upload].set(self.host[:upload])
-        return self.dev
+    def arg(self):
+        """The kernel argument (the same across calls)."""
+        return np.uint64(self.host.ctypes.data) if self.dev is None else self.dev
+
+    def upload(self, size: int) -> None:
+        """The first `size` entries written on the host, where the kernel will read them."""
+        if self.dev is not None:
+            self.dev[:size].set(self.host[:size])
 
     def written(self) -> np.ndarray:
         """The host array, once the kernel's writes have landed (waits for the stream)."""
@@ -388,9 +389,11 @@ class DeviceDomains:
     there and leaves the domains filtered as they are on the host; where they fit in the block's
     shared memory (about 1300 x 1300 on an H100), it reads them from a copy there. The removed
     edges go in, and GAC's removals come out, through page-locked host memory the kernel reads
-    and writes: one launch and one synchronisation per call."""
+    and writes: one launch and one synchronisation per call. With `replay` (a search's constraint,
+    called many times) the launch is captured once in a CUDA graph and replayed (its arguments
+    do not change), which costs the host about half of a launch from Python."""
 
-    def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None):
+    def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None, replay: bool = True):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
         self.kernel, room = _kernel(cp, n, m)
@@ -400,7 +403,28 @@ class DeviceDomains:
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
         self.removed = cp.zeros((n, width), dtype=cp.uint64)  # the kernel writes its non-zero words
         self.out = _HostBuffer(cp, 2 + 2 * LIST_CAP)  # count, padding, then (variable, value) pairs
-        self.up = _HostBuffer(cp, 2 * n)  # n removed edges; grown when a call sends more
+        self.replay = replay
+        self._sending(n)
+
+    def _sending(self, edges: int) -> None:
+        """Room to send this many removed edges (count, padding, pairs); the launch's arguments."""
+        self.up = _HostBuffer(self.cp, 2 + 2 * edges)
+        self.args = (self.words, self.match, self.up.arg(), np.int32(self.n), np.int32(self.m), np.int32(LIST_CAP),
+                     self.owner, self.via, self.label, self.unmatched, self.removed, self.out.arg(),
+                     np.int32(self.resident > 0))
+        self.graph = None
+        if self.replay:  # captured, not run
+            capture = self.cp.cuda.Stream(non_blocking=True)
+            with capture:
+                capture.begin_capture()
+                self._launch()
+                self.graph = capture.end_capture()
+
+    def _launch(self) -> None:
+        if self.graph is None:
+            self.kernel((1,), (THREADS,), self.args, shared_mem=self.resident)
+        else:
+            self.graph.launch(self.cp.cuda.get_current_stream())
 
     def domains(self) -> np.ndarray:
         """The domains on the device, bit-packed as alldiff.pack lays them out, on the host."""
@@ -413,16 +437,14 @@ class DeviceDomains:
     def removals(self, removed=None) -> tuple[np.ndarray, np.ndarray]:
         """(rows, columns) GAC removes once the edges `removed` (rows, columns) are gone; raises
         alldiff.Infeasible when no matching covers every variable then."""
-        cp, n, m = self.cp, self.n, self.m
         rows, cols = removed if removed is not None else ((), ())
-        k = 2 * len(rows)
-        if k > self.up.host.size:
-            self.up = _HostBuffer(cp, 2 * k)
-        self.up.host[:k:2], self.up.host[1:k:2] = rows, cols
-        self.kernel((1,), (THREADS,), (self.words, self.match, self.up.arg(k), np.int32(n), np.int32(m),
-                                       np.int32(k // 2), np.int32(LIST_CAP), self.owner, self.via, self.label,
-                                       self.unmatched, self.removed, self.out.arg(), np.int32(self.resident > 0)),
-                    shared_mem=self.resident)
+        k = len(rows)
+        if 2 + 2 * k > self.up.host.size:
+            self._sending(2 * k)
+        self.up.host[0] = k
+        self.up.host[2:2 + 2 * k:2], self.up.host[3:2 + 2 * k:2] = rows, cols
+        self.up.upload(2 + 2 * k)
+        self._launch()
         head = self.out.written()
         count = int(head[0])
         if count < 0:
@@ -433,7 +455,7 @@ class DeviceDomains:
             return pairs[:, 0], pairs[:, 1]
         words = self.removed.get()
         self.removed.fill(0)
-        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :m]
+        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :self.m]
         r, c = np.nonzero(bits)
         return r.astype(np.int64), c.astype(np.int64)
 
@@ -442,4 +464,4 @@ def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.n
     """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
     domains, n rows) and a matching covering every variable: two uploads and one launch (a
     download more when more than LIST_CAP edges go)."""
-    return DeviceDomains(cp, words, m, match).removals()
+    return DeviceDomains(cp, words, m, match, replay=False).removals()

@@ -526,6 +526,42 @@ def test_gpu_kept_domains_follow_a_search(cupy):
             dom, match = want, new
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("pinned", [True, False])
+def test_gpu_kept_call_sends_more_edges_than_it_had_room_for(cupy, monkeypatch, pinned):
+    """A call sending more removed edges than the constraint has variables regrows the buffer it
+    sends them through (and recaptures the replayed launch); where memory cannot be pinned, the
+    kernel reads and writes device copies instead. Both give the CPU's removals."""
+    from gpusolve import alldiff_kernel
+    from gpusolve.alldiff import pack
+    if not pinned:
+        monkeypatch.setattr(alldiff_kernel, "pinned_array", lambda xp, shape, dtype: np.empty(shape, dtype))
+    rng = np.random.default_rng(11)
+    for trial in range(10):
+        n, m = 40, 160
+        dom = rng.random((n, m)) < 0.5
+        dom[np.arange(n), rng.permutation(m)[:n]] = True
+        dom, match = filter_domains(dom)
+        kept = alldiff_kernel.DeviceDomains(cupy, pack(np, dom), m, match)
+        assert (kept.up.dev is None) == pinned
+        after = dom.copy()
+        after[rng.random(dom.shape) < 0.3] = False  # about 0.15 * n * m edges at once: more than n
+        after[np.arange(n), match] |= rng.random(n) < 0.5
+        removed = np.nonzero(dom & ~after)
+        assert removed[0].size > n
+        try:
+            want = filter_domains(after, match)[0]
+        except Infeasible:
+            with pytest.raises(Infeasible):
+                kept.removals(removed)
+            continue
+        r, c = kept.removals(removed)
+        got = after.copy()
+        got[r, c] = False
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(kept.domains(), pack(np, want))
+
+
 def assert_covering_matching(match, dom):
     """match gives every variable a value of its domain, no value twice."""
     assert (match >= 0).all() and dom[np.arange(dom.shape[0]), match].all()
