@@ -5,14 +5,15 @@ level of every search, which cost more than the CPU's whole call below ~2000 var
 bit-packed domains (as alldiff.pack lays them out) and a matching stay on the device
 (`DeviceDomains`); a call hands over the values removed since the last one and gets the removed
 edges back, both through page-locked host memory the kernel reads and writes in place. The kernel
-first repairs the matching: entries whose value left are dropped, then one warp finds an augmenting
-path per free variable, breadth first, while the rest of the block waits. It then finds the sink's SCC
-(variables reaching a free value), trims variables with no edge into or out of the rest, peels the
-other SCCs by forward-backward reachability from the variable with the largest domain, and writes
-the removed edges (x, v): v matched to a variable of another SCC than x's. Its reachability loops
-are Gauss-Seidel sweeps to a fixpoint (a variable found early in a sweep extends the same sweep),
-a warp per variable and a lane per 64-bit word of its domain. The removed edges come back as a
-list; when there are more than LIST_CAP of them, as bit-packed rows.
+first repairs the matching: entries whose value left are dropped, then one warp finds an
+augmenting path per free variable, breadth first, while the rest of the block waits. It then
+finds the sink's SCC (variables reaching a free value), trims variables with no edge into or out
+of the rest, peels the other SCCs by forward-backward reachability from the first variable left,
+and writes the removed edges (x, v): v matched to a variable of another SCC than x's. Its
+reachability loops are Gauss-Seidel sweeps to a fixpoint (a variable found early in a sweep
+extends the same sweep), a thread per variable over word-major domains, read from shared memory
+where they fit. The removed edges come back as a list; when there are more than LIST_CAP of
+them, as bit-packed rows.
 
 The source is plain Python text (tested on any machine); cupy compiles it once per process and
 keeps the binary in its kernel cache. Correctness is checked against the CPU propagators in

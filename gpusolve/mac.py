@@ -22,8 +22,9 @@ from .model import Problem
 from .preprocess import revise
 
 # AllDifferents over fewer variables stay on the host even with a GPU array module: one propagation
-# call (alldiff_kernel's one launch) took 0.49-1.49x the CPU peel's time at 300 variables and
-# 1.5-3.0x from 1000 (H100 against its host's CPU, bench/alldiff.py).
+# call per node (the host's matching and bit-packing, then alldiff_kernel's launch) was 0.99-1.58x
+# as fast as the CPU peel at 300 variables and 1.35-3.04x at 1000 (H100 against its host's CPU,
+# bench/alldiff.py, 2026-11-25).
 GPU_MIN_SCOPE = 1000
 RESTART_BASE = 64  # failures before the first restart
 
