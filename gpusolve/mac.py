@@ -78,6 +78,7 @@ class Mac:
             for v in g.scope:
                 self.touching.setdefault(v, []).append(j)
         self.matches: list = [None] * len(self.alldiffs)
+        self.allowed: dict = {}  # revise's allowed tuples per table, made once
         self.stats = MacStats()
 
     def propagate(self, changed) -> bool:
@@ -89,7 +90,7 @@ class Mac:
         pending = {j for v in changed for j in self.touching.get(v, ())}
         while True:
             sizes = count(self.domains, 1)
-            if not revise(self.problem, self.live, self.watching, queue, queued):
+            if not revise(self.problem, self.live, self.watching, queue, queued, self.allowed):
                 return False
             pending.update(j for v in np.flatnonzero(count(self.domains, 1) < sizes).tolist()
                            for j in self.touching.get(v, ()))

@@ -60,8 +60,9 @@ def preprocess(problem: Problem) -> Reduced:
     queued = set(queue)
     alldiffs = hard(problem)
     matches: list = [None] * len(alldiffs)
+    allowed: dict = {}
     while queue or alldiffs:
-        if not revise(problem, live, watching, queue, queued):
+        if not revise(problem, live, watching, queue, queued, allowed):
             return infeasible
         sizes = [int(m.sum()) if m is not None else 0 for m in live]
         for j, g in enumerate(alldiffs):  # GAC on each hard AllDifferent, then AC again where it removed
@@ -92,19 +93,18 @@ def preprocess(problem: Problem) -> Reduced:
     return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
 
 
-def revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
-    """AC-3 on the tables until the queue empties; False when a domain empties."""
+def revise(problem: Problem, live, watching, queue: list, queued: set, allowed: dict | None = None) -> bool:
+    """AC-3 on the tables until the queue empties; False when a domain empties. `allowed` keeps each
+    table's allowed tuples (cost below top) by function index between calls: MAC revises the same
+    tables thousands of times."""
+    allowed = {} if allowed is None else allowed
     while queue:
         i = queue.pop()
         queued.discard(i)
         f = problem.functions[i]
-        allowed = f.table < problem.top
-        for k, u in enumerate(f.scope):
-            shape = [1] * f.arity
-            shape[k] = -1
-            allowed = allowed & live[u].reshape(shape)
-        for k, u in enumerate(f.scope):
-            supported = allowed.any(axis=tuple(j for j in range(f.arity) if j != k))
+        if i not in allowed:
+            allowed[i] = _allowed(f.table < problem.top)
+        for u, supported in zip(f.scope, _supported(allowed[i], [live[u] for u in f.scope])):
             if (live[u] & ~supported).any():
                 live[u] &= supported
                 if not live[u].any():
@@ -114,6 +114,35 @@ def revise(problem: Problem, live, watching, queue: list, queued: set) -> bool:
                         queue.append(j)
                         queued.add(j)
     return True
+
+
+def _allowed(table: np.ndarray):
+    """A table's allowed tuples as revise reads them: a binary table with few (at most one in 16
+    of its entries, as a functional constraint's) as its pairs, so that a revision costs their
+    number; any other as the boolean table."""
+    if table.ndim == 2 and 16 * np.count_nonzero(table) <= table.size:
+        return np.nonzero(table)
+    return table
+
+
+def _supported(allowed, live: list[np.ndarray]) -> list[np.ndarray]:
+    """For each scope variable, which of its values some allowed tuple over live values supports."""
+    if isinstance(allowed, tuple):  # pairs (x values, y values)
+        x, y = allowed
+        return [np.bincount(x[live[1][y]], minlength=live[0].size) > 0,
+                np.bincount(y[live[0][x]], minlength=live[1].size) > 0]
+    if allowed.ndim == 2:  # read only over the live values
+        index = [np.flatnonzero(m) for m in live]
+        sub = allowed[np.ix_(*index)]
+        out = [np.zeros(m.size, dtype=bool) for m in live]
+        out[0][index[0]], out[1][index[1]] = sub.any(axis=1), sub.any(axis=0)
+        return out
+    sub = allowed
+    for k, m in enumerate(live):
+        shape = [1] * allowed.ndim
+        shape[k] = -1
+        sub = sub & m.reshape(shape)
+    return [sub.any(axis=tuple(j for j in range(allowed.ndim) if j != k)) for k in range(allowed.ndim)]
 
 
 def merge_scopes(functions: list[CostFunction], problem: Problem) -> list[CostFunction]:

@@ -84,3 +84,59 @@ def test_functions_over_one_scope_are_merged_into_an_equivalent_one(seed):
     assert len(scopes) == len(set(scopes))
     for a in itertools.product(*(range(d) for d in reduced.problem.domains)):
         assert reduced.problem.evaluate(a) == pytest.approx(problem.evaluate(reduced.expand(a)))
+
+
+def naive_arc_consistency(tables, live):
+    """The arc-consistent domains by definition: repeat until nothing changes, keeping a value while
+    some allowed tuple of each table over it has only live values."""
+    live = [m.copy() for m in live]
+    changed = True
+    while changed:
+        changed = False
+        for scope, ok in tables:
+            for k, u in enumerate(scope):
+                for a in np.flatnonzero(live[u]):
+                    if not any(ok[t] and all(live[w][t[j]] for j, w in enumerate(scope))
+                               for t in itertools.product(*(range(len(live[w])) for w in scope)) if t[k] == a):
+                        live[u][a] = False
+                        changed = True
+    return live
+
+
+def test_revise_reaches_the_arc_consistent_fixpoint_on_pair_lists_and_dense_tables():
+    """revise keeps a binary table with few allowed pairs as their list and any other as a boolean
+    table read over the live values; both end at the fixpoint the definition gives."""
+    from gpusolve.preprocess import revise
+    rng = np.random.default_rng(4)
+    kinds = set()
+    for seed in range(120):
+        domains = rng.integers(2, 12, size=int(rng.integers(2, 5)))
+        n = len(domains)
+        scopes = [(int(rng.integers(n)),)] + [tuple(int(v) for v in rng.choice(n, size=2, replace=False))
+                                              for _ in range(int(rng.integers(1, 4)))]
+        if n >= 3 and seed % 3 == 0:
+            scopes.append(tuple(int(v) for v in rng.choice(n, size=3, replace=False)))
+        functions = []
+        for scope in scopes:
+            shape = tuple(int(domains[v]) for v in scope)
+            density = rng.choice([0.03, 0.1, 0.5, 0.9])
+            table = np.where(rng.random(shape) < density, 0, FORBIDDEN).astype(np.int64)
+            functions.append(CostFunction(scope, table))
+        problem = finalize_integer(Problem("r", [Variable(f"x{i}", int(d)) for i, d in enumerate(domains)],
+                                           functions), 10)
+        live = [rng.random(int(d)) < 0.8 for d in domains]
+        want = naive_arc_consistency([(f.scope, f.table < problem.top) for f in problem.functions], live)
+        watching: dict = {}
+        for i, f in enumerate(problem.functions):
+            for v in f.scope:
+                watching.setdefault(v, []).append(i)
+        allowed: dict = {}
+        got = [m.copy() for m in live]
+        queue = list(range(len(problem.functions)))
+        ok = revise(problem, got, watching, queue, set(queue), allowed)
+        kinds.update(type(a) for a in allowed.values())
+        assert ok == all(m.any() for m in want)
+        if ok:  # revise stops at the first empty domain
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
+    assert kinds == {tuple, np.ndarray}  # both representations were exercised
