@@ -29,7 +29,7 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve import alldiff_kernel
+from gpusolve import alldiff_kernel, mac
 from gpusolve.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
 from gpusolve.generate import langford, queens
 from gpusolve.globals import id_table, value_ids
@@ -143,8 +143,10 @@ def solve_first(spec: str, xp, limit: float) -> dict:
         assert found is None or problem.evaluate(found) == 0
     except Stopped:
         status = "time limit"
-    return {"instance": spec, "device": "gpu" if xp is not None else "cpu", "status": status,
-            "seconds": time.perf_counter() - t, **m.stats.to_json()}
+    seconds = time.perf_counter() - t
+    return {"instance": spec, "variables": len(problem.variables), "device": "gpu" if xp is not None else "cpu",
+            "gac_on_gpu": bool(m.kept), "status": status, "seconds": seconds, **m.stats.to_json(),
+            "nodes_per_s": m.stats.nodes / seconds}
 
 
 def main() -> None:
@@ -163,10 +165,13 @@ def main() -> None:
     ap.add_argument("--solve-limit", type=float, default=60.0, help="seconds per first solution")
     ap.add_argument("--solve-on", nargs="+", choices=("cpu", "gpu"), default=["cpu", "gpu"],
                     help="where first solutions are searched (gpu: where CuPy imports)")
+    ap.add_argument("--gpu-min-scope", type=int, default=mac.GPU_MIN_SCOPE,
+                    help="MAC's smallest AllDifferent filtered on the GPU (mac.GPU_MIN_SCOPE)")
     ap.add_argument("--no-propagation", action="store_true", help="only the --solve part")
     ap.add_argument("--quick", action="store_true", help="sizes 40 and 80, one repeat (the tests)")
     args = ap.parse_args()
     sizes, repeat = ([40, 80], 1) if args.quick else (args.sizes, args.repeat)
+    mac.GPU_MIN_SCOPE = args.gpu_min_scope
     solves = ["queens:12", "langford:8"] if args.quick else args.solve
     if args.no_propagation:
         sizes = []
@@ -228,10 +233,14 @@ def main() -> None:
             firsts.append(solve_first(spec, xp, args.solve_limit))
             f = firsts[-1]
             print(f"first solution {spec} on the {f['device']}: {f['status']} in {f['seconds']:.3g} s, "
-                  f"{f['nodes']} nodes, {f['failures']} failures", flush=True)
+                  f"{f['nodes']} nodes ({f['nodes_per_s']:.4g}/s), {f['failures']} failures", flush=True)
+        pair = [f for f in firsts if f["instance"] == spec]
+        if len(pair) == 2:  # the seed's speed-up: nodes per second, GPU over CPU
+            pair[1]["speedup_nodes_per_s"] = pair[1]["nodes_per_s"] / pair[0]["nodes_per_s"]
+            print(f"  nodes/s GPU / CPU: {pair[1]['speedup_nodes_per_s']:.3g}", flush=True)
     device = gpu_name() if cp is not None else cpu_name()
     write_result("alldiff", device, cpu=cpu_name(), quick=args.quick, density=args.density, rows=rows,
-                 first_solutions=firsts)
+                 first_solutions=firsts, gpu_min_scope=args.gpu_min_scope, solve_limit=args.solve_limit)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,15 @@ def max_matching(dom: np.ndarray, match: np.ndarray | None = None) -> np.ndarray
     match[~keep] = -1
     owner = np.full(m, -1, dtype=np.int64)
     owner[match[keep]] = np.flatnonzero(keep)
-    for x in np.flatnonzero(match < 0):  # greedy: a free value when there is one
-        free = np.flatnonzero(dom[x] & (owner < 0))
-        if free.size:
-            match[x], owner[free[0]] = free[0], x
+    free = np.flatnonzero(match < 0)
+    if free.size > 1:  # greedy, fewest values first, each on its free value fewest variables can take
+        degree = count(dom, 0)
+        free = free[np.argsort(count(dom[free], 1), kind="stable")]
+    for x in free:
+        values = np.flatnonzero(dom[x] & (owner < 0))
+        if values.size:
+            v = values[degree[values].argmin()] if free.size > 1 else values[0]
+            match[x], owner[v] = v, x
     for x in np.flatnonzero(match < 0):
         _augment(dom, match, owner, int(x))
     return match

@@ -26,7 +26,7 @@ import numpy as np
 from .engines.streaming import pinned_array
 
 THREADS = 1024  # one block: a thread per variable
-LIST_CAP = 4096  # removed edges returned as a list up to this many, else as bit-packed rows
+LIST_CAP = 1 << 16  # removed edges returned as a list up to this many (512 KiB), else as bit-packed rows
 SHARED_MAX = 48 << 10  # static shared memory per block
 NAME = "alldiff_gac"
 
@@ -305,7 +305,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
         e &= e - 1;
         if (label[owner[w * 64 + b]] != lx) r |= 1ull << b;
       }
-    if (r) { R[(size_t)x * W + w] = r; D[(size_t)w * n + x] = d & ~r; }  // R (rows) is all zero between calls
+    if (r) { R[(size_t)x * W + w] = r; D[(size_t)w * n + x] = d & ~r; }  // R (rows) is cleared before each call
     while (r) {
       int b = __ffsll(r) - 1;
       r &= r - 1;
@@ -418,14 +418,27 @@ class DeviceDomains:
             capture = self.cp.cuda.Stream(non_blocking=True)
             with capture:
                 capture.begin_capture()
-                self._launch()
+                self._run()
                 self.graph = capture.end_capture()
 
     def _launch(self) -> None:
         if self.graph is None:
-            self.kernel((1,), (THREADS,), self.args, shared_mem=self.resident)
+            self._run()
         else:
             self.graph.launch(self.cp.cuda.get_current_stream())
+
+    def _run(self) -> None:
+        """The kernel writes every removal to the bit-packed rows as well as to the list, which is
+        read instead when it holds them all: the rows are cleared before each call, so that a
+        call that overflows the list reads only its own."""
+        self.removed.fill(0)
+        self.kernel((1,), (THREADS,), self.args, shared_mem=self.resident)
+
+    def reset(self, words: np.ndarray, match: np.ndarray) -> None:
+        """Start again from these domains (alldiff.pack's rows) and matching (-1: free), in the
+        arrays the kernel and its graph read: a search that backtracked restored values."""
+        self.words.set(np.ascontiguousarray(words.T))
+        self.match.set(np.asarray(match, dtype=np.int32))
 
     def domains(self) -> np.ndarray:
         """The domains on the device, bit-packed as alldiff.pack lays them out, on the host."""
@@ -455,10 +468,10 @@ class DeviceDomains:
             pairs = head[2:2 + 2 * count].reshape(count, 2).astype(np.int64)
             return pairs[:, 0], pairs[:, 1]
         words = self.removed.get()
-        self.removed.fill(0)
-        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :self.m]
-        r, c = np.nonzero(bits)
-        return r.astype(np.int64), c.astype(np.int64)
+        r, w = np.nonzero(words)  # the words holding removals, then their bits
+        bits = np.unpackbits(words[r, w].view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+        k, b = np.nonzero(bits)
+        return r[k].astype(np.int64), (64 * w[k] + b).astype(np.int64)
 
 
 def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

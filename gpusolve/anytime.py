@@ -89,7 +89,7 @@ class Bounds:
     @classmethod
     def start(cls, problem: Problem, t0: float, on_change=None) -> "Bounds":
         """The trivial lower bound (each function's minimum) before any phase runs."""
-        lower = problem.total(f.table.min() if f.table.size else problem.top for f in problem.functions)
+        lower = problem.total(f.least() if f.entries else problem.top for f in problem.functions)
         b = cls(problem, t0, lower, problem.top, trivial=lower, on_change=on_change)
         b._record("trivial")
         return b

@@ -116,14 +116,16 @@ def queens(n: int) -> Problem:
 
 def langford(n: int) -> Problem:
     """Langford's L(2, n): the positions of the two copies of each digit d (1..n) in 2n places,
-    d other digits between them: p[2(d-1)+1] = p[2(d-1)] + d + 1, all positions different."""
+    d other digits between them: p[2(d-1)+1] = p[2(d-1)] + d + 1 (its allowed pairs listed),
+    all positions different."""
     import numpy as np
 
-    from .model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
+    from .model import FORBIDDEN, AllDifferent, Problem, TupleFunction, Variable, finalize_integer
     size = 2 * n
     places = np.arange(size, dtype=np.int64)
-    functions = [CostFunction((2 * (d - 1), 2 * (d - 1) + 1),
-                              np.where(places[:, None] + d + 1 == places[None, :], 0, FORBIDDEN))
+    functions = [TupleFunction((2 * (d - 1), 2 * (d - 1) + 1), (size, size),
+                               np.stack([places[:size - d - 1], places[:size - d - 1] + d + 1], axis=1),
+                               np.zeros(size - d - 1, dtype=np.int64), FORBIDDEN)
                  for d in range(1, n + 1)]
     globals_ = [AllDifferent(tuple(range(size)), tuple(places for _ in range(size)), FORBIDDEN)]
     problem = Problem(f"langford-2-{n}", [Variable(f"p{d // 2 + 1}{'ab'[d % 2]}", size) for d in range(size)],

@@ -72,32 +72,21 @@ def id_table(g: AllDifferent) -> tuple[np.ndarray, np.ndarray, tuple[int, int] |
 
 
 def gac(g: AllDifferent, live, match: np.ndarray | None = None, xp=None,
-        method: str = "peel") -> np.ndarray | None:
+        method: str = "peel", removed=None) -> np.ndarray | None:
     """Filter the live values of g's scope in place (GAC); the matching (a column per scope
     variable), or None when infeasible. `live`: a boolean array per variable, or one matrix with
-    a row per variable (search's domains, read and updated in one step each).
+    a row per variable (search's domains, read and updated in one step each). `removed(variables,
+    value indices)` hears of the removals (MAC's trail).
 
     A variable left with one value that no other variable can take is a component of the graph of
     its own: nothing to remove there, and it changes nothing elsewhere. Such variables (those
     assigned, once propagation removed their value elsewhere) are left out of the graph given to
     GAC: deep in search most of it."""
     _, m = value_ids(g)
-    table, flat, run = id_table(g)
-    k, width = table.shape
+    table = id_table(g)[0]
+    k = len(table)
     scope = np.asarray(g.scope)
-    if isinstance(live, np.ndarray):
-        stack = live[scope, :width]
-    else:
-        stack = np.zeros((k, width), dtype=bool)
-        for r, v in enumerate(g.scope):
-            stack[r, :len(live[v])] = live[v]
-    graph = np.zeros((k, m + 1), dtype=bool)
-    if run is None:
-        graph.reshape(-1)[flat] = stack.reshape(-1)
-    else:
-        a, b = run
-        np.lib.stride_tricks.as_strided(graph.reshape(-1)[b:], (k, width), (m + 1 + a, 1))[:] = stack
-    dom = graph[:, :m]
+    stack, dom = variable_value_graph(g, live)
     first = table[np.arange(k), stack.argmax(axis=1)]
     alone = (count(stack, 1) == 1) & (count(dom, 0)[np.minimum(first, m - 1)] == 1)
     rows = np.flatnonzero(~alone)
@@ -108,13 +97,89 @@ def gac(g: AllDifferent, live, match: np.ndarray | None = None, xp=None,
     match = first  # the value of each variable left out
     match[rows] = sub
     r = rows[r]
-    j = (table[r] == c[:, None]).argmax(axis=1)  # the domain index of each removed column
+    j = domain_index(g, r, c)
     if isinstance(live, np.ndarray):
         live[scope[r], j] = False
     else:
         for v, a in zip(scope[r].tolist(), j.tolist()):
             live[v][a] = False
+    if removed is not None and r.size:
+        removed(scope[r], j)
     return match
+
+
+def variable_value_graph(g: AllDifferent, live) -> tuple[np.ndarray, np.ndarray]:
+    """(the live domain indices of g's scope, a row per variable; the variable-value graph, a
+    column per value). `live` as in `gac`."""
+    _, m = value_ids(g)
+    table, flat, run = id_table(g)
+    k, width = table.shape
+    if isinstance(live, np.ndarray):
+        stack = live[np.asarray(g.scope), :width]
+    else:
+        stack = np.zeros((k, width), dtype=bool)
+        for r, v in enumerate(g.scope):
+            stack[r, :len(live[v])] = live[v]
+    graph = np.zeros((k, m + 1), dtype=bool)
+    if run is None:
+        graph.reshape(-1)[flat] = stack.reshape(-1)
+    else:
+        a, b = run
+        np.lib.stride_tricks.as_strided(graph.reshape(-1)[b:], (k, width), (m + 1 + a, 1))[:] = stack
+    return stack, graph[:, :m]
+
+
+class KeptGac:
+    """GAC of one hard AllDifferent on the device for a whole search (alldiff_kernel.DeviceDomains):
+    the bit-packed graph and the matching stay there, and a call sends only the values the search
+    removed from g's variables since the last one. After a backtrack restored values the device's
+    copy is stale: the next call uploads the graph again, with the device's matching where it
+    still holds."""
+
+    def __init__(self, g: AllDifferent, cp, variables: int):
+        self.g, self.cp, self.device = g, cp, None
+        self.row = np.full(variables, -1, dtype=np.int64)  # variable -> row of g's graph
+        self.row[list(g.scope)] = np.arange(len(g.scope))
+
+    def __call__(self, live: np.ndarray, since, removed) -> bool:
+        """Filter the domain matrix `live` in place; False when infeasible. `since`: (variables,
+        value indices) removed since the last call, or None after a backtrack (upload again).
+        `removed(variables, value indices)` hears of the removals."""
+        from .alldiff import max_matching, pack
+        from .alldiff_kernel import DeviceDomains
+        edges = None
+        if since is None or self.device is None:
+            _, dom = variable_value_graph(self.g, live)
+            try:
+                match = max_matching(dom, None if self.device is None else self.device.matching())
+            except Infeasible:
+                return False
+            if self.device is None:
+                self.device = DeviceDomains(self.cp, pack(np, dom), dom.shape[1], match)
+            else:
+                self.device.reset(pack(np, dom), match)
+        else:
+            rows = self.row[since[0]]
+            mine = rows >= 0
+            edges = rows[mine], id_table(self.g)[0][rows[mine], since[1][mine]]
+        try:
+            r, c = self.device.removals(edges)
+        except Infeasible:
+            return False
+        if r.size:
+            j = domain_index(self.g, r, c)
+            scope = np.asarray(self.g.scope)
+            live[scope[r], j] = False
+            removed(scope[r], j)
+        return True
+
+
+def domain_index(g: AllDifferent, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The domain index of each edge (row of g's scope, column of the variable-value graph)."""
+    table, _, run = id_table(g)
+    if run is not None:  # row r's columns run from a r + b
+        return cols - (run[0] * rows + run[1])
+    return (table[rows] == cols[:, None]).argmax(axis=1)
 
 
 def hard(problem: Problem) -> list[AllDifferent]:

@@ -16,10 +16,11 @@ from typing import Callable
 
 import numpy as np
 
+from . import alldiff_kernel
 from .alldiff import count
-from .globals import gac, hard
-from .model import Problem
-from .preprocess import revise
+from .globals import KeptGac, gac, hard, value_ids
+from .model import Problem, TupleFunction
+from .preprocess import PairSupports, revise
 
 # AllDifferents over fewer variables stay on the host even with a GPU array module: one propagation
 # call per node (the host's matching and bit-packing, then alldiff_kernel's launch) was 0.99-1.58x
@@ -44,8 +45,11 @@ def luby(i: int) -> int:
 
 def satisfaction(problem: Problem) -> bool:
     """Every cost 0 or forbidden (constants aside), every global constraint hard."""
+    def hard(costs) -> bool:
+        return bool(((costs == 0) | (costs >= problem.top)).all())
     return problem.integer and all(g.cost >= problem.top for g in problem.globals) and all(
-        not f.scope or bool(((f.table == 0) | (f.table >= problem.top)).all()) for f in problem.functions)
+        not f.scope or (hard(f.costs) and hard(np.asarray(f.default)) if isinstance(f, TupleFunction) else hard(f.table))
+        for f in problem.functions)
 
 
 @dataclass
@@ -59,6 +63,44 @@ class MacStats:
         return {"nodes": self.nodes, "failures": self.failures, "restarts": self.restarts, "complete": self.complete}
 
 
+class Trail:
+    """The (variable, value) pairs removed from the domain matrix, in order: backtracking to a mark
+    restores exactly those after it, and the domain sizes follow, so that a node costs what it
+    removes, not a copy of the whole matrix."""
+
+    def __init__(self, domains: np.ndarray):
+        self.domains = domains
+        self.sizes = count(domains, 1).astype(np.int64)
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def record(self, rows, cols) -> None:
+        """Removals already made: a variable or one per value index."""
+        cols = np.asarray(cols, dtype=np.int64)
+        if np.ndim(rows) == 0:
+            self.sizes[rows] -= cols.size
+            rows = np.full(cols.size, rows, dtype=np.int64)
+        else:
+            np.subtract.at(self.sizes, rows, 1)
+        self.rows.append(np.asarray(rows, dtype=np.int64))
+        self.cols.append(cols)
+
+    def since(self, mark: int) -> tuple[np.ndarray, np.ndarray]:
+        """(variables, value indices) removed after `mark`."""
+        if mark == len(self.rows):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(self.rows[mark:]), np.concatenate(self.cols[mark:])
+
+    def undo(self, mark: int) -> None:
+        rows, cols = self.since(mark)
+        self.domains[rows, cols] = True
+        np.add.at(self.sizes, rows, 1)
+        del self.rows[mark:], self.cols[mark:]
+
+
 class Mac:
     def __init__(self, problem: Problem, should_stop: Callable[[], bool] | None = None, xp=None):
         self.problem, self.xp = problem, xp
@@ -68,47 +110,87 @@ class Mac:
         for v, d in enumerate(dom):
             self.domains[v, :d] = True
         self.live = [self.domains[v, :d] for v, d in enumerate(dom)]  # views: updates land in `domains`
-        self.watching: dict[int, list[int]] = {}
-        for i, f in enumerate(problem.functions):
-            for v in f.scope:
-                self.watching.setdefault(v, []).append(i)
-        self.alldiffs = hard(problem)
-        self.touching: dict[int, list[int]] = {}
-        for j, g in enumerate(self.alldiffs):
-            for v in g.scope:
-                self.touching.setdefault(v, []).append(j)
-        self.matches: list = [None] * len(self.alldiffs)
+        self.trail = Trail(self.domains)
         self.allowed: dict = {}  # revise's allowed tuples per table, made once
+        self.pairs = PairSupports(problem, self.domains, self.allowed)  # propagated by removals
+        self.watching: dict[int, list[int]] = {}  # the other tables, revised by AC-3
+        members = set(self.pairs.members)
+        for i, f in enumerate(problem.functions):
+            if i not in members:
+                for v in f.scope:
+                    self.watching.setdefault(v, []).append(i)
+        self.alldiffs = hard(problem)
+        self.watched = np.zeros(len(dom), dtype=bool)
+        self.watched[list(self.watching)] = True
+        self.in_scope = [np.zeros(len(dom), dtype=bool) for _ in self.alldiffs]  # per AllDifferent
+        for within, g in zip(self.in_scope, self.alldiffs):
+            within[list(g.scope)] = True
+        self.matches: list = [None] * len(self.alldiffs)
+        # AllDifferents filtered on the device: their trail mark at the last call (None: stale)
+        self.kept = {j: KeptGac(g, xp, len(dom)) for j, g in enumerate(self.alldiffs)
+                     if xp is not None and len(g.scope) >= GPU_MIN_SCOPE
+                     and alldiff_kernel.fits(len(g.scope), value_ids(g)[1])}
+        self.synced: dict[int, int | None] = dict.fromkeys(self.kept)
+        self.pair_mark = 0  # the trail's removals before it are followed through self.pairs
         self.stats = MacStats()
 
     def propagate(self, changed) -> bool:
-        """Fixpoint of AC-3 and GAC from the variables `changed`; False when a domain empties.
-        GAC is idempotent: an AllDifferent runs again only after another constraint changed one of
-        its variables."""
-        queue = sorted({i for v in changed for i in self.watching.get(v, ())})
-        queued = set(queue)
-        pending = {j for v in changed for j in self.touching.get(v, ())}
+        """Fixpoint of arc consistency on the tables and GAC from the variables `changed`; False
+        when a domain empties. GAC is idempotent: an AllDifferent runs again only after another
+        constraint changed one of its variables."""
+        queue: list[int] = []
+        queued: set[int] = set()
+        pending: set[int] = set()
+        self._wake(np.asarray(list(changed), dtype=np.int64), queue, queued, pending)
+        queue.sort()
+        record = self.trail.record
         while True:
-            sizes = count(self.domains, 1)
-            if not revise(self.problem, self.live, self.watching, queue, queued, self.allowed):
+            mark = len(self.trail)
+            if not revise(self.problem, self.live, self.watching, queue, queued, self.allowed, record):
                 return False
-            pending.update(j for v in np.flatnonzero(count(self.domains, 1) < sizes).tolist()
-                           for j in self.touching.get(v, ()))
+            done = len(self.trail)
+            if not self.pairs.follow(*self.trail.since(self.pair_mark), record):
+                return False
+            self.pair_mark = len(self.trail)
+            self._wake(self._changed(mark), None, None, pending)  # revise queued its own tables
+            self._wake(self._changed(done), queue, queued, None)  # the tables over what the pairs removed
+            if queue:
+                continue
             if not pending:
                 return True
             j = min(pending)
             pending.discard(j)
-            g = self.alldiffs[j]
-            sizes = count(self.domains, 1)
-            self.matches[j] = gac(g, self.domains, self.matches[j], self.xp if len(g.scope) >= GPU_MIN_SCOPE else None)
-            if self.matches[j] is None:
+            mark = len(self.trail)
+            if not self._gac(j):
                 return False
-            for v in np.flatnonzero(count(self.domains, 1) < sizes).tolist():
-                pending.update(k for k in self.touching.get(v, ()) if k != j)
-                for i in self.watching.get(v, ()):
+            self._wake(self._changed(mark), queue, queued, pending, j)
+
+    def _changed(self, mark: int) -> np.ndarray:
+        """The variables that lost values after trail `mark`."""
+        rows = self.trail.since(mark)[0]
+        return np.flatnonzero(np.bincount(rows, minlength=len(self.live))) if rows.size else rows
+
+    def _wake(self, variables: np.ndarray, queue, queued, pending, but: int | None = None) -> None:
+        """Queue the tables (AC-3) and mark pending the AllDifferents (other than `but`) over
+        these variables."""
+        if pending is not None:
+            pending.update(j for j, within in enumerate(self.in_scope) if j != but and within[variables].any())
+        if queue is not None and self.watching:
+            for v in variables[self.watched[variables]].tolist():
+                for i in self.watching[v]:
                     if i not in queued:
                         queue.append(i)
                         queued.add(i)
+
+    def _gac(self, j: int) -> bool:
+        """GAC on AllDifferent j: kept on the device, or on the host from the last matching."""
+        if j in self.kept:
+            mark = self.synced[j]
+            ok = self.kept[j](self.domains, None if mark is None else self.trail.since(mark), self.trail.record)
+            self.synced[j] = len(self.trail)
+            return ok
+        self.matches[j] = gac(self.alldiffs[j], self.domains, self.matches[j], removed=self.trail.record)
+        return self.matches[j] is not None
 
     def run(self) -> list[int] | None:
         """A solution (value index per variable), or None when there is none. Raises Stopped.
@@ -119,20 +201,20 @@ class Mac:
         its values in random order. Each restart is a complete search from the root, so running
         out of values at the root proves that there is no solution."""
         from .search import Stopped
-        if not self.propagate(range(len(self.live))):
+        if not (self.pairs.start(self.trail.record) and self.propagate(range(len(self.live)))):
             self.stats.complete = True
             return None
-        root = self.domains.copy()
+        root = len(self.trail)
+        sizes = self.trail.sizes
         rng = np.random.default_rng(0)
         weight = np.zeros(len(self.live))  # failures of each branching variable
         for run in itertools.count(1):
-            stack = []  # per level: (variable, values still to try, removals made by the current value)
+            stack = []  # per level: (variable, values still to try, trail mark before the current value)
             budget = RESTART_BASE * luby(run)
             while True:
                 self.stats.nodes += 1
                 if self.should_stop():
                     raise Stopped
-                sizes = count(self.domains, 1)
                 open_ = np.flatnonzero(sizes > 1)
                 if not open_.size:
                     self.stats.complete = True
@@ -155,7 +237,7 @@ class Mac:
                     return None
                 budget -= self.stats.failures - before
                 if budget < 0:  # restart
-                    self.domains[:] = root
+                    self._back(root)
                     self.stats.restarts += 1
                     break
 
@@ -164,12 +246,12 @@ class Mac:
         x, values, _ = level
         while values:
             a = values.pop(0)
-            before = self.domains.copy()
-            self.live[x][:] = False
-            self.live[x][a] = True
-            ok = self.propagate([x])
-            level[2] = np.nonzero(before & ~self.domains)
-            if ok:
+            level[2] = len(self.trail)
+            others = np.flatnonzero(self.live[x])
+            others = others[others != a]
+            self.live[x][others] = False
+            self.trail.record(x, others)
+            if self.propagate([x]):
                 return True
             self.stats.failures += 1
             self._undo(level)
@@ -177,5 +259,13 @@ class Mac:
 
     def _undo(self, level) -> None:
         if level[2] is not None:
-            self.domains[level[2]] = True
+            self._back(level[2])
             level[2] = None
+
+    def _back(self, mark: int) -> None:
+        """Restore the domains as they were at trail `mark`; device copies made after it go stale."""
+        self.trail.undo(mark)
+        self.pair_mark = min(self.pair_mark, mark)
+        for j, synced in self.synced.items():
+            if synced is not None and synced > mark:
+                self.synced[j] = None

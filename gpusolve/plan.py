@@ -329,7 +329,7 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
                 pending[sep[-1]].append((frozenset(sep), "m", mb.index))
             else:
                 roots.append(mb.index)
-    original = sum(f.table.size for f in problem.functions) * itemsize
+    original = sum(f.entries for f in problem.functions) * itemsize
     return Plan(order=list(order), z=z, minibuckets=minibuckets, buckets=buckets,
                 constants=constants, roots=roots, induced_width=width, n_components=n_components,
                 itemsize=itemsize, original_bytes=original, position=pos, tables=tables)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,13 +21,14 @@ from xml.parsers import expat
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
+from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
 from .errors import ParseError
 from .source import read_lines
 from .tables import COMPARE, constraint_problem, linear_sum, too_large
 
 MAX_DOMAIN = 1 << 24
+LISTED_MIN = 1 << 16  # entries above which a functional intension constraint is kept as its tuples
 TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][\w.]*(?:\[[^\]]*\])*)|([(),]))")
 REF = re.compile(r"([A-Za-z_][\w.]*)((?:\[[^\]]*\])*)")
 SUPPORTED = ("extension", "intension", "allDifferent", "sum", "group", "block")
@@ -268,8 +270,57 @@ class _Reader:
     def _intension(self, c) -> None:
         text = c.text if not len(c) else self._child_text(c, "function")
         expr = self._expression(text)
+        if self._functional(expr):
+            return
         scope, value = self._evaluate(expr)
         self._table(scope, np.where(np.asarray(value).astype(bool), 0, FORBIDDEN).astype(np.int64))
+
+    def _functional(self, tree) -> bool:
+        """`eq(x, e)` (or `eq(e, x)`) with x a variable absent from e, over more than LISTED_MIN
+        entries: kept as its allowed tuples (TupleFunction), found by evaluating e over its own
+        variables only (Langford's gaps over 2n positions: 2n pairs instead of (2n)^2 entries)."""
+        if not (isinstance(tree, tuple) and tree[0] == "eq" and len(tree[1]) == 2):
+            return False
+        for x, e in (tree[1], tree[1][::-1]):
+            if not (isinstance(x, tuple) and x[0] == "var"):
+                continue
+            scope = self._scope_of(e)
+            if x[1] in scope or not scope:
+                continue
+            dims = [self.variables[v].domain for v in scope]
+            if math.prod(dims) * self.variables[x[1]].domain <= LISTED_MIN:
+                return False
+            self._guard(tuple(dims))
+            _, value = self._evaluate(e)
+            value = np.asarray(value, dtype=np.int64).reshape(-1)
+            order = np.argsort(self.values[x[1]])
+            ranked = self.values[x[1]][order]
+            at = np.minimum(np.searchsorted(ranked, value), len(ranked) - 1)
+            hit = ranked[at] == value  # e's value is in x's domain
+            rest = np.stack(np.unravel_index(np.flatnonzero(hit), dims), axis=1)
+            tuples = np.concatenate([rest, order[at[hit]][:, None]], axis=1)
+            full = tuple(scope) + (x[1],)
+            if len(set(full)) != len(full):
+                raise self.error("a variable appears twice in one constraint's scope")
+            self.functions.append(TupleFunction(full, dims + [self.variables[x[1]].domain], tuples,
+                                                np.zeros(len(tuples), dtype=np.int64), FORBIDDEN))
+            return True
+        return False
+
+    def _scope_of(self, tree) -> list[int]:
+        """The variables of an expression, in order of first appearance."""
+        scope: list[int] = []
+
+        def collect(t):
+            if isinstance(t, tuple):
+                if t[0] == "var":
+                    if t[1] not in scope:
+                        scope.append(t[1])
+                else:
+                    for a in t[1]:
+                        collect(a)
+        collect(tree)
+        return scope
 
     def _alldifferent(self, c) -> None:
         lists = c.findall("list")
@@ -387,18 +438,7 @@ class _Reader:
         raise self.error(f"unknown variable {tok}")
 
     def _evaluate(self, tree) -> tuple[list[int], np.ndarray]:
-        scope: list[int] = []
-
-        def collect(t):
-            if isinstance(t, tuple):
-                if t[0] == "var":
-                    if t[1] not in scope:
-                        scope.append(t[1])
-                else:
-                    for a in t[1]:
-                        collect(a)
-
-        collect(tree)
+        scope = self._scope_of(tree)
         self._guard(tuple(self.variables[v].domain for v in scope))
         axes = {v: self._axis(k, len(scope), v) for k, v in enumerate(scope)}
         value = self._apply(tree, axes)

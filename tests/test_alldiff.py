@@ -303,6 +303,53 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
     assert checked >= 30
 
 
+def random_pair_csp(seed: int, listed: bool) -> Problem:
+    """Binary hard tables (dense, or their allowed pairs listed) and one or two hard AllDifferents."""
+    from gpusolve.model import TupleFunction
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(4, 8)), int(rng.integers(3, 7))
+    functions = []
+    for _ in range(int(rng.integers(2, 11))):
+        scope = tuple(int(v) for v in rng.choice(n, 2, replace=False))
+        table = np.where(rng.random((d, d)) < rng.choice([0.25, 0.5, 0.8]), 0, FORBIDDEN).astype(np.int64)
+        tuples = np.argwhere(table == 0)
+        functions.append(TupleFunction(scope, (d, d), tuples, np.zeros(len(tuples), np.int64), FORBIDDEN)
+                         if listed else CostFunction(scope, table))
+    globals_ = [AllDifferent(tuple(int(v) for v in rng.choice(n, int(rng.integers(2, min(n, d) + 1)), replace=False)),
+                             (), FORBIDDEN) for _ in range(int(rng.integers(1, 3)))]
+    globals_ = [AllDifferent(g.scope, tuple(np.arange(d, dtype=np.int64) for _ in g.scope), FORBIDDEN) for g in globals_]
+    return finalize_integer(Problem("pairs", [Variable(f"x{i}", d) for i in range(n)], functions, globals=globals_), None)
+
+
+def mac_runs(problems, xp=None) -> list:
+    from gpusolve.mac import Mac
+    out = []
+    for problem in problems:
+        m = Mac(problem, xp=xp)
+        out.append((m.run(), m.stats.to_json()))
+    return out
+
+
+def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
+    """Listed pairs (propagated from removed values, PairSupports) and dense tables (AC-3) reach the
+    same fixpoints: MAC makes the same search on both, node for node, and finds a solution exactly
+    when enumeration does; with restarts after every failure, so that backtracking to the root
+    through the trail is exercised."""
+    from gpusolve import mac
+    monkeypatch.setattr(mac, "RESTART_BASE", 1)
+    feasible = 0
+    for seed in range(200):
+        dense, listed = random_pair_csp(seed, False), random_pair_csp(seed, True)
+        best, _ = brute_force(decomposed_by_hand(dense))
+        (a, sa), (b, sb) = mac_runs([dense, listed])
+        assert a == b and sa == sb, seed
+        assert (a is not None) == (best < dense.top), seed
+        if a is not None:
+            assert dense.evaluate(a) == 0 and listed.evaluate(a) == 0
+        feasible += a is not None
+    assert 30 <= feasible <= 170
+
+
 def test_queens_and_langford_first_solutions():
     from gpusolve.generate import langford, queens
     for problem, status in [(queens(3), "infeasible"), (queens(30), "optimal"), (langford(5), "infeasible"),
@@ -566,6 +613,26 @@ def assert_covering_matching(match, dom):
     """match gives every variable a value of its domain, no value twice."""
     assert (match >= 0).all() and dom[np.arange(dom.shape[0]), match].all()
     assert np.unique(match).size == match.size
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cap", [None, 2], ids=["list", "rows-after-lists"])
+def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch, cap):
+    """MAC with every AllDifferent kept on the device (KeptGac: removals sent since the last call,
+    the graph uploaded again after a backtrack) makes the CPU's search, node for node, with
+    restarts after every failure; also where most calls return more removals than the list holds
+    (read from the bit-packed rows, which earlier calls wrote too)."""
+    from gpusolve import alldiff_kernel, mac
+    from gpusolve.generate import langford, queens
+    monkeypatch.setattr(mac, "RESTART_BASE", 1)
+    monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 1)
+    if cap is not None:
+        monkeypatch.setattr(alldiff_kernel, "LIST_CAP", cap)
+    problems = [random_pair_csp(seed, seed % 2 == 1) for seed in range(120)] + [queens(40), langford(24)]
+    cpu, gpu = mac_runs(problems), mac_runs(problems, cupy)
+    for k, (a, b) in enumerate(zip(cpu, gpu)):
+        assert a == b, k
+    assert sum(s["failures"] for _, s in gpu) > 50
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from helpers import brute_force, random_problem, tight_problem
 
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model import FORBIDDEN, CostFunction, Problem, TupleFunction, Variable, finalize_integer
 from gpusolve.preprocess import lower_top, preprocess
 from gpusolve.solve import Options, solve
 
@@ -140,3 +140,85 @@ def test_revise_reaches_the_arc_consistent_fixpoint_on_pair_lists_and_dense_tabl
             for g, w in zip(got, want):
                 np.testing.assert_array_equal(g, w)
     assert kinds == {tuple, np.ndarray}  # both representations were exercised
+
+
+def listed(f: CostFunction, dims) -> TupleFunction:
+    """f as its tuples below FORBIDDEN and a forbidden default."""
+    tuples = np.argwhere(f.table < FORBIDDEN)
+    return TupleFunction(f.scope, dims, tuples, f.table[tuple(tuples.T)], FORBIDDEN)
+
+
+def test_listed_tuples_are_the_dense_table():
+    """A TupleFunction's table, costs, least cost, restriction and finalisation (negative costs into
+    the offset) are those of the dense table it lists."""
+    rng = np.random.default_rng(3)
+    for seed in range(60):
+        dims = tuple(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 4))))
+        table = rng.integers(-5, 9, size=dims).astype(np.int64)
+        table[rng.random(dims) < 0.4] = FORBIDDEN
+        default = int(rng.integers(-3, 6)) if seed % 2 else FORBIDDEN
+        some = rng.random(dims) < 0.6
+        tuples = np.argwhere(some)
+        f = TupleFunction(tuple(range(len(dims))), dims, tuples, table[some], default)
+        dense = np.where(some, table, default)
+        np.testing.assert_array_equal(f.table, dense)
+        assert f.least() == dense.min() and f.entries == dense.size
+        for t in itertools.product(*(range(d) for d in dims)):
+            assert f.cost(t) == dense[t]
+        kept = [np.sort(rng.choice(d, size=int(rng.integers(1, d + 1)), replace=False)) for d in dims]
+        np.testing.assert_array_equal(f.restrict(kept).table, dense[np.ix_(*kept)])
+        variables = [Variable(f"x{i}", d) for i, d in enumerate(dims)]
+        a = finalize_integer(Problem("a", variables, [f]), None)
+        b = finalize_integer(Problem("b", variables, [CostFunction(f.scope, dense.copy())]), None)
+        assert (a.offset, a.top) == (b.offset, b.top), seed
+        np.testing.assert_array_equal(a.functions[0].table, b.functions[0].table)
+
+
+def test_pair_supports_reach_the_arc_consistent_fixpoint():
+    """MAC's PairSupports (binary functions propagated from removed values): from full domains
+    (`start`) and after removing random values from an arc-consistent state (`follow`), the
+    domains the definition gives, or a wiped-out domain where it empties one."""
+    from gpusolve.preprocess import PairSupports
+    rng = np.random.default_rng(5)
+    checked = {True: 0, False: 0}
+    for seed in range(150):
+        domains = [int(d) for d in rng.integers(2, 7, size=int(rng.integers(2, 6)))]
+        n, width = len(domains), max(domains)
+        functions = []
+        for _ in range(int(rng.integers(1, 6))):
+            scope = tuple(int(v) for v in rng.choice(n, size=2, replace=False))
+            shape = tuple(domains[v] for v in scope)
+            table = np.where(rng.random(shape) < rng.choice([0.2, 0.5, 0.8]), 0, FORBIDDEN).astype(np.int64)
+            functions.append(listed(CostFunction(scope, table), shape))
+        problem = finalize_integer(Problem("p", [Variable(f"x{i}", d) for i, d in enumerate(domains)], functions), 10)
+        tables = [(f.scope, f.table < problem.top) for f in problem.functions]
+        matrix = np.zeros((n, width), dtype=bool)
+        for v, d in enumerate(domains):
+            matrix[v, :d] = True
+        pairs = PairSupports(problem, matrix, {})
+        assert pairs.members == list(range(len(functions)))
+        heard = []
+        ok = pairs.start(lambda r, c: heard.append((np.asarray(r), np.asarray(c))))
+        want = naive_arc_consistency(tables, [np.ones(d, dtype=bool) for d in domains])
+        assert ok == all(m.any() for m in want), seed
+        checked[ok] += 1
+        if not ok:
+            continue
+        for v, d in enumerate(domains):
+            np.testing.assert_array_equal(matrix[v, :d], want[v], err_msg=f"seed {seed}")
+        gone = np.zeros_like(matrix)
+        for r, c in heard:
+            gone[r, c] = True
+        np.testing.assert_array_equal(gone, ~matrix & (np.arange(width)[None, :] < np.array(domains)[:, None]))
+        live = np.argwhere(matrix)
+        drop = live[rng.random(len(live)) < 0.25]
+        matrix[drop[:, 0], drop[:, 1]] = False
+        if not matrix.any(axis=1).all():  # search removes values from domains it leaves non-empty
+            continue
+        want = naive_arc_consistency(tables, [matrix[v, :d].copy() for v, d in enumerate(domains)])
+        ok = pairs.follow(drop[:, 0], drop[:, 1], lambda r, c: None)
+        assert ok == all(m.any() for m in want), seed
+        if ok:
+            for v, d in enumerate(domains):
+                np.testing.assert_array_equal(matrix[v, :d], want[v], err_msg=f"seed {seed}")
+    assert min(checked.values()) >= 20

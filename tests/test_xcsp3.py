@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from gpusolve.model import CostFunction
 from gpusolve.solve import Options, solve
 from gpusolve.parsers import ParseError, read
 
@@ -223,3 +224,27 @@ def test_flatzinc_refusals(tmp_path, change, line, fragment):
     with pytest.raises(ParseError) as info:
         read(path)
     assert str(info.value).startswith(f"{path}:{line}:") and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("constraint", [
+    "eq(p[1],add(p[0],3))", "eq(add(p[0],3),p[1])", "eq(p[2],add(p[0],mul(p[1],2)))",
+    "eq(sub(p[1],p[2]),p[0])", "eq(p[0],dist(p[1],p[2]))", "eq(p[0],add(p[0],1))", "eq(p[0],p[1])",
+])
+def test_functional_intension_kept_as_its_tuples_is_the_dense_table(constraint, tmp_path, monkeypatch):
+    """eq(x, e) with x not in e, read as its allowed tuples (TupleFunction, above LISTED_MIN entries),
+    allows exactly the assignments its dense table allows, over domains with holes and negative
+    values; an expression with x on both sides stays dense."""
+    from gpusolve.model import TupleFunction
+    from gpusolve.parsers import xcsp3
+    path = tmp_path / "f.xml"
+    path.write_text(f'<instance format="XCSP3" type="CSP"><variables>'
+                    f'<array id="p" size="[3]"> -2 0 1 3 4 7 9 </array></variables>'
+                    f'<constraints><intension> {constraint} </intension></constraints></instance>')
+    dense = read(path)
+    monkeypatch.setattr(xcsp3, "LISTED_MIN", 0)
+    listed = read(path)
+    kinds = {type(f) for f in listed.functions}
+    assert kinds == ({CostFunction} if constraint == "eq(p[0],add(p[0],1))" else {TupleFunction})
+    for a in itertools.product(range(7), repeat=3):
+        assert dense.evaluate(a) == listed.evaluate(a), a
+    assert solve(dense, Options(device="cpu")).status == solve(listed, Options(device="cpu")).status
