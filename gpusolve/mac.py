@@ -19,14 +19,14 @@ import numpy as np
 from . import alldiff_kernel
 from .alldiff import count
 from .globals import KeptGac, gac, hard, value_ids
-from .model import Problem, TupleFunction
+from .model import AllDifferent, Problem, TupleFunction
 from .preprocess import PairSupports, revise
 
-# AllDifferents over fewer variables stay on the host even with a GPU array module: one propagation
-# call per node (the host's matching and bit-packing, then alldiff_kernel's launch) was 0.99-1.58x
-# as fast as the CPU peel at 300 variables and 1.35-3.04x at 1000 (H100 against its host's CPU,
-# bench/alldiff.py, 2026-11-25).
-GPU_MIN_SCOPE = 1000
+# AllDifferents over fewer variables stay on the host even with a GPU array module. Kept on the
+# device (KeptGac), GAC made MAC's Langford search 1.7x as many nodes per second as the CPU's at 200
+# variables, 2.0x at 600 and 5.8x at 2000 (H100 against its host's CPU, bench/alldiff.py --solve,
+# 2026-11-25).
+GPU_MIN_SCOPE = 200
 RESTART_BASE = 64  # failures before the first restart
 
 
@@ -50,6 +50,15 @@ def satisfaction(problem: Problem) -> bool:
     return problem.integer and all(g.cost >= problem.top for g in problem.globals) and all(
         not f.scope or (hard(f.costs) and hard(np.asarray(f.default)) if isinstance(f, TupleFunction) else hard(f.table))
         for f in problem.functions)
+
+
+def gac_on_device(problem: Problem) -> bool:
+    """Whether MAC with a GPU array module would filter some AllDifferent there."""
+    return any(map(_on_device, hard(problem)))
+
+
+def _on_device(g: AllDifferent) -> bool:
+    return len(g.scope) >= GPU_MIN_SCOPE and alldiff_kernel.fits(len(g.scope), value_ids(g)[1])
 
 
 @dataclass
@@ -128,8 +137,7 @@ class Mac:
         self.matches: list = [None] * len(self.alldiffs)
         # AllDifferents filtered on the device: their trail mark at the last call (None: stale)
         self.kept = {j: KeptGac(g, xp, len(dom)) for j, g in enumerate(self.alldiffs)
-                     if xp is not None and len(g.scope) >= GPU_MIN_SCOPE
-                     and alldiff_kernel.fits(len(g.scope), value_ids(g)[1])}
+                     if xp is not None and _on_device(g)}
         self.synced: dict[int, int | None] = dict.fromkeys(self.kept)
         self.pair_mark = 0  # the trail's removals before it are followed through self.pairs
         self.stats = MacStats()

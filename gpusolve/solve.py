@@ -120,7 +120,12 @@ def solve(problem: Problem, options: Options, file: str = "",
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
-    engine, note = select_engine(options.device, *schedule.largest, options.gpu_mem_limit, options.host_max,
+    joint, buckets = schedule.largest
+    if any(p.name == "mac" for p in schedule.phases):
+        from .mac import gac_on_device
+        if gac_on_device(problem):  # the work is GAC, not buckets: --device gpu runs it there, auto on the host
+            joint = None
+    engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
                                  options.threads)
     if engine.name != "numpy":
         schedule = make_schedule(problem, order, options, budget, n_comp, engine.name)

@@ -350,6 +350,17 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
     assert 30 <= feasible <= 170
 
 
+def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
+    """Only AllDifferents of GPU_MIN_SCOPE variables or more make MAC ask for the GPU; without CuPy
+    (or with --device auto, as the plan has no buckets to size the choice by) it runs on the CPU."""
+    from gpusolve import mac
+    from gpusolve.generate import langford
+    monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 20)
+    assert mac.gac_on_device(langford(10)) and not mac.gac_on_device(langford(9))
+    r = solve(langford(11), Options(device="auto"))
+    assert r.engine == "numpy" and "plan size unknown" in r.device_note and r.status == "optimal"
+
+
 def test_queens_and_langford_first_solutions():
     from gpusolve.generate import langford, queens
     for problem, status in [(queens(3), "infeasible"), (queens(30), "optimal"), (langford(5), "infeasible"),
@@ -633,6 +644,20 @@ def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch,
     for k, (a, b) in enumerate(zip(cpu, gpu)):
         assert a == b, k
     assert sum(s["failures"] for _, s in gpu) > 50
+
+
+@pytest.mark.gpu
+def test_gpu_solve_runs_mac_with_gac_on_the_device(cupy):
+    """--device gpu on a satisfaction problem with an AllDifferent of GPU_MIN_SCOPE variables or
+    more: the engine is CuPy (its plan has no buckets to size the choice by) and MAC's GAC runs
+    there; the first solution is valid."""
+    from gpusolve.generate import langford
+    from gpusolve.mac import gac_on_device
+    problem = langford(120)
+    assert gac_on_device(problem)
+    r = solve(problem, Options(device="gpu"))
+    assert r.engine == "cupy" and r.search["method"] == "MAC" and r.status == "optimal"
+    assert problem.evaluate(r.assignment) == 0
 
 
 @pytest.mark.gpu
