@@ -59,7 +59,7 @@ class CostFunction:
 class TupleFunction(CostFunction):
     """A cost function kept as the tuples it lists and one default cost for the rest, as wcsp and
     XCSP files state them (CUBE's incomplete tables): Langford's gap constraint over 2n positions
-    allows 2n - d - 1 of its (2n)^2 pairs, and at n = 3000 the dense tables would take 1.7 TB.
+    allows 2n - d - 1 of its (2n)^2 pairs, and at n = 3000 the dense tables would take 864 GB.
     Arc consistency, MAC and evaluation read the tuples; elimination and AND/OR search read
     `table`, the dense table made on demand (for the problems whose buckets fit anyway).
     `tuples` holds distinct rows."""
