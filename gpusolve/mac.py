@@ -18,7 +18,7 @@ import numpy as np
 
 from . import alldiff_kernel
 from .alldiff import count
-from .globals import KeptGac, gac, hard, value_ids
+from .globals import KeptGac, domain_index, gac, hard, value_ids, variable_value_graph
 from .model import AllDifferent, Problem, TupleFunction
 from .preprocess import PairSupports, revise
 
@@ -139,6 +139,8 @@ class Mac:
         self.kept = {j: KeptGac(g, xp, len(dom)) for j, g in enumerate(self.alldiffs)
                      if xp is not None and _on_device(g)}
         self.synced: dict[int, int | None] = dict.fromkeys(self.kept)
+        # AllDifferents that give each of their values to one variable (as many of both, none shared)
+        self.permutations = [j for j, g in enumerate(self.alldiffs) if not g.exempt and len(g.scope) == value_ids(g)[1]]
         self.pair_mark = 0  # the trail's removals before it are followed through self.pairs
         self.stats = MacStats()
 
@@ -204,10 +206,13 @@ class Mac:
         """A solution (value index per variable), or None when there is none. Raises Stopped.
 
         Depth-first search restarted after RESTART_BASE times the Luby sequence's failures (the
-        learned weights stay), so that one bad early choice does not trap it: branching on a
-        variable with the fewest values left, ties to the one that failed most, then at random;
-        its values in random order. Each restart is a complete search from the root, so running
-        out of values at the root proves that there is no solution."""
+        learned weights stay), so that one bad early choice does not trap it. It branches on a
+        variable with the fewest values left (ties to the one that failed most, then at random),
+        its values in random order; or, where fewer variables can take some value that a
+        permutation AllDifferent must give one of them (as many values as variables, none
+        exempt: Langford's positions, N-queens' rows), on which of them takes it (dual first
+        fail, as exact cover's column choice). Each restart is a complete search from the root,
+        so running out of choices at the root proves that there is no solution."""
         from .search import Stopped
         if not (self.pairs.start(self.trail.record) and self.propagate(range(len(self.live)))):
             self.stats.complete = True
@@ -217,7 +222,7 @@ class Mac:
         rng = np.random.default_rng(0)
         weight = np.zeros(len(self.live))  # failures of each branching variable
         for run in itertools.count(1):
-            stack = []  # per level: (variable, values still to try, trail mark before the current value)
+            stack = []  # per level: [variable or None (a value's level), (variable, value) choices left, trail mark]
             budget = RESTART_BASE * luby(run)
             while True:
                 self.stats.nodes += 1
@@ -227,17 +232,23 @@ class Mac:
                 if not open_.size:
                     self.stats.complete = True
                     return [int(np.flatnonzero(m)[0]) for m in self.live]
-                fewest = open_[sizes[open_] == sizes[open_].min()]
-                tied = fewest[weight[fewest] == weight[fewest].max()]
-                x = int(rng.choice(tied))
-                stack.append([x, rng.permutation(np.flatnonzero(self.live[x])).tolist(), None])
+                least = int(sizes[open_].min())
+                takers = self._fewest_takers(least)
+                if takers is not None:
+                    stack.append([None, [(int(y), int(a)) for y, a in rng.permutation(takers)], None])
+                else:
+                    fewest = open_[sizes[open_] == least]
+                    tied = fewest[weight[fewest] == weight[fewest].max()]
+                    x = int(rng.choice(tied))
+                    stack.append([x, [(x, int(a)) for a in rng.permutation(np.flatnonzero(self.live[x]))], None])
                 before = self.stats.failures
                 while stack:
                     failures = self.stats.failures
-                    if self._next_value(stack[-1]):
+                    if self._next_choice(stack[-1]):
                         break
-                    weight[stack[-1][0]] += self.stats.failures - failures
-                    stack.pop()  # every value of this variable failed: back to the one above
+                    if stack[-1][0] is not None:
+                        weight[stack[-1][0]] += self.stats.failures - failures
+                    stack.pop()  # every choice of this level failed: back to the one above
                     if stack:
                         self._undo(stack[-1])
                 else:
@@ -249,11 +260,27 @@ class Mac:
                     self.stats.restarts += 1
                     break
 
-    def _next_value(self, level) -> bool:
-        """Try the level's next value until one propagates; False when none is left."""
-        x, values, _ = level
-        while values:
-            a = values.pop(0)
+    def _fewest_takers(self, least: int) -> np.ndarray | None:
+        """(variable, value index) rows: the variables that can take a value of a permutation
+        AllDifferent which fewer than `least` (and more than one) of them can, else None."""
+        best = None
+        for j in self.permutations:
+            g = self.alldiffs[j]
+            dom = variable_value_graph(g, self.domains)[1]
+            takers = count(dom, 0).astype(np.int64)
+            takers[takers < 2] = least
+            c = int(takers.argmin())
+            if takers[c] < least:
+                least = int(takers[c])
+                rows = np.flatnonzero(dom[:, c])
+                best = np.stack([np.asarray(g.scope)[rows], domain_index(g, rows, np.full(len(rows), c))], axis=1)
+        return best
+
+    def _next_choice(self, level) -> bool:
+        """Try the level's next (variable, value) until one propagates; False when none is left."""
+        choices = level[1]
+        while choices:
+            x, a = choices.pop(0)
             level[2] = len(self.trail)
             others = np.flatnonzero(self.live[x])
             others = others[others != a]

@@ -350,6 +350,43 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
     assert 30 <= feasible <= 170
 
 
+def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
+    """Permutation AllDifferents (as many values as variables) let MAC branch on which variable
+    takes the value fewest can: a complete split only because some variable must take it. On
+    random permutation problems with tables, MAC finds a solution exactly when MAC branching on
+    variables alone does (itself checked against enumeration above), also restarting after every
+    failure; such levels do occur."""
+    from gpusolve import mac
+    monkeypatch.setattr(mac, "RESTART_BASE", 1)
+    dual = []
+    fewest = mac.Mac._fewest_takers
+
+    def counted(self, least):
+        rows = fewest(self, least)
+        dual.append(rows is not None)
+        return rows
+    outcomes = {True: 0, False: 0}
+    for seed in range(150):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(5, 10))
+        functions = [CostFunction((v,), np.where(rng.random(n) < 0.4, FORBIDDEN, 0)) for v in range(n)]  # rare values
+        for _ in range(int(rng.integers(1, 8))):
+            scope = tuple(int(v) for v in rng.choice(n, 2, replace=False))
+            functions.append(CostFunction(scope, np.where(rng.random((n, n)) < rng.choice([0.4, 0.7]), 0, FORBIDDEN)))
+        values = tuple(rng.permutation(n).astype(np.int64) + 10 for _ in range(n))  # shuffled labels
+        problem = finalize_integer(Problem("perm", [Variable(f"x{i}", n) for i in range(n)], functions,
+                                           globals=[AllDifferent(tuple(range(n)), values, FORBIDDEN)]), None)
+        monkeypatch.setattr(mac.Mac, "_fewest_takers", lambda self, least: None)
+        primal = mac.Mac(problem).run()
+        monkeypatch.setattr(mac.Mac, "_fewest_takers", counted)
+        found = mac.Mac(problem).run()
+        assert (found is not None) == (primal is not None), seed
+        if found is not None:
+            assert problem.evaluate(found) == 0
+        outcomes[found is not None] += 1
+    assert min(outcomes.values()) >= 20 and sum(dual) >= 50, (outcomes, sum(dual))
+
+
 def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
     """Only AllDifferents of GPU_MIN_SCOPE variables or more make MAC ask for the GPU; without CuPy
     (or with --device auto, as the plan has no buckets to size the choice by) it runs on the CPU."""
