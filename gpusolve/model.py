@@ -69,6 +69,7 @@ class TupleFunction(CostFunction):
         self.tuples = np.asarray(tuples, dtype=np.int64).reshape(-1, len(self.scope))
         self.costs = np.asarray(costs).reshape(-1)
         self.default = default
+        self._sorted = None  # (flat index of each tuple, sorted; the tuples' order), made on first lookup
 
     def __repr__(self) -> str:
         return f"TupleFunction(scope={self.scope}, dims={self.dims}, {len(self.costs)} tuples, default={self.default})"
@@ -84,8 +85,18 @@ class TupleFunction(CostFunction):
         return int(np.prod(self.dims, dtype=object))
 
     def cost(self, values) -> int | float:
-        hit = np.flatnonzero((self.tuples == np.asarray(values, dtype=np.int64)).all(axis=1))
-        return self.costs[hit[0]] if hit.size else self.default
+        """A binary search over the tuples' flat indices (local search evaluates many assignments)."""
+        if self.entries >= 1 << 63:  # no flat index: a scan
+            hit = np.flatnonzero((self.tuples == np.asarray(values, dtype=np.int64)).all(axis=1))
+            return self.costs[hit[0]] if hit.size else self.default
+        if self._sorted is None:
+            flat = np.ravel_multi_index(tuple(self.tuples.T), self.dims)
+            order = np.argsort(flat)
+            self._sorted = flat[order], order
+        flat, order = self._sorted
+        key = np.ravel_multi_index(tuple(int(a) for a in values), self.dims)
+        at = int(np.searchsorted(flat, key))
+        return self.costs[order[at]] if at < len(flat) and flat[at] == key else self.default
 
     def least(self) -> int | float:
         listed = self.costs.min() if self.costs.size else self.default

@@ -172,6 +172,8 @@ def test_listed_tuples_are_the_dense_table():
         b = finalize_integer(Problem("b", variables, [CostFunction(f.scope, dense.copy())]), None)
         assert (a.offset, a.top) == (b.offset, b.top), seed
         np.testing.assert_array_equal(a.functions[0].table, b.functions[0].table)
+    huge = TupleFunction((0, 1), (1 << 32, 1 << 32), [[5, 7], [1 << 31, 3]], [4, 9], FORBIDDEN)  # no flat index
+    assert (huge.cost((5, 7)), huge.cost((1 << 31, 3)), huge.cost((7, 5))) == (4, 9, FORBIDDEN)
 
 
 def test_pair_supports_reach_the_arc_consistent_fixpoint():
