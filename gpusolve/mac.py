@@ -19,7 +19,7 @@ import numpy as np
 from . import alldiff_kernel
 from .alldiff import count
 from .globals import KeptGac, domain_index, gac, hard, value_ids, variable_value_graph
-from .model import AllDifferent, Problem, TupleFunction
+from .model import AllDifferent, Problem
 from .preprocess import PairSupports, revise
 
 # AllDifferents over fewer variables stay on the host even with a GPU array module. Kept on the
@@ -45,11 +45,8 @@ def luby(i: int) -> int:
 
 def satisfaction(problem: Problem) -> bool:
     """Every cost 0 or forbidden (constants aside), every global constraint hard."""
-    def hard(costs) -> bool:
-        return bool(((costs == 0) | (costs >= problem.top)).all())
     return problem.integer and all(g.cost >= problem.top for g in problem.globals) and all(
-        not f.scope or (hard(f.costs) and hard(np.asarray(f.default)) if isinstance(f, TupleFunction) else hard(f.table))
-        for f in problem.functions)
+        not f.scope or bool(((f.used_costs() == 0) | (f.used_costs() >= problem.top)).all()) for f in problem.functions)
 
 
 def gac_on_device(problem: Problem) -> bool:

@@ -51,9 +51,13 @@ class CostFunction:
         """The cost of one tuple (a value index per scope variable)."""
         return self.table[tuple(int(a) for a in values)]
 
+    def used_costs(self) -> np.ndarray:
+        """The costs the function takes (with repeats)."""
+        return self.table.reshape(-1)
+
     def least(self) -> int | float:
         """The least cost of a (non-empty) table."""
-        return self.table.min()
+        return self.used_costs().min()
 
 
 class TupleFunction(CostFunction):
@@ -98,9 +102,9 @@ class TupleFunction(CostFunction):
         at = int(np.searchsorted(flat, key))
         return self.costs[order[at]] if at < len(flat) and flat[at] == key else self.default
 
-    def least(self) -> int | float:
-        listed = self.costs.min() if self.costs.size else self.default
-        return listed if len(self.costs) >= self.entries else min(listed, self.default)
+    def used_costs(self) -> np.ndarray:
+        """The listed costs, and the default unless every tuple is listed."""
+        return self.costs if len(self.costs) >= self.entries else np.append(self.costs, self.default)
 
     def restrict(self, kept: list[np.ndarray]) -> "TupleFunction":
         """The function over the domain indices `kept[k]` of each scope variable (renumbered)."""
@@ -277,8 +281,7 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
 def _finalize_tuples(f: TupleFunction, problem: Problem) -> int:
     """finalize_integer for listed tuples: the least finite cost (the default's too, unless every
     tuple is listed) into the offset; the largest finite cost."""
-    listed_all = len(f.costs) >= f.entries
-    costs = f.costs.astype(np.int64) if listed_all else np.append(f.costs.astype(np.int64), int(f.default))
+    costs = f.used_costs().astype(np.int64)
     finite = costs[costs != FORBIDDEN]
     low = int(finite.min()) if finite.size else 0
     if low < 0:
