@@ -20,7 +20,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .alldiff import Infeasible, count, filter_domains, removals
+from .alldiff import Infeasible, count, filter_domains, max_matching, pack, removals
+from .alldiff_kernel import DeviceDomains
 from .model import AllDifferent, CostFunction, Problem
 
 # Entries of the tables a decomposition may add, over all globals: 256 MiB of int64.
@@ -145,8 +146,6 @@ class KeptGac:
         """Filter the domain matrix `live` in place; False when infeasible. `since`: (variables,
         value indices) removed since the last call, or None after a backtrack (upload again).
         `removed(variables, value indices)` hears of the removals."""
-        from .alldiff import max_matching, pack
-        from .alldiff_kernel import DeviceDomains
         edges = None
         if since is None or self.device is None:
             _, dom = variable_value_graph(self.g, live)

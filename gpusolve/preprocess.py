@@ -126,8 +126,7 @@ class PairSupports:
     these pairs, so only they are checked, each against its own pairs (in time proportional to the
     removals, not to the pairs; a Python step per revision cost Langford L(2,1000) 1374 of them per
     search node, 78% of its time). Nothing is kept between calls: backtracking restores nothing.
-    Pairs are indexed by the flat position (variable x width + value) of each end, alone and
-    within its function."""
+    Pairs are indexed (CSR) by the flat position (variable x width + value) of each end."""
 
     def __init__(self, problem: Problem, domains: np.ndarray, allowed: dict):
         self.domains = domains
@@ -184,11 +183,7 @@ class PairSupports:
         r, c = np.nonzero(self.domains[variables] & ~ok[variables])
         if not r.size:
             return True
-        self.domains[variables[r], c] = False
-        removed(variables[r], c)
-        if not self.domains[variables].any(axis=1).all():
-            return False
-        return self.follow(variables[r], c, removed)
+        return self._remove(variables[r], c, removed) and self.follow(variables[r], c, removed)
 
     def follow(self, rows: np.ndarray, cols: np.ndarray, removed) -> bool:
         """Propagate the removal of the values (rows, cols) of the domain matrix (distinct), and of
@@ -210,13 +205,15 @@ class PairSupports:
                 supported[which[mine_ok]] = True  # ...in the same function, with a live partner
                 lost.append(other[~supported])
             gone = np.unique(np.concatenate(lost))
-            if gone.size:
-                flat[gone] = False
-                variables = gone // width
-                removed(variables, gone % width)
-                if not self.domains[np.unique(variables)].any(axis=1).all():
-                    return False
+            if gone.size and not self._remove(gone // width, gone % width, removed):
+                return False
         return True
+
+    def _remove(self, rows: np.ndarray, cols: np.ndarray, removed) -> bool:
+        """Remove these values (distinct) and tell `removed`; False when a domain empties."""
+        self.domains[rows, cols] = False
+        removed(rows, cols)
+        return bool(self.domains[np.unique(rows)].any(axis=1).all())
 
 
 def _restrict(f: CostFunction, kept: list[np.ndarray]) -> CostFunction:

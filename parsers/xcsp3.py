@@ -299,10 +299,7 @@ class _Reader:
             hit = ranked[at] == value  # e's value is in x's domain
             rest = np.stack(np.unravel_index(np.flatnonzero(hit), dims), axis=1)
             tuples = np.concatenate([rest, order[at[hit]][:, None]], axis=1)
-            full = tuple(scope) + (x[1],)
-            if len(set(full)) != len(full):
-                raise self.error("a variable appears twice in one constraint's scope")
-            self.functions.append(TupleFunction(full, dims + [self.variables[x[1]].domain], tuples,
+            self.functions.append(TupleFunction(tuple(scope) + (x[1],), dims + [self.variables[x[1]].domain], tuples,
                                                 np.zeros(len(tuples), dtype=np.int64), FORBIDDEN))
             return True
         return False
