@@ -181,6 +181,29 @@ def domain_index(g: AllDifferent, rows: np.ndarray, cols: np.ndarray) -> np.ndar
     return (table[rows] == cols[:, None]).argmax(axis=1)
 
 
+def value_column(g: AllDifferent, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The column of the variable-value graph of each (row of g's scope, domain index)."""
+    table, _, run = id_table(g)
+    if run is not None:
+        return indices + run[0] * rows + run[1]
+    return table[rows, indices]
+
+
+def takers(g: AllDifferent, domains: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of g's scope, their domain indices): the variables whose live values include column c
+    of the variable-value graph. `domains`: search's matrix, a row per variable."""
+    table, _, run = id_table(g)
+    if run is not None:  # row r holds column c at index c - a r - b, if that is one of its indices
+        rows = np.arange(len(table))
+        j = c - run[0] * rows - run[1]
+        fits = (j >= 0) & (j < table.shape[1])
+        rows, j = rows[fits], j[fits]
+    else:
+        rows, j = np.nonzero(table == c)
+    live = domains[np.asarray(g.scope)[rows], j]
+    return rows[live], j[live]
+
+
 def hard(problem: Problem) -> list[AllDifferent]:
     return [g for g in problem.globals if g.cost >= problem.top]
 

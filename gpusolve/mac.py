@@ -18,7 +18,7 @@ import numpy as np
 
 from . import alldiff_kernel
 from .alldiff import count
-from .globals import KeptGac, domain_index, gac, hard, value_ids, variable_value_graph
+from .globals import KeptGac, gac, hard, takers, value_column, value_ids, variable_value_graph
 from .model import AllDifferent, Problem
 from .preprocess import PairSupports, revise
 
@@ -79,6 +79,7 @@ class Trail:
         self.sizes = count(domains, 1).astype(np.int64)
         self.rows: list[np.ndarray] = []
         self.cols: list[np.ndarray] = []
+        self.tallies: list[Takers] = []  # kept by each removal and its undo
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -91,7 +92,10 @@ class Trail:
             rows = np.full(cols.size, rows, dtype=np.int64)
         else:
             np.subtract.at(self.sizes, rows, 1)
-        self.rows.append(np.asarray(rows, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        for t in self.tallies:
+            t.update(rows, cols, -1)
+        self.rows.append(rows)
         self.cols.append(cols)
 
     def since(self, mark: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +108,32 @@ class Trail:
         rows, cols = self.since(mark)
         self.domains[rows, cols] = True
         np.add.at(self.sizes, rows, 1)
+        for t in self.tallies:
+            t.update(rows, cols, 1)
         del self.rows[mark:], self.cols[mark:]
+
+
+class Takers:
+    """How many variables of an AllDifferent can take each of its values, kept up to date by the
+    trail's removals and undos: dual first fail then reads the value with fewest in one pass over
+    the values, not from the whole variable-value graph at every node."""
+
+    def __init__(self, g: AllDifferent, domains: np.ndarray):
+        self.g = g
+        self.row = np.full(len(domains), -1, dtype=np.int64)  # each variable's row in g's scope
+        self.row[list(g.scope)] = np.arange(len(g.scope))
+        self.counts = count(variable_value_graph(g, domains)[1], 0).astype(np.int64)
+
+    def update(self, variables: np.ndarray, values: np.ndarray, sign: int) -> None:
+        rows = self.row[variables]
+        keep = rows >= 0
+        if keep.any():
+            np.add.at(self.counts, value_column(self.g, rows[keep], values[keep]), sign)
+
+    def of(self, c: int, domains: np.ndarray) -> np.ndarray:
+        """(variable, value index) rows: the variables that can take column c."""
+        rows, j = takers(self.g, domains, c)
+        return np.stack([np.asarray(self.g.scope)[rows], j], axis=1)
 
 
 class Mac:
@@ -137,7 +166,9 @@ class Mac:
                      if xp is not None and _on_device(g)}
         self.synced: dict[int, int | None] = dict.fromkeys(self.kept)
         # AllDifferents that give each of their values to one variable (as many of both, none shared)
-        self.permutations = [j for j, g in enumerate(self.alldiffs) if not g.exempt and len(g.scope) == value_ids(g)[1]]
+        self.permutations = [Takers(g, self.domains) for g in self.alldiffs
+                             if not g.exempt and len(g.scope) == value_ids(g)[1]]
+        self.trail.tallies = self.permutations
         self.pair_mark = 0  # the trail's removals before it are followed through self.pairs
         self.stats = MacStats()
 
@@ -261,16 +292,12 @@ class Mac:
         """(variable, value index) rows: the variables that can take a value of a permutation
         AllDifferent which fewer than `least` (and more than one) of them can, else None."""
         best = None
-        for j in self.permutations:
-            g = self.alldiffs[j]
-            dom = variable_value_graph(g, self.domains)[1]
-            takers = count(dom, 0).astype(np.int64)
-            takers[takers < 2] = least
-            c = int(takers.argmin())
-            if takers[c] < least:
-                least = int(takers[c])
-                rows = np.flatnonzero(dom[:, c])
-                best = np.stack([np.asarray(g.scope)[rows], domain_index(g, rows, np.full(len(rows), c))], axis=1)
+        for t in self.permutations:
+            counts = np.where(t.counts < 2, least, t.counts)
+            c = int(counts.argmin())
+            if counts[c] < least:
+                least = int(counts[c])
+                best = t.of(c, self.domains)
         return best
 
     def _next_choice(self, level) -> bool:

@@ -350,6 +350,50 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
     assert 30 <= feasible <= 170
 
 
+def fewest_from_graph(m, least):
+    """Mac._fewest_takers from the variable-value graph of each node, not from counts kept by the
+    trail."""
+    from gpusolve.globals import domain_index, variable_value_graph
+    best = None
+    for t in m.permutations:
+        dom = variable_value_graph(t.g, m.domains)[1]
+        takers = dom.sum(axis=0)
+        takers[takers < 2] = least
+        c = int(takers.argmin())
+        if takers[c] < least:
+            least = int(takers[c])
+            rows = np.flatnonzero(dom[:, c])
+            best = np.stack([np.asarray(t.g.scope)[rows], domain_index(t.g, rows, np.full(len(rows), c))], axis=1)
+    return best
+
+
+def assert_same(rows, expected):
+    assert (rows is None) == (expected is None)
+    if rows is not None:
+        assert rows.tolist() == expected.tolist()
+
+
+def test_mac_keeps_the_takers_of_each_value_through_backtracking(monkeypatch):
+    """The counts of variables able to take each value, kept from the trail's removals and undos,
+    give the branching that the graph of each node gives: on N-queens (runs of values) and
+    Langford, restarting after every failure so that the root is restored often."""
+    from gpusolve import mac
+    from gpusolve.generate import langford, queens
+    monkeypatch.setattr(mac, "RESTART_BASE", 1)
+    fewest, calls = mac.Mac._fewest_takers, []
+
+    def checked(self, least):
+        rows = fewest(self, least)
+        assert_same(rows, fewest_from_graph(self, least))
+        calls.append(rows is not None)
+        return rows
+    monkeypatch.setattr(mac.Mac, "_fewest_takers", checked)
+    for problem in [queens(8), queens(13), langford(11), langford(12), langford(15)]:
+        found = mac.Mac(problem).run()
+        assert found is not None and problem.evaluate(found) == 0
+    assert sum(calls) >= 20, sum(calls)
+
+
 def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
     """Permutation AllDifferents (as many values as variables) let MAC branch on which variable
     takes the value fewest can: a complete split only because some variable must take it. On
@@ -363,6 +407,7 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
 
     def counted(self, least):
         rows = fewest(self, least)
+        assert_same(rows, fewest_from_graph(self, least))
         dual.append(rows is not None)
         return rows
     outcomes = {True: 0, False: 0}
