@@ -160,7 +160,7 @@ class KeptGac:
         else:
             rows = self.row[since[0]]
             mine = rows >= 0
-            edges = rows[mine], id_table(self.g)[0][rows[mine], since[1][mine]]
+            edges = rows[mine], value_column(self.g, rows[mine], since[1][mine])
         try:
             r, c = self.device.removals(edges)
         except Infeasible:
@@ -178,7 +178,30 @@ def domain_index(g: AllDifferent, rows: np.ndarray, cols: np.ndarray) -> np.ndar
     table, _, run = id_table(g)
     if run is not None:  # row r's columns run from a r + b
         return cols - (run[0] * rows + run[1])
-    return (table[rows] == cols[:, None]).argmax(axis=1)
+    return _locate(g, rows, cols)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _edge_keys(g: AllDifferent) -> tuple[np.ndarray, np.ndarray | None]:
+    """(id_table's flat indices ascending, their places in it, or None where already ascending: a
+    domain's values listed in order): each edge is then found by binary search, not by comparing
+    its row of the table."""
+    flat = id_table(g)[1]
+    if flat.size < 2 or bool((flat[1:] >= flat[:-1]).all()):
+        return flat, None
+    order = np.argsort(flat, kind="stable")
+    return flat[order], order
+
+
+def _locate(g: AllDifferent, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the domain index of each (row, column), whether the row has that column at all)."""
+    table = id_table(g)[0]
+    keys, order = _edge_keys(g)
+    want = rows * (value_ids(g)[1] + 1) + cols
+    at = np.minimum(np.searchsorted(keys, want), max(keys.size - 1, 0))
+    found = keys[at] == want if keys.size else np.zeros(want.shape, dtype=bool)
+    place = at if order is None else order[at]
+    return place - rows * table.shape[1], found
 
 
 def value_column(g: AllDifferent, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -199,7 +222,9 @@ def takers(g: AllDifferent, domains: np.ndarray, c: int) -> tuple[np.ndarray, np
         fits = (j >= 0) & (j < table.shape[1])
         rows, j = rows[fits], j[fits]
     else:
-        rows, j = np.nonzero(table == c)
+        rows = np.arange(len(table))
+        j, fits = _locate(g, rows, np.full(len(table), c))
+        rows, j = rows[fits], j[fits]
     live = domains[np.asarray(g.scope)[rows], j]
     return rows[live], j[live]
 

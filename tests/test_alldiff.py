@@ -353,7 +353,7 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
 def fewest_from_graph(m, least):
     """Mac._fewest_takers from the variable-value graph of each node, not from counts kept by the
     trail."""
-    from gpusolve.globals import domain_index, variable_value_graph
+    from gpusolve.globals import id_table, variable_value_graph
     best = None
     for t in m.permutations:
         dom = variable_value_graph(t.g, m.domains)[1]
@@ -363,7 +363,7 @@ def fewest_from_graph(m, least):
         if takers[c] < least:
             least = int(takers[c])
             rows = np.flatnonzero(dom[:, c])
-            best = np.stack([np.asarray(t.g.scope)[rows], domain_index(t.g, rows, np.full(len(rows), c))], axis=1)
+            best = np.stack([np.asarray(t.g.scope)[rows], (id_table(t.g)[0][rows] == c).argmax(axis=1)], axis=1)
     return best
 
 
