@@ -11,9 +11,8 @@ finds the sink's SCC (variables reaching a free value), trims variables with no 
 of the rest, peels the other SCCs by forward-backward reachability from the first variable left,
 and writes the removed edges (x, v): v matched to a variable of another SCC than x's. Its
 reachability loops are Gauss-Seidel sweeps to a fixpoint (a variable found early in a sweep
-extends the same sweep), a thread per variable over word-major domains, read from shared memory
-where they fit. The removed edges come back as a list; when there are more than LIST_CAP of
-them, as bit-packed rows.
+extends the same sweep), a thread per variable over word-major domains. The removed edges come
+back as a list; when there are more than LIST_CAP of them, as bit-packed rows.
 
 The source is plain Python text (tested on any machine); cupy compiles it once per process and
 keeps the binary in its kernel cache. Correctness is checked against the CPU propagators in
@@ -157,11 +156,9 @@ __device__ bool augment(const u64* D, int* match, int* owner, int* via, int n, i
 // leave the domains kept on the device, entries whose value left are dropped (their variables
 // listed in `unmatched`), then one warp finds an augmenting path for each free
 // variable while the others wait. None: out[0] = -1. delta and out may be host memory (mapped).
-// With `resident`, the domains are read from a copy in dynamic shared memory (n * W words).
 extern "C" __global__ void __launch_bounds__(BLOCK)
 NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, int* via, int* label,
-     int* unmatched, u64* R, int* out, int resident) {
-  extern __shared__ u64 copy[];
+     int* unmatched, u64* R, int* out) {
   __shared__ u64 pool[SHARED_WORDS];  // bitsets: the path search's, then the SCCs' (variables NW words, values W)
   __shared__ volatile int changed;
   __shared__ int pivot, pivot_size, big, big_size, count, failed;
@@ -178,21 +175,15 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
   for (int v = tid; v < m; v += blockDim.x) owner[v] = -1;
   if (tid == 0) { count = 0; failed = 0; }
   __syncthreads();
-  const u64* Dr = D;  // where the domains are read; the removals are written to D
-  if (resident) {
-    for (int i = tid; i < n * W; i += blockDim.x) copy[i] = D[i];
-    Dr = copy;
-    __syncthreads();
-  }
   for (int x = tid; x < n; x += blockDim.x) {
     int v = match[x];
-    if (v >= 0 && ((Dr[(size_t)(v >> 6) * n + x] >> (v & 63)) & 1)) owner[v] = x;
+    if (v >= 0 && ((D[(size_t)(v >> 6) * n + x] >> (v & 63)) & 1)) owner[v] = x;
     else { match[x] = -1; unmatched[atomicAdd(&count, 1)] = x; }
   }
   __syncthreads();
   if (tid < 32)
     for (int k = 0; k < count; ++k)
-      if (!augment(Dr, match, owner, via, n, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
+      if (!augment(D, match, owner, via, n, W, NW, unmatched[k], pool, pool + NW, pool + 2 * NW)) { failed = 1; break; }
   __syncthreads();
   if (failed) { if (tid == 0) out[0] = -1; return; }  // no matching covers every variable
   for (int i = tid; i < 2 * NW + 4 * W; i += blockDim.x) pool[i] = 0;
@@ -210,11 +201,11 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
   // The sink's SCC: the variables with an edge to a free value, then all that reach them (none
   // without free values: as many values as variables).
   if (count) {
-    rows<true>(Dr, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool on, bool hit) {
+    rows<true>(D, n, W, all, [&](int y, int w, u64 d) { return (d & free_vals[w]) != 0; }, [&](int y, bool on, bool hit) {
       warp_bits(B, y, on && hit);
       if (on && hit) set_bit(B_vals, match[y]);
     });
-    backward(Dr, match, n, W, B, B_vals, rem, changed);
+    backward(D, match, n, W, B, B_vals, rem, changed);
   }
   __syncthreads();
   if (tid == 0) count = 0;
@@ -241,13 +232,13 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
     FIXPOINT(
       for (int w = tid; w < W; w += blockDim.x) F_vals[w] = 0;  // values some other variable can take
       __syncthreads();
-      rows(Dr, n, W, remaining, [&](int y, int w, u64 d) {
+      rows(D, n, W, remaining, [&](int y, int w, u64 d) {
         const u64 e = other(y, w, d);
         if (e & ~F_vals[w]) or_word(F_vals, w, e);
         return false;
       }, nothing);
       __syncthreads();
-      rows<true>(Dr, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; },
+      rows<true>(D, n, W, remaining, [&](int y, int w, u64 d) { return other(y, w, d) != 0; },
                  [&](int y, bool on, bool out_edge) {
         const bool alone = on && (!out_edge || !HAS(F_vals, match[y]));
         warp_bits(rem, y, alone, true);
@@ -270,12 +261,12 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
     }
     // Forward, over values: a remaining variable whose value is reached brings in the remaining
     // values of its domain. The variables reached are those whose value ends in F_vals.
-    FIXPOINT(rows(Dr, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
+    FIXPOINT(rows(D, n, W, [&](int y) { return HAS(rem, y) && HAS(F_vals, match[y]); }, [&](int y, int w, u64 d) {
       const u64 e = d & rem_vals[w] & ~F_vals[w];
       if (e) { or_word(F_vals, w, e); changed = 1; }
       return false;
     }, nothing));
-    backward(Dr, match, n, W, B, B_vals, rem, changed);
+    backward(D, match, n, W, B, B_vals, rem, changed);
     WARP_LOOP(x, n) {
       const bool scc = x < n && HAS(rem, x) && HAS(F_vals, match[x]) && HAS(B, x);
       if (scc) { label[x] = pivot; clear_bit(rem_vals, match[x]); }
@@ -295,7 +286,7 @@ NAME(u64* D, int* match, const int* delta, int n, int m, int cap, int* owner, in
   for (int x = tid; x < n; x += blockDim.x)
     if (label[x] == big) set_bit(F_vals, match[x]);
   __syncthreads();
-  rows(Dr, n, W, all, [&](int x, int w, u64 d) {
+  rows(D, n, W, all, [&](int x, int w, u64 d) {
     const int lx = label[x];
     u64 e = d & ~free_vals[w], r = 0;
     if (lx == big) r = e & ~F_vals[w];
@@ -342,17 +333,12 @@ _kernels: dict = {}
 
 
 def _kernel(cp, n: int, m: int):
-    """(the kernel for this size class, the bytes of dynamic shared memory it may have beside its
-    bitsets: where the domains fit, they are read from there). Compiled once per process; cupy
-    caches the binary."""
+    """The kernel for this size class, compiled once per process; cupy caches the binary."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
     source = kernel_source(n, m)
     if source not in _kernels:
-        fn = cp.RawModule(code=source).get_function(NAME)
-        room = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"] - fn.shared_size_bytes
-        fn.max_dynamic_shared_size_bytes = room
-        _kernels[source] = fn, room
+        _kernels[source] = cp.RawModule(code=source).get_function(NAME)
     return _kernels[source]
 
 
@@ -387,8 +373,7 @@ class DeviceDomains:
     """One AllDifferent's bit-packed domains and matching kept on the device between the
     propagation calls of a search, with the kernel's scratch arrays: a call sends only the edges
     removed since the last call (a few, not the n x m domains); the kernel repairs the matching
-    there and leaves the domains filtered as they are on the host; where they fit in the block's
-    shared memory (about 1300 x 1300 on an H100), it reads them from a copy there. The removed
+    there and leaves the domains filtered as they are on the host. The removed
     edges go in, and GAC's removals come out, through page-locked host memory the kernel reads
     and writes: one launch and one synchronisation per call. With `replay` (a search's constraint,
     called many times) the launch is captured once in a CUDA graph and replayed (its arguments
@@ -397,8 +382,7 @@ class DeviceDomains:
     def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None, replay: bool = True):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
-        self.kernel, room = _kernel(cp, n, m)
-        self.resident = 8 * n * width if 8 * n * width <= room else 0  # bytes of domains in shared memory
+        self.kernel = _kernel(cp, n, m)
         self.words = cp.asarray(np.ascontiguousarray(words.T))  # word-major: the kernel's layout
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
@@ -411,8 +395,7 @@ class DeviceDomains:
         """Room to send this many removed edges (count, padding, pairs); the launch's arguments."""
         self.up = _HostBuffer(self.cp, 2 + 2 * edges)
         self.args = (self.words, self.match, self.up.arg(), np.int32(self.n), np.int32(self.m), np.int32(LIST_CAP),
-                     self.owner, self.via, self.label, self.unmatched, self.removed, self.out.arg(),
-                     np.int32(self.resident > 0))
+                     self.owner, self.via, self.label, self.unmatched, self.removed, self.out.arg())
         self.graph = None
         if self.replay:  # captured, not run
             capture = self.cp.cuda.Stream(non_blocking=True)
@@ -432,7 +415,7 @@ class DeviceDomains:
         read instead when it holds them all: the rows are cleared before each call, so that a
         call that overflows the list reads only its own."""
         self.removed.fill(0)
-        self.kernel((1,), (THREADS,), self.args, shared_mem=self.resident)
+        self.kernel((1,), (THREADS,), self.args)
 
     def reset(self, words: np.ndarray, match: np.ndarray) -> None:
         """Start again from these domains (alldiff.pack's rows) and matching (-1: free), in the
