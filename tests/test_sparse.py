@@ -152,3 +152,59 @@ def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_
         log += engine.stream_log
     for step in ("join", "sort", "merge"):
         assert max(r["chunks"] for r in log if r["what"].startswith(step)) > 1
+
+
+def random_pair(rng, dtype):
+    """Two sparse tables sharing some variables, and an output scope over all of theirs."""
+    n = int(rng.integers(2, 7))
+    dom = [int(rng.integers(1, 6)) for _ in range(n)]
+    tables = []
+    for _ in range(2):
+        scope = tuple(int(u) for u in rng.permutation(n)[:int(rng.integers(1, n + 1))])
+        table = rng.integers(0, 30, size=[dom[u] for u in scope]).astype(dtype)
+        table[rng.random(table.shape) < rng.uniform(0.2, 0.9)] = 50
+        tables.append(sparse.from_dense(np, table, scope, 50))
+    scope = tuple(int(u) for u in rng.permutation(sorted(set(tables[0].scope) | set(tables[1].scope))))
+    return tables[0], tables[1], scope, tuple(dom[u] for u in scope)
+
+
+def test_gather_axes_compose_the_output_keys():
+    """The one-launch gather's key composition (per output variable: input, divisor, modulus,
+    place), done here in NumPy, gives the array code's keys."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        a, b, scope, dims = random_pair(rng, np.int64)
+        ix = sparse.join_index(np, a, b)
+        keys, costs = sparse._gather(np, ix, a, b, 0, ix.total, scope, dims, 200, None)  # top above any sum
+        i = np.arange(ix.total)
+        g = np.searchsorted(ix.out_start, i, side="right") - 1
+        t = i - ix.out_start[g]
+        ra, rb = ix.a_rows[ix.a_start[g] + t % ix.a_size[g]], ix.b_rows[ix.b_start[g] + t // ix.a_size[g]]
+        composed = np.zeros(ix.total, dtype=np.int64)
+        for src, div, mod, place in sparse.gather_axes(a, b, scope, dims).reshape(-1, 4):
+            composed += ((b.keys[rb] if src else a.keys[ra]) // div) % mod * place
+        np.testing.assert_array_equal(composed, keys)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_one_launch_gather_equals_the_array_code(cupy, dtype):
+    """The GPU's gather kernel against _gather's array code on NumPy, whole and in chunks of output
+    rows, from inputs in shared-code order or through the sort's permutation (rows come back in no
+    fixed order: compared sorted by key)."""
+    rng = np.random.default_rng(5)
+    for trial in range(150):
+        a, b, scope, dims = random_pair(rng, dtype)
+        ix = sparse.join_index(np, a, b)
+        da, db = (sparse.moved(cupy, t) for t in (a, b))
+        dix = sparse.JoinIndex(*(None if x is None else cupy.asarray(x) for x in (
+            ix.a_rows, ix.b_rows, ix.a_start, ix.a_size, ix.b_start, ix.b_size, ix.out_start)))
+        step = max(1, ix.total // int(rng.integers(1, 4)))
+        for lo in range(0, max(ix.total, 1), step):
+            hi = min(lo + step, ix.total)
+            want = sparse._gather(np, ix, a, b, lo, hi, scope, dims, 50, None)
+            got = sparse._gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None)
+            order = np.argsort(want[0])
+            k, c = cupy.asnumpy(got[0]), cupy.asnumpy(got[1])
+            np.testing.assert_array_equal(np.sort(k), want[0][order])
+            np.testing.assert_array_equal(c[np.argsort(k)], want[1][order])

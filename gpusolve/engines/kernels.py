@@ -446,3 +446,43 @@ def shape_generic_specs() -> list[FusedKernel]:
     specs = [generic_source(mode, clamp, op) for mode, clamp in (("i64", False), ("i64", True), ("f64", False))
              for op in ("min", "max", "lse") if op != "lse" or mode == "f64"]
     return specs + [assign_source(mode) for mode in ("i64", "f64")]
+
+
+def join_gather_source(cost_type: str) -> FusedKernel:
+    """The sparse join-sum's gather (sparse._gather, Cuda-BE's Algorithm 4) in one launch: a
+    thread per output row finds its group by binary search, sums the two input rows' costs and,
+    below top, writes its key composed from both inputs' digits at the next free place (rows in
+    no fixed order: the caller sorts them). `axes`: per output variable (source input, divisor,
+    modulus, place value). Replaces some 40 array calls and a host sync per chunk."""
+    name = f"gpusolve_join_gather_{cost_type}"
+    ctype = {"i64": "long long", "f64": "double"}[cost_type]
+    source = r"""
+typedef long long i64;
+typedef COST T;
+extern "C" __global__ void NAME(const i64* ak, const T* ac, const i64* bk, const T* bc,
+    const i64* a_rows, const i64* b_rows, int indirect,
+    const i64* a_start, const i64* a_size, const i64* b_start, const i64* out_start, int groups,
+    i64 lo, i64 hi, T top, const i64* axes, int n_axes, i64* keys, T* costs, unsigned long long* count) {
+  for (i64 i = lo + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < hi; i += (i64)gridDim.x * blockDim.x) {
+    int l = 0, r = groups;  // the last group starting at or before i
+    while (r - l > 1) {
+      int m = (l + r) >> 1;
+      if (out_start[m] <= i) l = m; else r = m;
+    }
+    i64 t = i - out_start[l], size = a_size[l];
+    i64 ra = a_start[l] + t % size, rb = b_start[l] + t / size;
+    if (indirect) { ra = a_rows[ra]; rb = b_rows[rb]; }
+    T c = ac[ra] + bc[rb];
+    if (!(c < top)) continue;
+    i64 key = 0, ka = ak[ra], kb = bk[rb];
+    for (int p = 0; p < n_axes; ++p) {
+      const i64* x = axes + 4 * p;
+      key += ((x[0] ? kb : ka) / x[1]) % x[2] * x[3];
+    }
+    unsigned long long at = atomicAdd(count, 1ULL);
+    keys[at] = key;
+    costs[at] = c;
+  }
+}
+""".replace("COST", ctype).replace("NAME", name)
+    return FusedKernel(name, source, 0, ("join_gather", cost_type))

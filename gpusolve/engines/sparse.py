@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
-from . import streaming
+from . import kernels, streaming
 from .base import host_or_table
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
@@ -262,6 +262,8 @@ def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int,
     Output row i of group g pairs a's row g_a + t % |g_a| with b's row g_b +
     t // |g_a| (t = i - offset of g): the gather of Cuda-BE's Algorithm 4.
     """
+    if keep is None and xp is not np and a.costs.dtype.name in GATHER_TYPES:
+        return _gather_on_device(xp, ix, a, b, lo, hi, scope, dims, top)
     i = xp.arange(lo, hi, dtype=xp.int64)
     g = xp.searchsorted(ix.out_start, i, side="right") - 1
     t = i - ix.out_start[g]
@@ -279,6 +281,44 @@ def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int,
         mask = keep(digs, costs)
         digs, costs = [d[mask] for d in digs], costs[mask]
     return compose(xp, digs, dims, costs.shape[0]), costs
+
+
+GATHER_TYPES = {"int64": "i64", "float64": "f64"}  # cost types with a one-launch gather on the GPU
+_GATHER_KERNELS: dict = {}
+
+
+def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
+    """Per output variable, where the one-launch gather reads its digit: (input 0 = a or 1 = b,
+    place value in that input's key, its domain, place value in the output key), flat."""
+    rows = []
+    for u, place in zip(scope, strides(dims)):
+        t, src = (a, 0) if u in a.scope else (b, 1)
+        i = t.scope.index(u)
+        rows.append((src, strides(t.dims)[i], t.dims[i], place))
+    return np.asarray(rows, dtype=np.int64).reshape(-1)
+
+
+def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top):
+    """_gather in one kernel launch (kernels.join_gather_source) and one read of the row count."""
+    mode = GATHER_TYPES[a.costs.dtype.name]
+    if mode not in _GATHER_KERNELS:
+        spec = kernels.join_gather_source(mode)
+        _GATHER_KERNELS[mode] = xp.RawKernel(spec.source, spec.name)
+    n = hi - lo
+    keys, costs = xp.empty(n, dtype=xp.int64), xp.empty(n, dtype=a.costs.dtype)
+    if n == 0:
+        return keys, costs
+    count = xp.zeros(1, dtype=xp.uint64)
+    indirect = ix.a_rows is not None
+    rows_a, rows_b = (ix.a_rows, ix.b_rows) if indirect else (count, count)  # unread without `indirect`
+    as64 = [xp.asarray(x, dtype=xp.int64) for x in (ix.a_start, ix.a_size, ix.b_start, ix.out_start)]
+    scalar = np.int64 if mode == "i64" else np.float64
+    _GATHER_KERNELS[mode]((min((n + 255) // 256, 8192),), (256,), (
+        a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
+        np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)), np.int32(len(scope)),
+        keys, costs, count))
+    m = int(count.get()[0])
+    return keys[:m], costs[:m]
 
 
 def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...],
