@@ -198,7 +198,29 @@ def test_gpu_merge_equals_the_host_merge(cupy, seed):
     np.testing.assert_array_equal(out[0][0], np.arange(1, 6))
     for reduce in (False, True):
         runs = random_runs(rng, unique=reduce)
-        got = streaming.merge(pipe, runs, int(rng.integers(1, 30)), combine(cupy, reduce), not reduce, "merge")
-        for g, want in zip(got, host_merge(runs, reduce)):
-            assert isinstance(g, np.ndarray)
-            np.testing.assert_array_equal(g, want)
+        rows = int(rng.integers(1, 30))
+        pinned_runs = [tuple(pin(pipe, a) for a in r) for r in runs]  # uploaded piece by piece, no staging
+        for given in (runs, pinned_runs):
+            got = streaming.merge(pipe, given, rows, combine(cupy, reduce), not reduce, "merge")
+            for g, want in zip(got, host_merge(runs, reduce)):
+                assert isinstance(g, np.ndarray)
+                np.testing.assert_array_equal(g, want)
+
+
+def pin(pipe, a):
+    p = pipe.pinned(a.shape, a.dtype)
+    p[...] = a
+    return p
+
+
+def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
+    """Copies past COPY_SPLIT_BYTES go in slices on threads: every item lands, whatever the split."""
+    monkeypatch.setattr(streaming, "COPY_SPLIT_BYTES", 64)
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 8, 1000, 4099):
+        src = rng.integers(-2**62, 2**62, size=n)
+        dest = np.zeros(n, dtype=np.int64)
+        streaming._copy(dest, src)
+        np.testing.assert_array_equal(dest, src)
+        landed = streaming._land(None, src.reshape(1, n))
+        assert landed.shape == (1, n) and np.array_equal(landed[0], src) and not np.shares_memory(landed, src)

@@ -417,6 +417,10 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
 
 # Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
 SORT_ROW_BYTES = 64
+# A streamed join's sorted runs land in kept pinned memory (Pipeline.runs_arena) when they fit in
+# this many bytes (as many rows as the join's output before reduction): no host copy on their way
+# down, none on their way up to the merge.
+PINNED_RUNS_MAX = 1 << 30
 
 
 class Streamer:
@@ -489,7 +493,17 @@ class Streamer:
             k, c = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac), SparseTable(b.scope, b.dims, bk, bc),
                            *spans[i], scope, dims, top, keep)
             return reduce(k, c)
-        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check)
+        into = None
+        if self.xp is not np and total * (8 + np.dtype(wa.dtype).itemsize) <= PINNED_RUNS_MAX:
+            arenas = [self.pipe.runs_arena(0, total, np.int64), self.pipe.runs_arena(1, total, wa.dtype)]
+            at = [0]
+
+            def into(i, k, r):  # called in job order: the chunks' runs side by side
+                lo = at[0]
+                if k == 1:
+                    at[0] += r.shape[0]
+                return arenas[k][lo:lo + r.shape[0]]
+        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into)
 
     def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
               combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):
@@ -500,7 +514,10 @@ class Streamer:
         _limit(sum(r[0].shape[0] for r in runs), row_limit, what)
         if not runs:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=a.costs.dtype)
-        return self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
+        keys, costs = self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
+        if self.pipe.is_pinned(keys):  # one run, returned as it came: out of the arena the next join reuses
+            keys, costs = keys.copy(), costs.copy()
+        return keys, costs
 
 
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],

@@ -19,6 +19,7 @@ Written against an array module: with NumPy the same code runs synchronously
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import time
@@ -30,6 +31,8 @@ import numpy as np
 from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
 
 N_STREAMS = CHUNKS_IN_FLIGHT
+COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
+DIRECT_PIECE_BYTES = 1 << 16  # pinned pieces at least this large on average are uploaded without staging
 
 
 def _union(intervals) -> float:
@@ -47,9 +50,30 @@ def _land(dest, buf):
     if buf is None:
         return dest
     if dest is None:
-        return buf.copy()
-    np.copyto(dest, buf)
+        dest = np.empty_like(buf)
+    _copy(dest, buf)
     return dest
+
+
+def _copy(dest: np.ndarray, src: np.ndarray) -> None:
+    """dest[...] = src, a large copy split over the host's cores: one core fills fresh memory at
+    a few GB/s, which made these copies most of a streamed sparse step (NumPy releases the GIL)."""
+    if src.nbytes < COPY_SPLIT_BYTES or not (dest.flags.c_contiguous and src.flags.c_contiguous):
+        np.copyto(dest, src.reshape(dest.shape))
+        return
+    d, s = dest.reshape(-1), src.reshape(-1)
+    pool, threads = _copy_pool()
+    cuts = np.linspace(0, d.size, threads + 1).astype(np.int64)
+    list(pool.map(lambda i: np.copyto(d[cuts[i]:cuts[i + 1]], s[cuts[i]:cuts[i + 1]]), range(threads)))
+
+
+@functools.lru_cache(maxsize=1)
+def _copy_pool():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import host_threads
+    threads = max(1, min(host_threads(), 16))
+    return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-copy"), threads
 
 
 def pinned_array(xp, shape, dtype) -> np.ndarray:
@@ -88,6 +112,18 @@ class Pipeline:
         p = a.ctypes.data
         return a.flags.c_contiguous and any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
 
+    def runs_arena(self, k: int, n: int, dtype) -> np.ndarray:
+        """Kept pinned room for n items: results that the next step reads back (sorted runs before
+        their merge) land there straight from the device and go back up from there, with no host
+        copy either way. Tracked and kept like the staging buffers; a caller holds one arena's
+        contents only until its next request."""
+        nbytes = n * np.dtype(dtype).itemsize
+        buf = self._staging.get(("runs", k))
+        if buf is None or buf.size < nbytes:
+            buf = self.pinned((max(nbytes, 2 * (0 if buf is None else buf.size), 1 << 12),), np.uint8)
+            self._staging[("runs", k)] = buf
+        return buf[:nbytes].view(dtype)
+
     def _buffer(self, key, n: int, dtype):
         """The staging buffer `key` as n items of dtype (bytes kept, grown by doubling, never shrunk)."""
         nbytes = n * np.dtype(dtype).itemsize
@@ -108,15 +144,19 @@ class Pipeline:
             d = self.xp.empty(shape, dtype=pieces[0].dtype)
         if not d.nbytes:
             return d
-        if len(pieces) == 1 and self.is_pinned(pieces[0]):
-            src = pieces[0]
-        else:
-            src = self._buffer(("up", s, k), d.size, d.dtype)
-            if len(pieces) == 1:
-                np.copyto(src.reshape(shape), pieces[0])
-            else:
-                np.concatenate(pieces, out=src)
         rt = self.xp.cuda.runtime
+        if d.nbytes >= DIRECT_PIECE_BYTES * len(pieces) and all(self.is_pinned(p) for p in pieces):
+            # straight from pinned memory, a copy call per piece (tiny pieces: one host copy is cheaper)
+            at = 0
+            for p in pieces:
+                rt.memcpyAsync(d.data.ptr + at, p.ctypes.data, p.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
+                at += p.nbytes
+            return d
+        src = self._buffer(("up", s, k), d.size, d.dtype)
+        if len(pieces) == 1:
+            _copy(src.reshape(shape), pieces[0])
+        else:
+            np.concatenate(pieces, out=src)
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         return d
 
