@@ -116,11 +116,12 @@ class Pipeline:
         """Kept pinned room for n items: results that the next step reads back (sorted runs before
         their merge) land there straight from the device and go back up from there, with no host
         copy either way. Tracked and kept like the staging buffers; a caller holds one arena's
-        contents only until its next request."""
+        contents only until its next request. Grown to what is asked, no more: the caller bounds
+        what it asks for (sparse.PINNED_RUNS_MAX), and that bounds the pinned memory kept."""
         nbytes = n * np.dtype(dtype).itemsize
         buf = self._staging.get(("runs", k))
         if buf is None or buf.size < nbytes:
-            buf = self.pinned((max(nbytes, 2 * (0 if buf is None else buf.size), 1 << 12),), np.uint8)
+            buf = self.pinned((max(nbytes, 1 << 12),), np.uint8)
             self._staging[("runs", k)] = buf
         return buf[:nbytes].view(dtype)
 
