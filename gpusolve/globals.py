@@ -139,8 +139,7 @@ class KeptGac:
 
     def __init__(self, g: AllDifferent, cp, variables: int):
         self.g, self.cp, self.device = g, cp, None
-        self.row = np.full(variables, -1, dtype=np.int64)  # variable -> row of g's graph
-        self.row[list(g.scope)] = np.arange(len(g.scope))
+        self.row = scope_rows(g, variables)
 
     def __call__(self, live: np.ndarray, since, removed) -> bool:
         """Filter the domain matrix `live` in place; False when infeasible. `since`: (variables,
@@ -216,17 +215,22 @@ def takers(g: AllDifferent, domains: np.ndarray, c: int) -> tuple[np.ndarray, np
     """(rows of g's scope, their domain indices): the variables whose live values include column c
     of the variable-value graph. `domains`: search's matrix, a row per variable."""
     table, _, run = id_table(g)
+    rows = np.arange(len(table))
     if run is not None:  # row r holds column c at index c - a r - b, if that is one of its indices
-        rows = np.arange(len(table))
         j = c - run[0] * rows - run[1]
         fits = (j >= 0) & (j < table.shape[1])
-        rows, j = rows[fits], j[fits]
     else:
-        rows = np.arange(len(table))
         j, fits = _locate(g, rows, np.full(len(table), c))
-        rows, j = rows[fits], j[fits]
+    rows, j = rows[fits], j[fits]
     live = domains[np.asarray(g.scope)[rows], j]
     return rows[live], j[live]
+
+
+def scope_rows(g: AllDifferent, variables: int) -> np.ndarray:
+    """Each of the problem's variables' row in g's scope, -1 outside it."""
+    row = np.full(variables, -1, dtype=np.int64)
+    row[list(g.scope)] = np.arange(len(g.scope))
+    return row
 
 
 def hard(problem: Problem) -> list[AllDifferent]:

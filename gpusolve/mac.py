@@ -18,7 +18,7 @@ import numpy as np
 
 from . import alldiff_kernel
 from .alldiff import count
-from .globals import KeptGac, gac, hard, takers, value_column, value_ids, variable_value_graph
+from .globals import KeptGac, gac, hard, scope_rows, takers, value_column, value_ids, variable_value_graph
 from .model import AllDifferent, Problem
 from .preprocess import PairSupports, revise
 
@@ -120,8 +120,7 @@ class Takers:
 
     def __init__(self, g: AllDifferent, domains: np.ndarray):
         self.g = g
-        self.row = np.full(len(domains), -1, dtype=np.int64)  # each variable's row in g's scope
-        self.row[list(g.scope)] = np.arange(len(g.scope))
+        self.row = scope_rows(g, len(domains))
         self.counts = count(variable_value_graph(g, domains)[1], 0).astype(np.int64)
 
     def update(self, variables: np.ndarray, values: np.ndarray, sign: int) -> None:

@@ -115,22 +115,19 @@ class Pipeline:
     def runs_arena(self, k: int, n: int, dtype) -> np.ndarray:
         """Kept pinned room for n items: results that the next step reads back (sorted runs before
         their merge) land there straight from the device and go back up from there, with no host
-        copy either way. Tracked and kept like the staging buffers; a caller holds one arena's
-        contents only until its next request. Grown to what is asked, no more: the caller bounds
-        what it asks for (sparse.PINNED_RUNS_MAX), and that bounds the pinned memory kept."""
-        nbytes = n * np.dtype(dtype).itemsize
-        buf = self._staging.get(("runs", k))
-        if buf is None or buf.size < nbytes:
-            buf = self.pinned((max(nbytes, 1 << 12),), np.uint8)
-            self._staging[("runs", k)] = buf
-        return buf[:nbytes].view(dtype)
+        copy either way. A caller holds one arena's contents only until its next request. Grown to
+        what is asked, no more: the caller bounds that (sparse.PINNED_RUNS_MAX), and so the pinned
+        memory kept."""
+        return self._buffer(("runs", k), n, dtype, arena=True)
 
-    def _buffer(self, key, n: int, dtype):
-        """The staging buffer `key` as n items of dtype (bytes kept, grown by doubling, never shrunk)."""
+    def _buffer(self, key, n: int, dtype, arena: bool = False):
+        """The kept buffer `key` as n items of dtype, never shrunk: a staging buffer grows by
+        doubling; an arena grows to what is asked and is tracked (copies use it directly)."""
         nbytes = n * np.dtype(dtype).itemsize
         buf = self._staging.get(key)
         if buf is None or buf.size < nbytes:
-            buf = self.pinned((max(nbytes, 2 * (0 if buf is None else buf.size), 1 << 12),), np.uint8, track=False)
+            size = nbytes if arena else max(nbytes, 2 * (0 if buf is None else buf.size))
+            buf = self.pinned((max(size, 1 << 12),), np.uint8, track=arena)
             self._staging[key] = buf
         return buf[:nbytes].view(dtype)
 
