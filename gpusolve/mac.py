@@ -260,9 +260,9 @@ class Mac:
                     self.stats.complete = True
                     return [int(np.flatnonzero(m)[0]) for m in self.live]
                 least = int(sizes[open_].min())
-                takers = self._fewest_takers(least)
-                if takers is not None:
-                    stack.append([None, [(int(y), int(a)) for y, a in rng.permutation(takers)], None])
+                dual = self._fewest_takers(least)
+                if dual is not None:
+                    stack.append([None, [(int(y), int(a)) for y, a in rng.permutation(dual)], None])
                 else:
                     fewest = open_[sizes[open_] == least]
                     tied = fewest[weight[fewest] == weight[fewest].max()]

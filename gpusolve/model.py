@@ -59,6 +59,14 @@ class CostFunction:
         """The least cost of a (non-empty) table."""
         return self.used_costs().min()
 
+    def map_costs(self, fn) -> None:
+        """Replace every cost c by fn(c), fn taking and giving arrays."""
+        self.table = fn(self.table)
+
+    def restrict(self, kept: list[np.ndarray]) -> "CostFunction":
+        """The function over the domain indices `kept[k]` of each scope variable (renumbered)."""
+        return CostFunction(self.scope, np.ascontiguousarray(self.table[np.ix_(*kept)])) if self.scope else self
+
 
 class TupleFunction(CostFunction):
     """A cost function kept as the tuples it lists and one default cost for the rest, as wcsp and
@@ -106,8 +114,10 @@ class TupleFunction(CostFunction):
         """The listed costs, and the default unless every tuple is listed."""
         return self.costs if len(self.costs) >= self.entries else np.append(self.costs, self.default)
 
+    def map_costs(self, fn) -> None:
+        self.costs, self.default = fn(self.costs), fn(np.asarray(self.default)).item()
+
     def restrict(self, kept: list[np.ndarray]) -> "TupleFunction":
-        """The function over the domain indices `kept[k]` of each scope variable (renumbered)."""
         keep = np.ones(len(self.tuples), dtype=bool)
         new = []
         for k, values in enumerate(kept):
@@ -248,17 +258,13 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
     """
     worst = 0
     for f in problem.functions:
-        if isinstance(f, TupleFunction):
-            worst += _finalize_tuples(f, problem)
-            continue
-        t = f.table
-        finite = t[t != FORBIDDEN]
+        costs = f.used_costs()
+        finite = costs[costs != FORBIDDEN]
         low = int(finite.min()) if finite.size else 0
         if low < 0:
-            t = np.where(t == FORBIDDEN, FORBIDDEN, t - low)
+            f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
             problem.offset += low
             finite = finite - low
-        f.table = t
         worst += int(finite.max()) if finite.size else 0
     for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
         worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
@@ -268,28 +274,11 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
     if top > MAX_TOP:
         raise ModelError(f"costs too large: the sum of finite costs ({worst}) exceeds 2^62")
     for f in problem.functions:
-        if isinstance(f, TupleFunction):
-            f.costs, f.default = np.minimum(f.costs, top).astype(np.int64), min(int(f.default), top)
-        else:
-            f.table = np.minimum(f.table, top).astype(np.int64, copy=False)
+        f.map_costs(lambda t: np.minimum(t, top).astype(np.int64, copy=False))
     for g in problem.globals:
         g.cost = min(g.cost, top)
     problem.top = top
     return problem
-
-
-def _finalize_tuples(f: TupleFunction, problem: Problem) -> int:
-    """finalize_integer for listed tuples: the least finite cost (the default's too, unless every
-    tuple is listed) into the offset; the largest finite cost."""
-    costs = f.used_costs().astype(np.int64)
-    finite = costs[costs != FORBIDDEN]
-    low = int(finite.min()) if finite.size else 0
-    if low < 0:
-        f.costs = np.where(f.costs == FORBIDDEN, FORBIDDEN, f.costs - low)
-        f.default = f.default if f.default == FORBIDDEN else int(f.default) - low
-        problem.offset += low
-        finite = finite - low
-    return int(finite.max()) if finite.size else 0
 
 
 def condition(problem: Problem, evidence: dict[int, int]) -> Problem:

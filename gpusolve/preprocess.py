@@ -79,7 +79,7 @@ def preprocess(problem: Problem) -> Reduced:
     removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
     variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
                  for var, kept in zip(problem.variables, values)] if removed else problem.variables
-    functions = [_restrict(f, [values[u] for u in f.scope]) for f in problem.functions] if removed \
+    functions = [f.restrict([values[u] for u in f.scope]) for f in problem.functions] if removed \
         else problem.functions
     if problem.globals:  # their tables, where they fit (globals.decompose), merge with the file's
         decomposed = decompose(problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals]))
@@ -214,13 +214,6 @@ class PairSupports:
         self.domains[rows, cols] = False
         removed(rows, cols)
         return bool(self.domains[np.unique(rows)].any(axis=1).all())
-
-
-def _restrict(f: CostFunction, kept: list[np.ndarray]) -> CostFunction:
-    """f over the kept domain indices of its scope variables."""
-    if isinstance(f, TupleFunction):
-        return f.restrict(kept)
-    return CostFunction(f.scope, np.ascontiguousarray(f.table[np.ix_(*kept)])) if f.scope else f
 
 
 def _allowed(f: CostFunction, top):
