@@ -4,6 +4,7 @@ With NumPy the pipeline runs synchronously, so the chunking, the order of
 results, the range partition of the device merge and the dense and sparse
 users are all checked on the CPU; the gpu-marked tests run the same on CuPy.
 """
+import gc
 import math
 
 import numpy as np
@@ -224,3 +225,33 @@ def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
         np.testing.assert_array_equal(dest, src)
         landed = streaming._land(None, src.reshape(1, n))
         assert landed.shape == (1, n) and np.array_equal(landed[0], src) and not np.shares_memory(landed, src)
+        cuts = np.sort(rng.integers(0, n + 1, size=int(rng.integers(0, 6))))
+        pieces = np.split(src, cuts)  # empty pieces too; a thread's slice may start or end inside a piece
+        dest = np.zeros(n, dtype=np.int64)
+        streaming._copy(dest, pieces)
+        np.testing.assert_array_equal(dest, src)
+
+
+@pytest.mark.gpu
+def test_pinned_arrays_are_registered_page_locked_memory_until_they_go(cupy, monkeypatch):
+    """Small arrays side by side and a large one (faulted in by threads) are each page-locked: no
+    page is registered twice; the registration ends when the last view of an array goes."""
+    rt = cupy.cuda.runtime
+    arrays = [streaming.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
+    arrays.append(streaming.pinned_array(cupy, (3, 1 << 20), np.float64))
+    for a in arrays:
+        assert a.base is not None and rt.pointerGetAttributes(a.ctypes.data).type == rt.memoryTypeHost
+        a[...] = 7
+        assert np.all(a == 7)
+    ended = []
+    monkeypatch.setattr(streaming, "_unregister", lambda runtime, address: (ended.append(address),
+                                                                              runtime.hostUnregister(address)))
+    big = streaming.pinned_array(cupy, (1 << 20,), np.int64)
+    view = big[10:20]
+    address = big.ctypes.data
+    del big
+    gc.collect()
+    assert ended == [] and rt.pointerGetAttributes(view.ctypes.data).type == rt.memoryTypeHost
+    del view
+    gc.collect()
+    assert ended == [address]

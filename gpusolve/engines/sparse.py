@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from ..memory import available_memory
 from . import kernels, streaming
 from .base import host_or_table
 
@@ -418,9 +419,10 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
 # Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
 SORT_ROW_BYTES = 64
 # A streamed join's sorted runs land in kept pinned memory (Pipeline.runs_arena) when they fit in
-# this many bytes (as many rows as the join's output before reduction): no host copy on their way
-# down, none on their way up to the merge.
-PINNED_RUNS_MAX = 1 << 30
+# this share of the host memory available (as many rows as the join's output before reduction): no
+# host copy on their way down, none on their way up to the merge. Past it, the runs go through the
+# staging buffers into plain memory, at about half the rate (bench/sparse.py).
+PINNED_RUNS_SHARE = 8
 
 
 class Streamer:
@@ -494,7 +496,8 @@ class Streamer:
                            *spans[i], scope, dims, top, keep)
             return reduce(k, c)
         into = None
-        if self.xp is not np and total * (8 + np.dtype(wa.dtype).itemsize) <= PINNED_RUNS_MAX:
+        run_bytes = total * (8 + np.dtype(wa.dtype).itemsize)
+        if self.xp is not np and run_bytes <= available_memory() // PINNED_RUNS_SHARE:
             arenas = [self.pipe.runs_arena(0, total, np.int64), self.pipe.runs_arena(1, total, wa.dtype)]
             at = [0]
 
