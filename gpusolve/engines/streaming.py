@@ -58,14 +58,19 @@ def _land(dest, buf):
 
 
 def _copy(dest: np.ndarray, src) -> None:
-    """dest[...] = src, or the concatenation of a list of pieces; a large copy is split over the
-    host's cores: one core fills fresh memory at a few GB/s, which made these copies most of a
-    streamed sparse step (NumPy releases the GIL)."""
-    pieces = [p.reshape(-1) for p in (src if isinstance(src, list) else [src])]
-    d = dest.reshape(-1)
-    if d.nbytes < COPY_SPLIT_BYTES or not all(p.flags.c_contiguous for p in pieces):
-        np.concatenate(pieces, out=d) if len(pieces) > 1 else np.copyto(d, pieces[0])
+    """dest[...] = src, or the concatenation of a list of 1-d pieces into contiguous dest; a large
+    copy is split over the host's cores: one core fills fresh memory at a few GB/s, which made
+    these copies most of a streamed sparse step (NumPy releases the GIL). A small one is one call:
+    a range of a merge gathers a piece of every run, hundreds of them."""
+    if not isinstance(src, list):
+        if src.nbytes < COPY_SPLIT_BYTES or not (dest.flags.c_contiguous and src.flags.c_contiguous):
+            np.copyto(dest, src.reshape(dest.shape))
+            return
+        src = [src.reshape(-1)]
+    elif dest.nbytes < COPY_SPLIT_BYTES:
+        np.concatenate(src, out=dest.reshape(-1))
         return
+    d, pieces = dest.reshape(-1), src
     ends = np.cumsum([p.size for p in pieces])
 
     def part(lo, hi):  # the pieces' items that land in d[lo:hi]
