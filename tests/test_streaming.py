@@ -218,7 +218,7 @@ def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
     """Copies past COPY_SPLIT_BYTES go in slices on threads: every item lands, whatever the split."""
     monkeypatch.setattr(streaming, "COPY_SPLIT_BYTES", 64)
     rng = np.random.default_rng(0)
-    for n in (1, 7, 8, 1000, 4099):
+    for n in (1, 7, 8, 1000, 4099, 7007):
         src = rng.integers(-2**62, 2**62, size=n)
         dest = np.zeros(n, dtype=np.int64)
         streaming._copy(dest, src)
@@ -230,6 +230,10 @@ def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
         dest = np.zeros(n, dtype=np.int64)
         streaming._copy(dest, pieces)
         np.testing.assert_array_equal(dest, src)
+        if n % 7 == 0:  # one array of another shape into a flat buffer (a staged upload of a 2-d slice)
+            dest = np.zeros(n, dtype=np.int64)
+            streaming._copy(dest, src.reshape(7, n // 7))
+            np.testing.assert_array_equal(dest, src)
 
 
 @pytest.mark.gpu

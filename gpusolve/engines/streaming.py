@@ -195,7 +195,7 @@ class Pipeline:
                 at += p.nbytes
             return d
         src = self._buffer(("up", s, k), d.size, d.dtype)
-        _copy(src, pieces)
+        _copy(src, pieces if len(pieces) > 1 else pieces[0])
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         return d
 
