@@ -237,12 +237,13 @@ def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_pinned_arrays_are_registered_page_locked_memory_until_they_go(cupy, monkeypatch):
-    """Small arrays side by side and a large one (faulted in by threads) are each page-locked: no
-    page is registered twice; the registration ends when the last view of an array goes."""
+def test_pinned_arrays_are_page_locked_and_large_ones_released_with_their_last_view(cupy, monkeypatch):
+    """Small arrays (CuPy's pinned pool) and large ones (registered pages, side by side: no page is
+    registered twice) are page-locked; a large one's registration ends when its last view goes."""
     rt = cupy.cuda.runtime
+    large = streaming.POOLED_PINNED_MAX // 8 + 1
     arrays = [streaming.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
-    arrays.append(streaming.pinned_array(cupy, (3, 1 << 20), np.float64))
+    arrays += [streaming.pinned_array(cupy, (n,), np.int64) for n in (large, large + 511, large)]
     for a in arrays:
         assert a.base is not None and rt.pointerGetAttributes(a.ctypes.data).type == rt.memoryTypeHost
         a[...] = 7
@@ -250,8 +251,8 @@ def test_pinned_arrays_are_registered_page_locked_memory_until_they_go(cupy, mon
     ended = []
     monkeypatch.setattr(streaming, "_unregister", lambda runtime, address: (ended.append(address),
                                                                               runtime.hostUnregister(address)))
-    big = streaming.pinned_array(cupy, (1 << 20,), np.int64)
-    view = big[10:20]
+    big = streaming.pinned_array(cupy, (3, large), np.int64)
+    view = big[1, 10:20]
     address = big.ctypes.data
     del big
     gc.collect()

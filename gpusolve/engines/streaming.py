@@ -35,6 +35,7 @@ N_STREAMS = CHUNKS_IN_FLIGHT
 COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
 DIRECT_PIECE_BYTES = 1 << 16  # pinned pieces at least this large on average are uploaded without staging
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
+POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
 
 
 def _union(intervals) -> float:
@@ -103,19 +104,26 @@ def pinned_array(xp, shape, dtype) -> np.ndarray:
     """A numpy array in page-locked memory, for asynchronous copies with module `xp` (CuPy); plain
     memory on the CPU or where none can be had.
 
-    Whole pages of a plain allocation, faulted in by the copy threads, then registered with CUDA
-    (cudaHostRegister). On the H100 host that takes 0.04 s per GiB, where cudaHostAlloc takes
-    0.33 s: it faults and locks the pages on one core. The registration ends with the array
-    (views keep it)."""
+    Below POOLED_PINNED_MAX it comes from CuPy's pinned memory pool, which hands freed blocks out
+    again: an engine per solve allocates its small staging buffers anew each time, and
+    registering them cost a tiny instance's warm solve 0.35 ms of its 1.6 ms (cProfile, H100).
+    Larger ones are whole pages of a plain allocation, faulted in by the copy threads, then
+    registered with CUDA (cudaHostRegister): on the H100 host 0.04 s per GiB, where
+    cudaHostAlloc takes 0.33 s, faulting and locking the pages on one core. Their registration
+    ends with the array (views keep it), so a large arena leaves nothing pinned behind."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if xp is np or not nbytes:
         return np.empty(shape, dtype=dtype)
+    if nbytes < POOLED_PINNED_MAX:
+        try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
+            return np.ndarray(shape, dtype=dtype, buffer=xp.cuda.alloc_pinned_memory(nbytes))
+        except Exception:  # pinning refused (limits, container): copies just stop overlapping
+            return np.empty(shape, dtype=dtype)
     size = -(-nbytes // PAGE) * PAGE
     raw = np.empty(size + PAGE, dtype=np.uint8)
     at = -raw.ctypes.data % PAGE
     pages = raw[at:at + size]  # pages no other allocation shares: each is registered once
-    if size >= COPY_SPLIT_BYTES:  # else the registration faults them in, quicker than a thread pool's round
-        _split(size // PAGE, lambda lo, hi: pages[lo * PAGE:hi * PAGE].fill(0))
+    _split(size // PAGE, lambda lo, hi: pages[lo * PAGE:hi * PAGE].fill(0))
     runtime = xp.cuda.runtime
     try:
         runtime.hostRegister(pages.ctypes.data, size, 0)
