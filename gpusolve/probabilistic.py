@@ -164,9 +164,9 @@ def weighted_bound(problem: Problem, plan: Plan, engine: Engine) -> float:
         w = 1.0 / len(plan.buckets[mb.var])
         inputs = plan.inputs(problem, mb, tables, messages)
         if w < 1:
-            inputs = [(getattr(t, "host", t) / w, s) for t, s in inputs]  # a HostTable scales on the host
+            inputs = [(host_or_table(t) / w, s) for t, s in inputs]  # a HostTable scales on the host
         out = engine.eliminate(mb, inputs, dom, problem.top, False, None, "lse")
-        messages[mb.index] = getattr(out, "host", out) * w if w < 1 else out
+        messages[mb.index] = host_or_table(out) * w if w < 1 else out
     total = sum(float(problem.functions[i].table[()]) for i in plan.constants)
     total += sum(float(engine.get(messages[r])[()]) for r in plan.roots)
     return total - log10_free(problem, plan)
