@@ -1,7 +1,7 @@
 """`gpusolve batch` over the shared instances plus generated journal networks, CPU against GPU.
 
 One folder: every instance of ../shared/instances with a known optimum (symbolic links) and
---generated networks (GpuBE section 8.1: random, scale-free, grid; 10-49 variables, domains
+--generated networks (GpuBE section 8.1: random, scale-free, grid; 10-81 variables, domains
 5-10). Four batch runs, each one process: --device cpu twice, then --device gpu with an empty
 CuPy kernel cache (a new machine), then --device gpu again with that cache warm. Reported: total
 wall of each run, and per instance the GPU's time minus the CPU's (the first instance that runs
@@ -24,9 +24,9 @@ from pathlib import Path
 
 from common import ROOT, SHARED, cpu_name, write_result
 
-TOPOLOGIES = [("random", n, d) for n in (10, 12, 14, 16, 18) for d in (5, 10)] + \
-             [("scalefree", n, d) for n in (12, 16, 20, 24, 30) for d in (5, 10)] + \
-             [("grid", n, d) for n in (16, 25, 36, 49) for d in (5, 10)]
+TOPOLOGIES = [("random", n, d) for n in (10, 12, 14, 16, 18, 20, 22) for d in (5, 10)] + \
+             [("scalefree", n, d) for n in (12, 16, 20, 24, 30, 40, 50) for d in (5, 10)] + \
+             [("grid", n, d) for n in (16, 25, 36, 49, 64, 81) for d in (5, 10)]  # 40 networks
 
 
 def batch(folder: Path, out: Path, device: str, cache: Path, time_limit: float) -> float:
