@@ -32,7 +32,7 @@ import numpy as np
 
 from . import engines
 from .model import Problem
-from .plan import Plan, build_plan, choose_plan
+from .plan import Plan, build_plan, choose_plan, place
 from .scaleout import Cluster
 
 # The cheap first bound may take this long; the search heuristic this share of the time limit
@@ -61,12 +61,19 @@ TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "
 class Stop:
     """Whether to stop now: a deadline and an interrupt flag (set by a signal handler)."""
 
-    def __init__(self, deadline: float | None = None):
+    def __init__(self, deadline: float | None = None, parent: "Stop | None" = None):
         self.deadline = deadline
         self.interrupted = False
+        self.parent = parent
 
     def __call__(self) -> bool:
-        return self.interrupted or (self.deadline is not None and time.perf_counter() >= self.deadline)
+        return self.interrupted or (self.parent is not None and self.parent()) or \
+            (self.deadline is not None and time.perf_counter() >= self.deadline)
+
+    def within(self, seconds: float, reserve: float = 0.0) -> "Stop":
+        """A stop for one phase: after `seconds`, or while `reserve` seconds are left for later phases."""
+        deadline = min(time.perf_counter() + seconds, (self.deadline or math.inf) - reserve)
+        return Stop(deadline if math.isfinite(deadline) else None, self)
 
     def remaining(self) -> float:
         return math.inf if self.deadline is None else max(self.deadline - time.perf_counter(), 0.0)
@@ -159,6 +166,8 @@ class Phase:
             what += ", on the cost-shifted problem"
         if self.seconds is not None:
             what += f", {self.seconds:.3g} s" if math.isfinite(self.seconds) else ", until proof or stop"
+        if self.name == "search" and self.seconds is not None and math.isfinite(self.seconds):
+            what += " at most, until proof"
         if self.name == "local-search":
             floor, share = self.stall
             what += f" at most, until improvements stop (LNS: none for {floor:g} s or {share:.0%} of its time)"
@@ -197,12 +206,16 @@ def predict_s(plan: Plan, engine: str, threads: int = 1) -> float:
 
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
                   time_limit: float | None, engine: str, z: int | None = None, search: bool = True,
-                  n_components: int = 1, tables: str = "auto", threads: int = 1) -> Schedule:
+                  n_components: int = 1, tables: str = "auto", threads: int = 1,
+                  device_budget: int | None = None) -> Schedule:
     """Phases for an optimisation task (WCSP, MPE).
 
     `exact` is the exact plan when it fits the memory budget (None otherwise). A satisfaction
     problem runs MAC search alone unless exact BE is predicted instant. Exact BE runs
-    alone when its predicted time fits the limit (or search is off). Otherwise: a first cheap
+    alone when its predicted time fits the limit (or search is off), unless its messages exceed
+    the GPU's `device_budget`: streamed through host memory they cost more than search often takes
+    to prove (grid n=64 d=10: 10 s of BE against 2 s), so the phases below run first, search
+    for at most BE's predicted time, and BE last. Otherwise: a first cheap
     MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
     predicted time fits a share of the limit — local search (right after the first MBE with a
     time limit, before search without one), and AND/OR search until proof or stop.
@@ -219,8 +232,14 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         from .mac import satisfaction
         if satisfaction(problem):
             return Schedule((Phase("mac", seconds=math.inf),), engine, threads)
-    if exact is not None and z is None and (not search or cost(exact) <= 0.8 * limit):
-        return Schedule((Phase("be", exact, cost(exact)),), engine, threads)
+    last = (Phase("search", seconds=math.inf),)
+    if exact is not None and z is None:
+        streamed = 0 if device_budget is None else place(problem, exact, device_budget).streamed_bytes(exact)
+        be_s = cost(exact) + streamed / engines.STREAM_BYTES_PER_S
+        if not search or (be_s <= 0.8 * limit and not streamed):
+            return Schedule((Phase("be", exact, be_s),), engine, threads)
+        if be_s <= 0.8 * limit:
+            last = (Phase("search", seconds=be_s), Phase("be", exact, be_s))
     if not search:
         fitting = choose_plan(problem, order, z, budget, n_components)
         phases = (Phase("mbe", fitting, cost(fitting)),)
@@ -269,8 +288,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if timed else None))
     if local not in phases:
         phases.append(local)
-    phases.append(Phase("search", seconds=math.inf))
-    return Schedule(tuple(phases), engine, threads)
+    return Schedule(tuple(phases) + last, engine, threads)
 
 
 def rng_for(problem: Problem) -> np.random.Generator:
@@ -367,7 +385,10 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
-                _search(on, order, guide, engine, bounds, stop, out, cluster)
+                later = schedule.phases[schedule.phases.index(phase) + 1:]
+                seconds = math.inf if phase.seconds is None else phase.seconds
+                _search(on, order, guide, engine, bounds, stop.within(seconds, sum(p.predicted_s for p in later)),
+                        out, cluster)
             elif phase.name == "mac":
                 _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":

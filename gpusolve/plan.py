@@ -164,6 +164,11 @@ class Placement:
     where: tuple[str, ...]
     lead: tuple[int, ...]
 
+    def streamed_bytes(self, plan: Plan) -> int:
+        """Bytes of the messages kept in host memory: each crosses the bus to the host and back."""
+        return sum(mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * plan.itemsize
+                   for mb in plan.minibuckets if self.where[mb.index] == "streamed")
+
     def describe(self, plan: Plan, domains) -> str:
         counts = {w: self.where.count(w) for w in dict.fromkeys(self.where)}
         head = (f"placement for a device budget of {fmt_bytes(self.budget)}: " if self.budget is not None

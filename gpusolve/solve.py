@@ -128,7 +128,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
                                  options.threads)
     if engine.name != "numpy":
-        schedule = make_schedule(problem, order, options, budget, n_comp, engine.name)
+        schedule = make_schedule(problem, order, options, budget, n_comp, engine.name, engine.budget)
     t2 = time.perf_counter()
     phases["plan"] = t2 - t1
     if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
@@ -178,8 +178,9 @@ def _order(problem: Problem, options: Options, t0: float, phases: dict):
 
 
 def make_schedule(problem: Problem, order: list[int], options: Options, budget: int, n_comp: int,
-                  engine: str) -> Schedule:
-    """The anytime schedule for these options; raises BudgetError when no bound fits the budget."""
+                  engine: str, device_budget: int | None = None) -> Schedule:
+    """The anytime schedule for these options (`device_budget`: the GPU engine's device bytes);
+    raises BudgetError when no bound fits the budget."""
     exact = None
     if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
         # The GPU runs every dense bucket with one compiled kernel, while its sparse path compiles a
@@ -189,7 +190,7 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
             exact = plan_within(problem, order, None, budget, n_comp, "dense")
         exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
-                         n_comp, options.tables, host_threads(options.threads))
+                         n_comp, options.tables, host_threads(options.threads), device_budget)
 
 
 def _sparse_bytes(messages: dict) -> int:

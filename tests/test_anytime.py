@@ -1,19 +1,21 @@
 """The anytime schedule: bounds only tighten, a stop returns what is held, the schedule is printable."""
 import json
+import math
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import brute_force, random_problem
 
 from gpusolve import graph
-from gpusolve.anytime import Bounds, Stop, plan_schedule
+from gpusolve.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
 from gpusolve.generate import generate
-from gpusolve.plan import plan_within
+from gpusolve.plan import build_plan, plan_within
 from gpusolve.solve import Options, solve
 from gpusolve.parsers.write import write_wcsp
 
@@ -119,6 +121,37 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted
     assert "search" in schedule.describe()
+
+
+def test_streamed_exact_be_comes_after_a_bounded_search():
+    """Exact BE whose messages exceed the device budget runs last, after search boxed to BE's
+    predicted time; a search stopped at its box leaves the proof to BE."""
+    problem = generate("grid", 36, 5, 0.3, 0.3, seed=2)  # search needs more than 256 nodes, its stop test's period
+    order = graph.elimination_order(problem)
+    exact = plan_within(problem, order, None, 1 << 30, 1, "auto")
+    resident = plan_schedule(problem, order, exact, 1 << 30, 30.0, "cupy", device_budget=1 << 30)
+    assert [p.name for p in resident.phases] == ["be"]
+    schedule = plan_schedule(problem, order, exact, 1 << 30, 30.0, "cupy", device_budget=1 << 10)
+    search, be = schedule.phases[-2:]
+    assert (search.name, be.name, be.plan) == ("search", "be", exact)
+    assert be.predicted_s > resident.phases[0].predicted_s and search.seconds == be.predicted_s
+    assert "at most, until proof" in schedule.describe()
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    first = Phase("mbe", build_plan(problem, order, 2))  # too loose to close the bounds alone
+    boxed = Schedule((first, replace(search, seconds=0.0), be), "numpy")
+    bounds = Bounds.start(problem, time.perf_counter())
+    out = run_schedule(problem, order, boxed, NumpyEngine(1), bounds, Stop(), 1 << 30)
+    assert out.ran == ["MBE(z=2)", "AND/OR search", "exact BE"] and bounds.proven
+    assert bounds.upper == solve(problem, Options(device="cpu", search=False)).upper_bound
+
+
+def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
+    parent = Stop(time.perf_counter() + 10.0)
+    assert not parent.within(5.0)() and parent.within(0.0)() and parent.within(5.0, reserve=10.0)()
+    child = parent.within(5.0)
+    parent.interrupted = True
+    assert child()
+    assert Stop().within(math.inf).deadline is None
 
 
 def test_ctrl_c_reports_the_best_bounds(tmp_path):
