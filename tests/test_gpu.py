@@ -352,3 +352,20 @@ def test_real_instances_gpu_equals_cpu(cupy, shared_instances):
         assert_same(gpu, cpu, problem)
         compared += 1
     assert compared >= 10
+
+
+def test_engine_turns_off_cub_block_reductions_unless_asked(cupy, monkeypatch):
+    """CUB block reductions compile for 1.3-1.5 s per reduction and size class: off, unless
+    CUPY_ACCELERATORS says otherwise."""
+    from cupy._core import _accelerator
+    monkeypatch.delenv("CUPY_ACCELERATORS", raising=False)
+    before = _accelerator.get_reduction_accelerators()
+    try:
+        engine()
+        assert _accelerator.get_reduction_accelerators() == []
+        _accelerator.set_reduction_accelerators(["cub"])
+        monkeypatch.setenv("CUPY_ACCELERATORS", "cub")
+        engine()
+        assert _accelerator.get_reduction_accelerators() == [_accelerator.ACCELERATOR_CUB]
+    finally:
+        _accelerator.set_reduction_accelerators(before)
