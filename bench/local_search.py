@@ -8,6 +8,10 @@ the same machine and its best upper bound and dual bound are recorded.
 Instances: 404, CELAR6-SUB0, pedigree1, warehouse (shared instances, known
 optima) and generated 10x10 grids with domain 10, seeds 1-5. --quick runs
 one small grid for a second each. Writes JSON to bench/results/.
+
+--sweeps N times N sweeps of the chains instead, on the CPU (NumPy) and, where there is one, the GPU
+(CuPy), after one warm-up run of each (kernels compiled): seconds per sweep by instance size, the
+figures anytime.LS_DEVICE_MIN is set from.
 """
 from __future__ import annotations
 
@@ -89,6 +93,28 @@ def run(name: str, problem, path: Path | None, z: int, seconds: float, tb2_secon
     return rec
 
 
+def sweep_times(jobs, sweeps: int, n: int, devices: list[str]) -> list[dict]:
+    """Seconds per sweep of `n` chains from random starts on each array module."""
+    out = []
+    for name, problem, _, _, _ in jobs:
+        p = preprocess(problem).problem
+        rec = {"instance": name, "variables": len(p.domains), "domain_sum": int(sum(p.domains)),
+               "chains": n, "sweeps": sweeps}
+        for device in devices:
+            xp = np
+            if device == "gpu":
+                import cupy as xp
+            for key in ("first_s", "sweep_s"):
+                t = time.perf_counter()
+                local_search(p, None, None, np.random.default_rng(0), xp=xp, n=n, max_sweeps=sweeps)
+                if xp is not np:
+                    xp.cuda.Device().synchronize()
+                rec[f"{device}_{key}"] = (time.perf_counter() - t) / (1 if key == "first_s" else sweeps)
+        print(name, {k: round(v, 5) if isinstance(v, float) else v for k, v in rec.items()}, flush=True)
+        out.append(rec)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=Path, default=ROOT.parent / "shared" / "instances")
@@ -97,9 +123,16 @@ def main():
     ap.add_argument("--chains", type=int, default=256)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one local search run each")
     ap.add_argument("--quick", action="store_true", help="one 5x5 grid, a second each")
+    ap.add_argument("--sweeps", type=int, help="time this many sweeps per array module instead (no toulbar2)")
     args = ap.parse_args()
     jobs = []
-    if args.quick:
+    if args.sweeps and not args.quick:
+        for name in ("CELAR6-SUB0.wcsp", "GEOM40_6.wcsp", "404.wcsp", "pedigree1.wcsp"):
+            if (args.instances / name).is_file():
+                jobs.append((name, parsers.read(args.instances / name), None, None, None))
+        jobs += [(f"grid-n{n}-d10-s1", generate("grid", n, 10, 0.3, 0.5, 1), None, None, None)
+                 for n in (64, 100, 400, 1600, 6400)]
+    elif args.quick:
         args.seconds, args.toulbar2_seconds = 1.0, min(args.toulbar2_seconds, 1)
         jobs.append(("grid-n25-d10-s1", generate("grid", 25, 10, 0.3, 0.5, 1), None, 4, None))
     else:
@@ -108,6 +141,13 @@ def main():
                 jobs.append((name, parsers.read(args.instances / name), args.instances / name, z, optimum))
         for s in range(1, 6):
             jobs.append((f"grid-n100-d10-s{s}", generate("grid", 100, 10, 0.3, 0.5, s), None, GRID_Z, None))
+    if args.sweeps:
+        from common import gpu_name, gpu_present
+        devices = ["cpu"] + (["gpu"] if gpu_present() else [])
+        records = sweep_times(jobs, args.sweeps, args.chains, devices)
+        write_result("local_search-sweeps", gpu_name() if "gpu" in devices else cpu_name(), quick=args.quick,
+                     numpy=np.__version__, instances=records)
+        return
     records = []
     for name, problem, path, z, optimum in jobs:
         rec = run(name, problem, path, z, args.seconds, args.toulbar2_seconds, args.chains, args.seeds)

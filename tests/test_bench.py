@@ -45,6 +45,10 @@ def test_csg_workers_quick_mode_writes_its_record(tmp_path):
     check_quick("csg", tmp_path, "--workers", "2", bench="csg-workers")
 
 
+def test_local_search_sweeps_quick_mode_writes_its_record(tmp_path):
+    check_quick("local_search", tmp_path, "--sweeps", "2", bench="local_search-sweeps")
+
+
 @pytest.mark.parametrize("script", CPU + GPU)
 def test_bench_imports_and_parses_options(script, tmp_path):
     p = run(script, "--help", results=tmp_path)
