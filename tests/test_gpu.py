@@ -183,7 +183,13 @@ def test_solve_gpu_equals_cpu(cupy, seed):
         assert gpu.engine == ("none" if cpu.engine == "none" else "cupy")  # none: preprocessing decided
         assert_same(gpu, cpu)
         if seed % 5 == 0:
-            assert_same(solve(problem, Options(device="gpu", host_max=0, z=z, gpu_mem_limit=512)), cpu)
+            # Exact BE streamed through host memory runs after a bounded search unless search is off.
+            streamed = Options(device="gpu", host_max=0, z=z, gpu_mem_limit=512, search=z is not None)
+            assert_same(solve(problem, streamed), cpu)
+            if z is None:
+                anytime = solve(problem, Options(device="gpu", host_max=0, gpu_mem_limit=512))
+                assert (anytime.status, anytime.lower_bound, anytime.upper_bound) == \
+                    (cpu.status, cpu.lower_bound, cpu.upper_bound)
 
 
 def run(problem, plan, eng):
@@ -369,3 +375,17 @@ def test_engine_turns_off_cub_block_reductions_unless_asked(cupy, monkeypatch):
         assert _accelerator.get_reduction_accelerators() == [_accelerator.ACCELERATOR_CUB]
     finally:
         _accelerator.set_reduction_accelerators(before)
+
+
+def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
+    """CuPy reads CUPY_NVRTC_USE_PCH once, when imported: a fresh process shows what gpusolve asks."""
+    import os
+    import subprocess
+    import sys
+    probe = "from gpusolve.engines import import_cupy; import_cupy(); from cupy.cuda import compiler; " \
+            "print(compiler._use_pch)"
+    env = {k: v for k, v in os.environ.items() if k != "CUPY_NVRTC_USE_PCH"}
+    on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=dict(env, CUPY_NVRTC_USE_PCH="0"))
+    assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), (on.stderr, off.stderr)

@@ -3,6 +3,7 @@ NumPy only when an engine is made, so the command line reads DEVICES without it.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from .base import Engine
 
@@ -78,10 +79,20 @@ class DeviceError(RuntimeError):
     """--device gpu asked for, but no usable GPU engine."""
 
 
+def import_cupy():
+    """CuPy, first imported with NVRTC's precompiled headers on unless the environment says otherwise
+    (CuPy reads CUPY_NVRTC_USE_PCH once, at import): the kernels CuPy generates for array operations
+    (local search, cost shifting) then compile in about a third less time on a new machine
+    (CELAR6-SUB0's local search with an empty kernel cache: 3.0-3.1 s against 4.8-4.9 s on an H100)."""
+    os.environ.setdefault("CUPY_NVRTC_USE_PCH", "1")
+    import cupy
+    return cupy
+
+
 def gpu_unavailable_reason() -> str | None:
     """Why the GPU engine cannot run here, or None when it can."""
     try:
-        import cupy  # noqa: F401
+        cupy = import_cupy()
     except Exception as e:  # ImportError, or a CUDA library failing to load
         return f"CuPy is not importable ({type(e).__name__}: {e})".splitlines()[0]
     try:

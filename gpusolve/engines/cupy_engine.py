@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import cubins
+from . import cubins, import_cupy
 from .base import Engine, HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
                       assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
@@ -76,16 +76,12 @@ class CupyEngine(Engine):
     def __init__(self, gpu_mem_limit: int | None = None, fuse_min: int = FUSE_MIN,
                  stage: bool = True, generic: bool = True):
         t0 = time.perf_counter()
-        import cupy  # not cupyx: importing it pulls in scipy.sparse, 0.3 s of a fresh process
+        cupy = import_cupy()  # not cupyx: importing it pulls in scipy.sparse, 0.3 s of a fresh process
         if "CUPY_ACCELERATORS" not in os.environ:
             # CuPy's CUB block reductions compile CUB's headers for each reduction and size class
             # on first use: 1.3-1.5 s each, every new grid in a batch paying again (local search's
             # and JGLP's `any()`, bench/batch_gpu.py); CuPy's own reduction kernels compile in 0.1 s.
             cupy._core.set_reduction_accelerators([])
-        # NVRTC's precompiled headers: the kernels CuPy generates for array operations (local search,
-        # cost shifting) compile in about a third less time on a new machine (CELAR6-SUB0's local
-        # search with an empty cache: 3.0-3.1 s against 4.8-4.9 s on an H100).
-        os.environ.setdefault("CUPY_NVRTC_USE_PCH", "1")
         self.xp = cupy
         device = cupy.cuda.Device()
         self._pool = cupy.get_default_memory_pool()
