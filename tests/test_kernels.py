@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpusolve.engines.kernels import (BLOCK, GENERIC_MAX_OPS, TILE_MAX, assign_source, fused_source, generic_descriptor,
-                                      generic_source, kernel_mode)
+                                      generic_source, kernel_mode, segment_min_source)
 
 
 def c_order_strides(dims):
@@ -101,6 +101,15 @@ def test_source_is_named_by_its_hash_and_cached():
     assert a.key == ("i64", False, 4, (6, 5), ((20, 4),), (1,), True, "min")
     assert bucket((6, 5), 4, mode="i32").name != a.name
     assert a.source.count("{") == a.source.count("}")
+
+
+def test_segment_min_source_per_cost_type():
+    i64, f64 = segment_min_source("i64"), segment_min_source("f64")
+    assert "atomicMin(out_costs + r, costs[i]);" in i64.source and "atomicCAS" not in i64.source
+    assert "atomicCAS(" in f64.source and "atomicMin(" not in f64.source  # CUDA has no atomicMin on doubles
+    assert i64.name != f64.name and i64.key == ("segment_min", "i64")
+    for k in (i64, f64):
+        assert not re.search(r"\b(COST|NAME|TAKE)\b", k.source) and k.source.count("{") == k.source.count("}")
 
 
 def test_assign_source_per_cost_type():

@@ -105,6 +105,23 @@ def test_sparse_be_equals_dense_be_and_brute_force(seed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int64", "float64", "int32"])
+def test_segment_min_on_the_gpu_equals_numpy(cupy, dtype):
+    """Short runs (a join chunk's), one run of 10^5 rows (a projection onto few values), and none."""
+    rng = np.random.default_rng(5)
+    for n, codes_max in [(1000, 300), (100_000, 1), (0, 1), (50_000, 40_000)]:
+        codes = rng.integers(0, codes_max, n).astype(np.int64)
+        costs = (rng.integers(-50, 1000, n) if dtype != "float64" else rng.normal(size=n) * 100).astype(dtype)
+        if dtype == "float64" and n:
+            costs[::7] = np.inf
+        want = sparse.segment_min(np, codes, costs)
+        got = sparse.segment_min(cupy, cupy.asarray(codes), cupy.asarray(costs))
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(cupy.asnumpy(g), w)
+            assert cupy.asnumpy(g).dtype == w.dtype
+
+
+@pytest.mark.gpu
 def test_sparse_step_on_the_gpu_equals_the_cpu(cupy):
     rng = np.random.default_rng(7)
     for _ in range(100):

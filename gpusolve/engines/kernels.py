@@ -448,6 +448,37 @@ def shape_generic_specs() -> list[FusedKernel]:
     return specs + [assign_source(mode) for mode in ("i64", "f64")]
 
 
+def segment_min_source(cost_type: str) -> FusedKernel:
+    """The minimum cost of each run of equal codes in code-sorted rows (sparse.segment_min on the
+    GPU): a thread per row, the run's rank being `pos[i] - 1` (an inclusive prefix sum of the run
+    heads); the head writes the code and every row takes the minimum atomically into `out_costs`
+    (filled with the largest value first), so a long run costs no thread more than one row.
+    Replaces a second full sort (by cost) and the gathers that made each run's first row its minimum."""
+    name = f"gpusolve_segment_min_{cost_type}"
+    ctype = {"i64": "long long", "f64": "double"}[cost_type]
+    take = {"i64": "atomicMin(out_costs + r, costs[i]);",
+            "f64": """unsigned long long* p = (unsigned long long*)(out_costs + r);
+    unsigned long long seen = *p;
+    while (costs[i] < __longlong_as_double(seen)) {  // compare-and-swap: no atomicMin on doubles
+      unsigned long long was = atomicCAS(p, seen, __double_as_longlong(costs[i]));
+      if (was == seen) break;
+      seen = was;
+    }"""}[cost_type]
+    source = r"""
+typedef long long i64;
+typedef COST T;
+extern "C" __global__ void NAME(const i64* codes, const T* costs, const i64* pos, i64 n,
+    i64* out_codes, T* out_costs) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    i64 r = pos[i] - 1;
+    if (i == 0 || codes[i - 1] != codes[i]) out_codes[r] = codes[i];
+    TAKE
+  }
+}
+""".replace("COST", ctype).replace("NAME", name).replace("TAKE", take)
+    return FusedKernel(name, source, 0, ("segment_min", cost_type))
+
+
 def join_gather_source(cost_type: str) -> FusedKernel:
     """The sparse join-sum's gather (sparse._gather, Cuda-BE's Algorithm 4) in one launch: a
     thread per output row finds its group by binary search, sums the two input rows' costs and,

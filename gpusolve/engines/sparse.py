@@ -284,8 +284,14 @@ def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int,
     return compose(xp, digs, dims, costs.shape[0]), costs
 
 
-GATHER_TYPES = {"int64": "i64", "float64": "f64"}  # cost types with a one-launch gather on the GPU
-_GATHER_KERNELS: dict = {}
+GATHER_TYPES = {"int64": "i64", "float64": "f64"}  # cost types with one-launch kernels on the GPU
+_RAW_KERNELS: dict = {}  # kernel name -> compiled cupy.RawKernel, for the process
+
+
+def _raw_kernel(xp, spec):
+    if spec.name not in _RAW_KERNELS:
+        _RAW_KERNELS[spec.name] = xp.RawKernel(spec.source, spec.name)
+    return _RAW_KERNELS[spec.name]
 
 
 def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
@@ -302,9 +308,6 @@ def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tu
 def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top):
     """_gather in one kernel launch (kernels.join_gather_source) and one read of the row count."""
     mode = GATHER_TYPES[a.costs.dtype.name]
-    if mode not in _GATHER_KERNELS:
-        spec = kernels.join_gather_source(mode)
-        _GATHER_KERNELS[mode] = xp.RawKernel(spec.source, spec.name)
     n = hi - lo
     keys, costs = xp.empty(n, dtype=xp.int64), xp.empty(n, dtype=a.costs.dtype)
     if n == 0:
@@ -314,7 +317,7 @@ def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int
     rows_a, rows_b = (ix.a_rows, ix.b_rows) if indirect else (count, count)  # unread without `indirect`
     as64 = [xp.asarray(x, dtype=xp.int64) for x in (ix.a_start, ix.a_size, ix.b_start, ix.out_start)]
     scalar = np.int64 if mode == "i64" else np.float64
-    _GATHER_KERNELS[mode]((min((n + 255) // 256, 8192),), (256,), (
+    _raw_kernel(xp, kernels.join_gather_source(mode))((min((n + 255) // 256, 8192),), (256,), (
         a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
         np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)), np.int32(len(scope)),
         keys, costs, count))
@@ -340,18 +343,35 @@ def segment_min(xp, codes, costs, runs: bool = False):
 
     NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
     are concatenated sorted runs, which a stable sort (timsort) merges. CuPy's
-    reduceat only adds, so there: sort by cost, then by code (CuPy's sorts are
-    stable), and each group's first row holds its minimum.
+    reduceat only adds, so there: sort by code, then one kernel takes each
+    run's minimum atomically (int64 and float64 costs; other types sort by
+    cost, then by code, CuPy's sorts being stable, and read each group's
+    first row).
     """
     if xp is np:
         order = xp.argsort(codes, kind="stable" if runs else None)
         distinct, starts, _ = _groups(xp, codes[order])
         costs = costs[order]
         return distinct, xp.minimum.reduceat(costs, starts) if distinct.shape[0] else costs[:0]
-    order = xp.argsort(costs)
-    order = order[xp.argsort(codes[order])]
-    distinct, starts, _ = _groups(xp, codes[order])
-    return distinct, costs[order[starts]]
+    if costs.dtype.name not in GATHER_TYPES or not codes.shape[0]:
+        order = xp.argsort(costs)
+        order = order[xp.argsort(codes[order])]
+        distinct, starts, _ = _groups(xp, codes[order])
+        return distinct, costs[order[starts]]
+    # One sort by code; each run's minimum by kernels.segment_min_source.
+    order = xp.argsort(codes)
+    codes, costs = codes[order], costs[order]
+    n = codes.shape[0]
+    heads = xp.empty(n, dtype=bool)
+    heads[:1] = True
+    xp.not_equal(codes[1:], codes[:-1], out=heads[1:])
+    pos = xp.cumsum(heads, dtype=xp.int64)
+    m = int(pos[-1])
+    largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
+    distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
+    _raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
+        (min((n + 255) // 256, 8192),), (256,), (codes, costs, pos, np.int64(n), distinct, least))
+    return distinct, least
 
 
 def _by_first(xp, first, *rest):
