@@ -414,18 +414,19 @@ def _constant(problem: Problem):
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float,
                   lns_stall: tuple[float, float]) -> None:
-    """Chains on the engine's array module, seeded by rollouts from the guiding messages and the
-    incumbent, until they stall; then large neighbourhood search from the incumbent until it
-    stalls too, within the slice."""
+    """Chains (on the engine's array module, or NumPy for a small problem: local_search.chains_module),
+    seeded by rollouts from the guiding messages and the incumbent, until they stall; then large
+    neighbourhood search on the engine from the incumbent until it stalls too, within the slice."""
     from . import local_search
-    xp = engine.xp
+    from .engines.sparse import to_module
+    xp = local_search.chains_module(problem, engine.xp)
     start = time.perf_counter()
     last = [start]
     rng = rng_for(problem)
     starts = []
     if guide is not None:
-        starts.append(local_search.rollouts(guide.problem, guide.plan, engine, guide.tables, guide.messages,
-                                            ROLLOUTS, rng))
+        starts.append(to_module(xp, local_search.rollouts(guide.problem, guide.plan, engine, guide.tables,
+                                                          guide.messages, ROLLOUTS, rng)))
     if bounds.assignment is not None:
         starts.append(xp.asarray([bounds.assignment], dtype=xp.int64))
 

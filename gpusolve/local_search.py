@@ -41,6 +41,22 @@ from . import graph
 from .engines import sparse
 from .model import Problem
 
+# The chains run on the GPU engine's device when the problem's tables hold this many entries in all.
+# Below, 256 chains sweep about as fast on one core (GEOM40: 8-9 ms against 14-20 ms on the device,
+# grid n=64 d=10 with 11k entries: 35-39 against 35-37 ms, 404: 31-36 against 22-25 ms) and their
+# CuPy kernels would compile on a new machine (1.5-3 s); above, the device wins (CELAR6-SUB0, 94k
+# entries: 11 against 65-74 ms; grid n=400 d=10, 75k: 55-70 against 104 ms). bench/local_search.py
+# --sweeps 30, H100, 2026-11-26.
+DEVICE_MIN_ENTRIES = 50_000
+
+
+def chains_module(problem: Problem, xp):
+    """The array module the chains run with: the engine's `xp`, or NumPy for a small problem."""
+    if xp is np or sum(f.entries for f in problem.functions) < DEVICE_MIN_ENTRIES:
+        return np
+    return xp
+
+
 HOT = 1.0  # hottest chain's temperature, in units of the problem's typical cost difference
 COLD = 0.02  # coldest rung's temperature, same units
 WEIGHT = 3.0  # a hard entry costs this many times the largest feasible entry while searching

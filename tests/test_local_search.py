@@ -203,3 +203,13 @@ def test_rollouts_and_local_search_on_cupy_are_sound(cupy, seed):
     assert (best is None) == (opt >= problem.top)
     if best is not None:
         assert cost == problem.evaluate(best) == pytest.approx(opt)
+
+
+def test_chains_run_on_the_device_only_for_problems_with_many_table_entries():
+    """Below DEVICE_MIN_ENTRIES one core sweeps as fast and nothing compiles (bench/local_search.py --sweeps)."""
+    from gpusolve.local_search import DEVICE_MIN_ENTRIES, chains_module
+    device = object()  # stands for cupy: only its identity is returned
+    small, large = generate("grid", 16, 4, 0.3, 0.5, 1), generate("grid", 900, 10, 0.3, 0.5, 1)
+    assert sum(f.entries for f in small.functions) < DEVICE_MIN_ENTRIES <= sum(f.entries for f in large.functions)
+    assert chains_module(small, device) is np and chains_module(large, device) is device
+    assert chains_module(large, np) is np
