@@ -43,10 +43,10 @@ from .model import Problem
 
 # The chains run on the GPU engine's device when the problem's tables hold this many entries in all.
 # Below, 256 chains sweep about as fast on one core (GEOM40: 8-9 ms against 14-20 ms on the device,
-# grid n=64 d=10 with 11k entries: 35-39 against 35-37 ms, 404: 31-36 against 22-25 ms) and their
+# grid n=64 d=10 with 11k entries: 35-39 against 35-38 ms, 404: 31-36 against 22-25 ms) and their
 # CuPy kernels would compile on a new machine (1.5-3 s); above, the device wins (CELAR6-SUB0, 94k
-# entries: 11 against 65-74 ms; grid n=400 d=10, 75k: 55-70 against 104 ms). bench/local_search.py
-# --sweeps 30, H100, 2026-11-26.
+# entries: 10-11 against 65-74 ms; grid n=400 d=10, 75k: 55-71 against 104-106 ms).
+# bench/local_search.py --sweeps 30, two runs on H100s, 2026-11-26.
 DEVICE_MIN_ENTRIES = 50_000
 
 
