@@ -330,7 +330,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
     out = Outcome()
     shifted = None  # the FGLP-shifted equivalent, when shifting raised the bound
     guide = None  # the tightest MBE Run: heuristic and rollout guide
-    for phase in schedule.phases:
+    for i, phase in enumerate(schedule.phases):
         if bounds.closed or stop():
             break
         if phase.predicted_s > stop.remaining():
@@ -385,7 +385,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
-                later = schedule.phases[schedule.phases.index(phase) + 1:]
+                later = schedule.phases[i + 1:]
                 seconds = math.inf if phase.seconds is None else phase.seconds
                 _search(on, order, guide, engine, bounds, stop.within(seconds, sum(p.predicted_s for p in later)),
                         out, cluster)

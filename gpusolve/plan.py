@@ -82,8 +82,11 @@ class Plan:
 
     @property
     def message_bytes(self) -> int:
-        return sum(mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * self.itemsize
-                   for mb in self.minibuckets)
+        return sum(self.out_bytes(mb) for mb in self.minibuckets)
+
+    def out_bytes(self, mb: MiniBucket) -> int:
+        """Bytes of mini-bucket mb's message: its feasible rows (sparse) or every entry (dense)."""
+        return mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * self.itemsize
 
     @property
     def workspace_bytes(self) -> int:
@@ -166,8 +169,7 @@ class Placement:
 
     def streamed_bytes(self, plan: Plan) -> int:
         """Bytes of the messages kept in host memory: each crosses the bus to the host and back."""
-        return sum(mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * plan.itemsize
-                   for mb in plan.minibuckets if self.where[mb.index] == "streamed")
+        return sum(plan.out_bytes(mb) for mb in plan.minibuckets if self.where[mb.index] == "streamed")
 
     def describe(self, plan: Plan, domains) -> str:
         counts = {w: self.where.count(w) for w in dict.fromkeys(self.where)}
@@ -204,7 +206,7 @@ def place(problem: Problem, plan: Plan, budget: int | None, host_max: int = 0) -
     on_host: set[int] = set()  # streamed messages
     where, lead = [], []
     for mb in plan.minibuckets:
-        out = mb.rows * ROW_BYTES if mb.sparse else mb.out_entries * plan.itemsize
+        out = plan.out_bytes(mb)
         host_scopes = ([] if originals_on_device else [problem.functions[i].scope for i in mb.functions]) + \
             [plan.minibuckets[j].scope for j in mb.messages if j in on_host]
         host_in = sum(math.prod(dom[u] for u in s) for s in host_scopes) * plan.itemsize
