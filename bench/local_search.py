@@ -11,7 +11,7 @@ one small grid for a second each. Writes JSON to bench/results/.
 
 --sweeps N times N sweeps of the chains instead, on the CPU (NumPy) and, where there is one, the GPU
 (CuPy), after one warm-up run of each (kernels compiled): seconds per sweep by instance size, the
-figures anytime.LS_DEVICE_MIN is set from.
+figures local_search.DEVICE_MIN_ENTRIES is set from (it counts the tables' entries).
 """
 from __future__ import annotations
 
@@ -95,16 +95,17 @@ def run(name: str, problem, path: Path | None, z: int, seconds: float, tb2_secon
 
 def sweep_times(jobs, sweeps: int, n: int, devices: list[str]) -> list[dict]:
     """Seconds per sweep of `n` chains from random starts on each array module."""
+    modules = {"cpu": np}
+    if "gpu" in devices:  # CuPy as the GPU engine sets it up (its reductions, its compiler options)
+        from gpusolve.engines.cupy_engine import CupyEngine
+        modules["gpu"] = CupyEngine().xp
     out = []
     for name, problem, _, _, _ in jobs:
         p = preprocess(problem).problem
         rec = {"instance": name, "variables": len(p.domains), "domain_sum": int(sum(p.domains)),
-               "chains": n, "sweeps": sweeps}
+               "table_entries": int(sum(f.entries for f in p.functions)), "chains": n, "sweeps": sweeps}
         for device in devices:
-            xp = np
-            if device == "gpu":  # CuPy as the GPU engine sets it up (its reductions, its compiler options)
-                from gpusolve.engines.cupy_engine import CupyEngine
-                xp = CupyEngine().xp
+            xp = modules[device]
             for key in ("first_s", "sweep_s"):
                 t = time.perf_counter()
                 local_search(p, None, None, np.random.default_rng(0), xp=xp, n=n, max_sweeps=sweeps)
