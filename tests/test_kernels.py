@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gpusolve.engines.kernels import (BLOCK, GENERIC_MAX_OPS, TILE_MAX, assign_source, fused_source, generic_descriptor,
-                                      generic_source, kernel_mode, segment_min_source)
+                                      generic_source, kernel_mode, pieces_gather_source,
+                                      segment_min_source)
 
 
 def c_order_strides(dims):
@@ -110,6 +111,17 @@ def test_segment_min_source_per_cost_type():
     assert i64.name != f64.name and i64.key == ("segment_min", "i64")
     for k in (i64, f64):
         assert not re.search(r"\b(COST|NAME|TAKE)\b", k.source) and k.source.count("{") == k.source.count("}")
+
+
+def test_pieces_gather_source_copies_words_of_the_item_size():
+    kernels = {n: pieces_gather_source(n) for n in (1, 2, 4, 8)}
+    words = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+    for n, k in kernels.items():
+        assert f"typedef {words[n]} W;" in k.source and k.key == ("gather_pieces", n)
+        assert not re.search(r"\b(WORD|NAME)\b", k.source) and k.source.count("{") == k.source.count("}")
+    assert len({k.name for k in kernels.values()}) == 4 and pieces_gather_source(8) is kernels[8]
+    with pytest.raises(KeyError):
+        pieces_gather_source(3)
 
 
 def test_assign_source_per_cost_type():

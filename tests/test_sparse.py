@@ -192,7 +192,8 @@ def test_gather_axes_compose_the_output_keys():
     for _ in range(200):
         a, b, scope, dims = random_pair(rng, np.int64)
         ix = sparse.join_index(np, a, b)
-        keys, costs = sparse._gather(np, ix, a, b, 0, ix.total, scope, dims, 200, None)  # top above any sum
+        keys, costs, count = sparse._gather(np, ix, a, b, 0, ix.total, scope, dims, 200, None)  # top above any sum
+        assert count is None
         i = np.arange(ix.total)
         g = np.searchsorted(ix.out_start, i, side="right") - 1
         t = i - ix.out_start[g]
@@ -225,3 +226,32 @@ def test_one_launch_gather_equals_the_array_code(cupy, dtype):
             k, c = cupy.asnumpy(got[0]), cupy.asnumpy(got[1])
             np.testing.assert_array_equal(np.sort(k), want[0][order])
             np.testing.assert_array_equal(c[np.argsort(k)], want[1][order])
+            assert got[2] is None
+            counted = sparse._gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None, counted=True)
+            n = int(counted[2].get()[0])  # the rows kept; the arrays hold every output row
+            assert n == k.shape[0] and counted[0].shape[0] == hi - lo
+            np.testing.assert_array_equal(np.sort(cupy.asnumpy(counted[0][:n])), np.sort(k))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["int64", "float64", "int32"])
+def test_counted_sorts_and_minima_equal_numpy_on_the_valid_rows(cupy, dtype):
+    """segment_min and _by_first given a device count: the result covers the first count rows
+    only, whatever the rows after it hold (Counted for int64 and float64 costs, exact arrays else)."""
+    rng = np.random.default_rng(11)
+    for n, count in [(1000, 1000), (1000, 613), (1000, 0), (5, 1), (0, 0)]:
+        codes = rng.integers(0, 50, n).astype(np.int64)
+        costs = rng.integers(-5, 100, n).astype(dtype)
+        dc, dw = cupy.asarray(codes), cupy.asarray(costs)
+        dc[count:] = rng.integers(-2**62, 2**62)  # garbage past the count
+        dev_count = cupy.asarray([count], dtype=cupy.int64)
+        got = sparse.segment_min(cupy, dc, dw, count=dev_count)
+        if isinstance(got, sparse.streaming.Counted):
+            m = int(got.count.get()[0])
+            got = tuple(a[:m] for a in got.arrays)
+        for w, g in zip(sparse.segment_min(np, codes[:count], costs[:count]), got):
+            np.testing.assert_array_equal(cupy.asnumpy(g), w)
+        ordered = sparse._by_first(cupy, dc, dw, count=dev_count)
+        assert isinstance(ordered, sparse.streaming.Counted) and ordered.count is dev_count
+        for w, g in zip(sparse._by_first(np, codes[:count], costs[:count]), ordered.arrays):
+            np.testing.assert_array_equal(cupy.asnumpy(g[:count]), w)

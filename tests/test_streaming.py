@@ -63,6 +63,21 @@ def test_map_keeps_job_order_and_logs_every_chunk():
     assert {"copy_s", "work_s", "overlap_s", "span_s", "GB_per_s"} <= set(rec)
 
 
+def test_counted_results_land_whole_and_come_back_cut():
+    """A work step returning Counted (its row count still on the device) gets its rows cut to the
+    count; `into` places them at their whole size, and the log counts every byte moved down."""
+    log = []
+    pipe = streaming.Pipeline(np, log)
+    jobs = [(np.arange(6) + 10 * i,) for i in range(4)]
+    arena = np.full(24, -1)
+    into = streaming.side_by_side([arena])
+    out = pipe.map(jobs, lambda i, a: streaming.Counted((a * 2,), np.array([i + 1])), "counted", None, into)
+    for i, (a,) in enumerate(out):
+        np.testing.assert_array_equal(a, 2 * (np.arange(i + 1) + 10 * i))
+        assert np.shares_memory(a, arena[6 * i:6 * i + 6])
+    assert into.filled == 24 and log[-1]["d2h_bytes"] == 24 * 8
+
+
 @pytest.mark.parametrize("seed", range(60))
 @pytest.mark.parametrize("split_equal", [True, False])
 def test_range_cuts_partition_the_runs_in_order(seed, split_equal):
@@ -206,6 +221,55 @@ def test_gpu_merge_equals_the_host_merge(cupy, seed):
             for g, want in zip(got, host_merge(runs, reduce)):
                 assert isinstance(g, np.ndarray)
                 np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.gpu
+def test_host_pieces_are_read_in_place_by_one_kernel(cupy):
+    """HostPieces of page-locked arrays upload as their concatenation, for every item size, with
+    empty pieces first, between and last; the log counts their bytes."""
+    log = []
+    pipe = streaming.Pipeline(cupy, log)
+    assert pipe.in_place  # a Hopper host: registered pages are read at their host addresses
+    rng = np.random.default_rng(3)
+    for dtype in (np.int64, np.float64, np.int32, np.int16, np.bool_):
+        for lengths in ([0, 5, 0, 1, 3000, 0], [7], [0, 0], [1] * 300):
+            pieces = [pin(pipe, (rng.integers(-100, 100, n)).astype(dtype)) for n in lengths]
+            sizes = np.array(lengths, dtype=np.int64)
+            outs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            job = streaming.HostPieces(np.array([p.ctypes.data for p in pieces], dtype=np.int64), outs,
+                                       int(sizes.sum()), np.dtype(dtype))
+            (got,), = pipe.map([(job,)], lambda i, d: (d,), "pieces")
+            np.testing.assert_array_equal(got, np.concatenate(pieces))
+            assert got.dtype == dtype and log[-1]["h2d_bytes"] == job.nbytes
+
+
+@pytest.mark.gpu
+def test_merge_reads_pinned_runs_in_place_and_returns_page_locked_tables(cupy, monkeypatch):
+    """Runs in the runs arena are merged through HostPieces into tracked page-locked output; a
+    single run in the arena comes back as a copy (the next request overwrites the arena), and a
+    tracked array's range is forgotten when its memory goes."""
+    monkeypatch.setattr(streaming, "POOLED_PINNED_MAX", 1 << 12)  # registered pages from 4 KiB on
+    pipe = streaming.Pipeline(cupy, [])
+    rng = np.random.default_rng(8)
+    runs = [tuple(np.sort(a) if k == 0 else a for k, a in enumerate(r)) for r in random_runs(rng, unique=False)]
+    runs += [(np.sort(rng.integers(0, 1000, 3000)), rng.integers(0, 50, 3000)) for _ in range(3)]
+    into = pipe.arena_into(sum(r[0].shape[0] for r in runs), (np.int64, np.int64))
+    landed = pipe.map(runs, lambda i, k, c: (k, c), "runs", None, into)
+    assert all(pipe.in_arena(a) and pipe.is_pinned(a) for r in landed for a in r if a.size)
+    put = []
+    monkeypatch.setattr(pipe, "_gather", lambda s, k, p, real=pipe._gather: put.append(p) or real(s, k, p))
+    got = streaming.merge(pipe, landed, 500, combine(cupy, False), True, "merge")
+    assert put and all(isinstance(p, streaming.HostPieces) for p in put)
+    for g, want in zip(got, host_merge(runs, False)):
+        np.testing.assert_array_equal(g, want)
+        assert pipe.is_pinned(g) and not pipe.in_arena(g)
+    (one,) = [r for r in landed if r[0].size][-1:]
+    alone = streaming.merge(pipe, [one], 500, combine(cupy, False), True, "merge")
+    assert not np.shares_memory(alone[0], one[0]) and np.array_equal(alone[0], one[0])
+    tracked = len(pipe._pinned_ranges)
+    del got, g
+    gc.collect()
+    assert len(pipe._pinned_ranges) == tracked - 2
 
 
 def pin(pipe, a):

@@ -448,6 +448,7 @@ def shape_generic_specs() -> list[FusedKernel]:
     return specs + [assign_source(mode) for mode in ("i64", "f64")]
 
 
+@functools.lru_cache(maxsize=2)
 def segment_min_source(cost_type: str) -> FusedKernel:
     """The minimum cost of each run of equal codes in code-sorted rows (sparse.segment_min on the
     GPU): a thread per row, the run's rank being `pos[i] - 1` (an inclusive prefix sum of the run
@@ -479,6 +480,7 @@ extern "C" __global__ void NAME(const i64* codes, const T* costs, const i64* pos
     return FusedKernel(name, source, 0, ("segment_min", cost_type))
 
 
+@functools.lru_cache(maxsize=2)
 def join_gather_source(cost_type: str) -> FusedKernel:
     """The sparse join-sum's gather (sparse._gather, Cuda-BE's Algorithm 4) in one launch: a
     thread per output row finds its group by binary search, sums the two input rows' costs and,
@@ -517,3 +519,41 @@ extern "C" __global__ void NAME(const i64* ak, const T* ac, const i64* bk, const
 }
 """.replace("COST", ctype).replace("NAME", name)
     return FusedKernel(name, source, 0, ("join_gather", cost_type))
+
+
+_RAW_KERNELS: dict = {}  # kernel name -> compiled RawKernel of the array module, for the process
+
+
+def raw_kernel(xp, spec: FusedKernel):
+    """The generated kernel compiled once per process by module `xp` (CuPy's RawKernel)."""
+    if spec.name not in _RAW_KERNELS:
+        _RAW_KERNELS[spec.name] = xp.RawKernel(spec.source, spec.name)
+    return _RAW_KERNELS[spec.name]
+
+
+@functools.lru_cache(maxsize=4)
+def pieces_gather_source(itemsize: int) -> FusedKernel:
+    """Concatenate pieces of page-locked host arrays into one device array, reading them in place
+    over the bus (unified addressing: a registered page's host address is its device address). A
+    thread per output item finds its piece by binary search in the pieces' output offsets (`outs`,
+    exclusive prefix sums; empty pieces share the next one's offset and are never the last at or
+    before an item). Items are copied as words of `itemsize` bytes, whatever their type. A range of
+    a streamed merge has a piece of every sorted run, hundreds of a few KB each: one copy call
+    each, or a host copy through staging, cost more than moving them."""
+    word = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}[itemsize]
+    name = f"gpusolve_gather_pieces_{8 * itemsize}"
+    source = r"""
+typedef long long i64;
+typedef WORD W;
+extern "C" __global__ void NAME(const i64* addresses, const i64* outs, int pieces, i64 n, W* out) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    int l = 0, r = pieces;  // the last piece starting at or before i
+    while (r - l > 1) {
+      int m = (l + r) >> 1;
+      if (outs[m] <= i) l = m; else r = m;
+    }
+    out[i] = ((const W*)addresses[l])[i - outs[l]];
+  }
+}
+""".replace("WORD", word).replace("NAME", name)
+    return FusedKernel(name, source, 0, ("gather_pieces", itemsize))

@@ -32,7 +32,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
-from ..memory import available_memory
 from . import kernels, streaming
 from .base import host_or_table
 
@@ -257,14 +256,17 @@ def join_index(xp, a: SparseTable, b: SparseTable) -> JoinIndex:
 
 
 def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
-            keep: Keep | None):
-    """Output rows lo..hi-1 of the join as (keys, costs), rows at top or failing `keep` dropped.
+            keep: Keep | None, counted: bool = False):
+    """Output rows lo..hi-1 of the join as (keys, costs, count), rows at top or failing `keep`
+    dropped. `counted`: the one-launch gather may leave the number of rows kept on the device
+    (count, a device int64 scalar: rows past it are garbage); else count is None and the arrays
+    hold the rows kept.
 
     Output row i of group g pairs a's row g_a + t % |g_a| with b's row g_b +
     t // |g_a| (t = i - offset of g): the gather of Cuda-BE's Algorithm 4.
     """
     if keep is None and xp is not np and a.costs.dtype.name in GATHER_TYPES:
-        return _gather_on_device(xp, ix, a, b, lo, hi, scope, dims, top)
+        return _gather_on_device(xp, ix, a, b, lo, hi, scope, dims, top, counted)
     i = xp.arange(lo, hi, dtype=xp.int64)
     g = xp.searchsorted(ix.out_start, i, side="right") - 1
     t = i - ix.out_start[g]
@@ -281,17 +283,10 @@ def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int,
     if keep is not None:
         mask = keep(digs, costs)
         digs, costs = [d[mask] for d in digs], costs[mask]
-    return compose(xp, digs, dims, costs.shape[0]), costs
+    return compose(xp, digs, dims, costs.shape[0]), costs, None
 
 
 GATHER_TYPES = {"int64": "i64", "float64": "f64"}  # cost types with one-launch kernels on the GPU
-_RAW_KERNELS: dict = {}  # kernel name -> compiled cupy.RawKernel, for the process
-
-
-def _raw_kernel(xp, spec):
-    if spec.name not in _RAW_KERNELS:
-        _RAW_KERNELS[spec.name] = xp.RawKernel(spec.source, spec.name)
-    return _RAW_KERNELS[spec.name]
 
 
 def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
@@ -305,24 +300,28 @@ def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tu
     return np.asarray(rows, dtype=np.int64).reshape(-1)
 
 
-def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top):
-    """_gather in one kernel launch (kernels.join_gather_source) and one read of the row count."""
+def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
+                      counted: bool):
+    """_gather in one kernel launch (kernels.join_gather_source), then one read of the row count
+    unless `counted`."""
     mode = GATHER_TYPES[a.costs.dtype.name]
     n = hi - lo
     keys, costs = xp.empty(n, dtype=xp.int64), xp.empty(n, dtype=a.costs.dtype)
-    if n == 0:
-        return keys, costs
     count = xp.zeros(1, dtype=xp.uint64)
+    if n == 0:
+        return keys, costs, (count.view(xp.int64) if counted else None)
     indirect = ix.a_rows is not None
     rows_a, rows_b = (ix.a_rows, ix.b_rows) if indirect else (count, count)  # unread without `indirect`
     as64 = [xp.asarray(x, dtype=xp.int64) for x in (ix.a_start, ix.a_size, ix.b_start, ix.out_start)]
     scalar = np.int64 if mode == "i64" else np.float64
-    _raw_kernel(xp, kernels.join_gather_source(mode))((min((n + 255) // 256, 8192),), (256,), (
+    kernels.raw_kernel(xp, kernels.join_gather_source(mode))((min((n + 255) // 256, 8192),), (256,), (
         a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
         np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)), np.int32(len(scope)),
         keys, costs, count))
+    if counted:
+        return keys, costs, count.view(xp.int64)
     m = int(count.get()[0])
-    return keys[:m], costs[:m]
+    return keys[:m], costs[:m], None
 
 
 def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...],
@@ -335,10 +334,10 @@ def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims
     for lo in range(0, ix.total, step):
         if check is not None:
             check()
-        yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)
+        yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
 
 
-def segment_min(xp, codes, costs, runs: bool = False):
+def segment_min(xp, codes, costs, runs: bool = False, count=None):
     """Sorted distinct codes and the minimum cost of each.
 
     NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
@@ -346,8 +345,13 @@ def segment_min(xp, codes, costs, runs: bool = False):
     reduceat only adds, so there: sort by code, then one kernel takes each
     run's minimum atomically (int64 and float64 costs; other types sort by
     cost, then by code, CuPy's sorts being stable, and read each group's
-    first row).
+    first row). `count` (a device scalar): only the first count rows are
+    valid, and for int64 and float64 costs the result is a streaming.Counted
+    whose count stays on the device (no wait for the device).
     """
+    if count is not None and (costs.dtype.name not in GATHER_TYPES or not codes.shape[0]):
+        m = int(count.get()[0])
+        codes, costs, count = codes[:m], costs[:m], None
     if xp is np:
         order = xp.argsort(codes, kind="stable" if runs else None)
         distinct, starts, _ = _groups(xp, codes[order])
@@ -359,6 +363,8 @@ def segment_min(xp, codes, costs, runs: bool = False):
         distinct, starts, _ = _groups(xp, codes[order])
         return distinct, costs[order[starts]]
     # One sort by code; each run's minimum by kernels.segment_min_source.
+    if count is not None:
+        codes = _valid_first(xp, codes, count)
     order = xp.argsort(codes)
     codes, costs = codes[order], costs[order]
     n = codes.shape[0]
@@ -366,18 +372,28 @@ def segment_min(xp, codes, costs, runs: bool = False):
     heads[:1] = True
     xp.not_equal(codes[1:], codes[:-1], out=heads[1:])
     pos = xp.cumsum(heads, dtype=xp.int64)
-    m = int(pos[-1])
+    m = n if count is not None else int(pos[-1])  # counted: the garbage rows' group comes last
     largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
     distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
-    _raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
+    kernels.raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
         (min((n + 255) // 256, 8192),), (256,), (codes, costs, pos, np.int64(n), distinct, least))
-    return distinct, least
+    if count is None:
+        return distinct, least
+    return streaming.Counted((distinct, least), xp.where(count > 0, pos[xp.maximum(count - 1, 0)], 0))
 
 
-def _by_first(xp, first, *rest):
-    """The arrays stably sorted by the first."""
-    order = xp.argsort(first, kind="stable")
-    return (first[order], *(a[order] for a in rest))
+def _valid_first(xp, keys, count):
+    """keys with the rows from `count` on (a device scalar) replaced by the largest key: sorted,
+    the garbage rows go last."""
+    return xp.where(xp.arange(keys.shape[0]) < count, keys, np.iinfo(np.int64).max)
+
+
+def _by_first(xp, first, *rest, count=None):
+    """The arrays stably sorted by the first; with `count` (a device scalar, only the first count
+    rows valid) as a streaming.Counted."""
+    order = xp.argsort(first if count is None else _valid_first(xp, first, count), kind="stable")
+    arrays = (first[order], *(a[order] for a in rest))
+    return arrays if count is None else streaming.Counted(arrays, count)
 
 
 class DeviceFull(MemoryError):
@@ -438,11 +454,6 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
 
 # Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
 SORT_ROW_BYTES = 64
-# A streamed join's sorted runs land in kept pinned memory (Pipeline.runs_arena) when they fit in
-# this share of the host memory available (as many rows as the join's output before reduction): no
-# host copy on their way down, none on their way up to the merge. Past it, the runs go through the
-# staging buffers into plain memory, at about half the rate (bench/sparse.py).
-PINNED_RUNS_SHARE = 8
 
 
 class Streamer:
@@ -469,13 +480,15 @@ class Streamer:
 
     def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
         """(codes over `sub`, keys, costs) of host table t, stably sorted by code: device-sized runs
-        are sorted on the device, then merged there."""
+        are sorted on the device, land side by side in the runs arenas where affordable, then are
+        merged on the device."""
         xp, run = self.xp, self.run_rows
         if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
         jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
         runs = self.pipe.map(jobs, lambda i, keys, costs: _by_first(xp, t.code(xp, sub, keys), keys, costs),
-                             f"sort {t.rows:,} rows", check)
+                             f"sort {t.rows:,} rows", check,
+                             self.pipe.arena_into(t.rows, (np.int64, np.int64, t.costs.dtype)))
         return self.merge(runs, functools.partial(_by_first, xp), True,
                           f"merge {len(runs)} sorted runs of {t.rows:,} rows", check)
 
@@ -512,21 +525,13 @@ class Streamer:
 
         def work(i, ak, ac, bk, bc, a_start, a_size, b_start, out_start):
             local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
-            k, c = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac), SparseTable(b.scope, b.dims, bk, bc),
-                           *spans[i], scope, dims, top, keep)
-            return reduce(k, c)
-        into = None
-        run_bytes = total * (8 + np.dtype(wa.dtype).itemsize)
-        if self.xp is not np and run_bytes <= available_memory() // PINNED_RUNS_SHARE:
-            arenas = [self.pipe.runs_arena(0, total, np.int64), self.pipe.runs_arena(1, total, wa.dtype)]
-            at = [0]
-
-            def into(i, k, r):  # called in job order: the chunks' runs side by side
-                lo = at[0]
-                if k == 1:
-                    at[0] += r.shape[0]
-                return arenas[k][lo:lo + r.shape[0]]
-        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into)
+            k, c, count = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac),
+                                  SparseTable(b.scope, b.dims, bk, bc), *spans[i], scope, dims, top, keep, True)
+            return reduce(k, c, count=count)
+        # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
+        # reduction), no host copy on their way down nor up to the merge: else at about half the rate
+        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check,
+                             self.pipe.arena_into(total, (np.int64, wa.dtype)))
 
     def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
               combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):
@@ -537,10 +542,7 @@ class Streamer:
         _limit(sum(r[0].shape[0] for r in runs), row_limit, what)
         if not runs:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=a.costs.dtype)
-        keys, costs = self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
-        if self.pipe.is_pinned(keys):  # one run, returned as it came: out of the arena the next join reuses
-            keys, costs = keys.copy(), costs.copy()
-        return keys, costs
+        return self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
 
 
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],
@@ -582,8 +584,8 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
     keep = bound.keep(joint) if bound is not None else None
     what = f"the message of variable {var}"
 
-    def reduce(k, c):
-        return segment_min(xp, k // domains[var], c)
+    def reduce(k, c, count=None):
+        return segment_min(xp, k // domains[var], c, count=count)
     if streamer is None:
         keys, costs = _collect(xp, join_chunks(xp, cur, tables[-1], joint, jdims, top, keep, check),
                                cur.costs.dtype, row_limit, what, reduce, device_rows)

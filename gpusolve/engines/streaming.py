@@ -5,7 +5,8 @@ chunk i+1 is uploaded on one CUDA stream while chunk i works on the other,
 and a chunk's results are read back only when its stream is reused, so copies
 overlap work. Host arrays pass through pinned staging buffers that are kept
 and reused (page-locking fresh memory costs 0.04 s per GiB at best, see
-`pinned_array`); arrays already in a pinned buffer of the pipeline go straight. Every
+`pinned_array`); arrays already in a pinned buffer of the pipeline go straight, and
+many small pieces of them are read in place by one kernel (`HostPieces`). Every
 map adds one record to the engine's `stream_log`.
 
 Its users: `stream_dense`, a dense message computed in chunks of output rows
@@ -29,13 +30,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..memory import available_memory
 from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
+from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
 COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
 DIRECT_PIECE_BYTES = 1 << 16  # pinned pieces at least this large on average are uploaded without staging
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
 POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
+# Results that later steps upload again (sorted runs, merged tables) are page-locked while they fit in
+# this share of the host memory available; past it they go through the staging buffers into plain memory.
+PINNED_SHARE = 8
+REGISTER_MAPPED = 2  # cudaHostRegisterMapped: kernels may read registered pages in place
 
 
 def _union(intervals) -> float:
@@ -126,7 +133,7 @@ def pinned_array(xp, shape, dtype) -> np.ndarray:
     _split(size // PAGE, lambda lo, hi: pages[lo * PAGE:hi * PAGE].fill(0))
     runtime = xp.cuda.runtime
     try:
-        runtime.hostRegister(pages.ctypes.data, size, 0)
+        runtime.hostRegister(pages.ctypes.data, size, REGISTER_MAPPED)
     except Exception:  # pinning refused (limits, container): copies just stop overlapping
         return np.empty(shape, dtype=dtype)
     weakref.finalize(raw, _unregister, runtime, pages.ctypes.data).atexit = False
@@ -140,6 +147,47 @@ def _unregister(runtime, address: int) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class HostPieces:
+    """Pieces of page-locked host arrays to upload as one array, given by address: what a range of
+    a merge uploads (a piece of every run), read in place by one kernel (kernels.pieces_gather_source)."""
+
+    addresses: np.ndarray  # int64 address of each piece's first item
+    outs: np.ndarray  # int64 exclusive prefix sums of the pieces' sizes: where each lands
+    size: int  # items in all
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Device results of which only the first `count` rows are valid, count being a device scalar
+    (int64, shape (1,)) not yet read: a work step returns them so that the host does not wait for
+    the device; map downloads them whole and cuts them when they land."""
+
+    arrays: tuple
+    count: object
+
+
+def _reads_host_in_place(xp) -> bool:
+    """Whether kernels may read page-locked host memory at its host address (unified addressing)."""
+    rt = xp.cuda.runtime
+    try:
+        return bool(rt.deviceGetAttribute(rt.cudaDevAttrCanUseHostPointerForRegisteredMem, xp.cuda.Device().id))
+    except Exception:  # an older runtime: uploads go through copies
+        return False
+
+
+def _root(a):
+    """The object owning an array's memory (the last ndarray base, or a non-array buffer)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
 class Pipeline:
     """Two streams, kept pinned staging buffers, one log; one per engine (module `xp`)."""
 
@@ -147,28 +195,62 @@ class Pipeline:
         self.xp, self.log = xp, log
         self.gpu = xp is not np
         self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(N_STREAMS)] if self.gpu else None
+        self.in_place = self.gpu and _reads_host_in_place(xp)
         self._staging: dict = {}
-        self._pinned_ranges: list[tuple[int, int]] = []  # buffers that live as long as the engine
+        self._pinned_ranges: list[tuple[int, int]] = []  # tracked pinned arrays, while their memory lives
 
     # -- host memory ------------------------------------------------------
     def pinned(self, shape, dtype, track: bool = True):
         """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
-        be had. `track`: remember it, so that copies from or into it skip the staging buffers."""
+        be had. `track`: remember it, so that copies from or into it skip the staging buffers, until
+        its memory is released (registered pages; the pool's blocks stay page-locked)."""
         a = pinned_array(self.xp, shape, dtype)
         if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
-            self._pinned_ranges.append((a.ctypes.data, a.ctypes.data + a.nbytes))
+            span = (a.ctypes.data, a.ctypes.data + a.nbytes)
+            self._pinned_ranges.append(span)
+            root = _root(a)
+            if isinstance(root, np.ndarray):  # registered pages, unregistered with this buffer
+                weakref.finalize(root, self._untrack, span).atexit = False
         return a
+
+    def _untrack(self, span) -> None:
+        with contextlib.suppress(ValueError):
+            self._pinned_ranges.remove(span)
+
+    def kept(self, n: int, dtype, nbytes: int | None = None):
+        """Room for n items of a result that later steps upload again (a merged table): page-locked
+        and tracked while `nbytes` (default its own) fit in PINNED_SHARE of the available host
+        memory, so it comes down and goes back up without staging; else plain memory."""
+        if self.affordable(n * np.dtype(dtype).itemsize if nbytes is None else nbytes):
+            return self.pinned((n,), dtype)
+        return np.empty(n, dtype=dtype)
+
+    def affordable(self, nbytes: int) -> bool:
+        """Whether nbytes of results may be page-locked (a GPU pipeline, within PINNED_SHARE)."""
+        return self.gpu and nbytes <= available_memory() // PINNED_SHARE
 
     def is_pinned(self, a) -> bool:
         """Whether `a` is contiguous in a tracked pinned buffer, so the device copies it directly."""
         p = a.ctypes.data
         return a.flags.c_contiguous and any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
 
+    def in_arena(self, a) -> bool:
+        """Whether `a` lies in a runs arena, which the next request of it overwrites."""
+        p = a.ctypes.data
+        return any(k[0] == "runs" and b.ctypes.data <= p < b.ctypes.data + b.nbytes for k, b in self._staging.items())
+
+    def arena_into(self, total: int, dtypes) -> Callable | None:
+        """An `into` for map that lays result k of every job side by side in runs arena k (jobs'
+        results of `total` items at most), or None where page-locking them is not affordable."""
+        if not self.affordable(total * sum(np.dtype(d).itemsize for d in dtypes)):
+            return None
+        return side_by_side([self.runs_arena(k, total, d) for k, d in enumerate(dtypes)])
+
     def runs_arena(self, k: int, n: int, dtype) -> np.ndarray:
         """Kept pinned room for n items: results that the next step reads back (sorted runs before
         their merge) land there straight from the device and go back up from there, with no host
         copy either way. A caller holds one arena's contents only until its next request. Grown to
-        what is asked, no more: the caller bounds that (sparse.PINNED_RUNS_SHARE), and so the pinned
+        what is asked, no more: the caller bounds that (`arena_into`: PINNED_SHARE), and so the pinned
         memory kept."""
         return self._buffer(("runs", k), n, dtype, arena=True)
 
@@ -185,7 +267,9 @@ class Pipeline:
 
     # -- one chunk's copies -------------------------------------------------
     def _put(self, s: int, k: int, a):
-        """Host array, or list of pieces to concatenate, -> device array on stream s."""
+        """Host array, list of pieces to concatenate, or HostPieces -> device array on stream s."""
+        if isinstance(a, HostPieces):
+            return self._gather(s, k, a)
         pieces = a if isinstance(a, list) else [a]
         if not self.gpu:
             return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
@@ -196,7 +280,7 @@ class Pipeline:
             return d
         rt = self.xp.cuda.runtime
         if d.nbytes >= DIRECT_PIECE_BYTES * len(pieces) and all(self.is_pinned(p) for p in pieces):
-            # straight from pinned memory, a copy call per piece (tiny pieces: one host copy is cheaper)
+            # straight from pinned memory, a copy call per piece (tiny pieces: HostPieces, or one host copy)
             at = 0
             for p in pieces:
                 rt.memcpyAsync(d.data.ptr + at, p.ctypes.data, p.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
@@ -205,6 +289,24 @@ class Pipeline:
         src = self._buffer(("up", s, k), d.size, d.dtype)
         _copy(src, pieces if len(pieces) > 1 else pieces[0])
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
+        return d
+
+    def _gather(self, s: int, k: int, pieces: HostPieces):
+        """HostPieces -> device array on stream s: their address table goes up through staging,
+        then one kernel reads the pieces in place."""
+        xp, rt, n = self.xp, self.xp.cuda.runtime, len(pieces.addresses)
+        with self.streams[s]:
+            d = xp.empty(pieces.size, dtype=pieces.dtype)
+            table = xp.empty(2 * n, dtype=xp.int64)
+        if not pieces.size:
+            return d
+        staged = self._buffer(("pieces", s, k), 2 * n, np.int64)
+        staged[:n], staged[n:] = pieces.addresses, pieces.outs
+        rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
+        kernel = kernels.raw_kernel(xp, kernels.pieces_gather_source(d.dtype.itemsize))
+        with self.streams[s]:
+            kernel((min((pieces.size + 255) // 256, 8192),), (256,), (table, table[n:], np.int32(n),
+                                                                        np.int64(pieces.size), d))
         return d
 
     def _get(self, s: int, k: int, r, dest):
@@ -233,9 +335,10 @@ class Pipeline:
     def map(self, jobs: Sequence[tuple], work: Callable, what: str, check: Callable[[], None] | None = None,
             into: Callable | None = None, **fields) -> list[tuple]:
         """work(i, *device arrays) for job i's host arrays (or lists of pieces, concatenated), on
-        stream i % 2; it returns device arrays. The results of every job as host arrays, in job
-        order: result k of job i goes to `into(i, k, result)` when that gives a host array (called
-        in job order, so offsets may depend on earlier sizes), else to a fresh array."""
+        stream i % 2; it returns device arrays, or Counted. The results of every job as host
+        arrays, in job order: result k of job i goes to `into(i, k, result)` when that gives a host
+        array (called in job order, so offsets may depend on earlier sizes), else to a fresh array;
+        Counted results land whole and are returned cut to their count."""
         n = len(jobs)
         t0 = time.perf_counter()
         if self.gpu:  # device inputs may still be written on the caller's stream: the streams wait for it
@@ -249,10 +352,13 @@ class Pipeline:
         def drain(s):
             if pending[s] is None:
                 return
-            i, copies = pending[s]
+            i, copies, counted = pending[s]
             if self.gpu:
                 self.streams[s].synchronize()
             out[i] = tuple(_land(dest, buf) for dest, buf in copies)
+            if counted:
+                n = int(out[i][-1][0])
+                out[i] = tuple(a[:n] for a in out[i][:-1])
             pending[s] = None
 
         def upload(i):
@@ -275,9 +381,14 @@ class Pipeline:
                 res = work(i, *dev[i])
                 dev[i] = None
                 marks[i].append(self._mark(s))
-                pending[s] = (i, [self._get(s, k, r, into(i, k, r) if into else None) for k, r in enumerate(res)])
+                counted = isinstance(res, Counted)
+                arrays = res.arrays if counted else res
+                copies = [self._get(s, k, r, into(i, k, r) if into else None) for k, r in enumerate(arrays)]
+                if counted:
+                    copies.append(self._get(s, len(arrays), res.count, None))
+                pending[s] = (i, copies, counted)
                 marks[i].append(self._mark(s))
-            moved[1] += sum(r.nbytes for r in res)
+            moved[1] += sum(r.nbytes for r in arrays)
         for s in range(N_STREAMS):
             drain(s)
         wall = time.perf_counter() - t0
@@ -381,30 +492,47 @@ def range_cuts(runs: Sequence[np.ndarray], rows: int, split_equal: bool) -> np.n
     return np.stack(cuts)
 
 
+def side_by_side(out: Sequence[np.ndarray]) -> Callable:
+    """An `into` for Pipeline.map: result k of each job lands in out[k] after those of earlier jobs
+    (`.filled` then counts the items landed)."""
+    def into(i, k, r):
+        lo = into.filled
+        if k == len(out) - 1:
+            into.filled += r.shape[0]
+        return out[k][lo:lo + r.shape[0]]
+    into.filled = 0
+    return into
+
+
 def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, split_equal: bool,
           what: str, check=None) -> tuple:
     """Sorted host runs (tuples of arrays, sorted by the first) -> one tuple of host arrays.
 
     Range-partitioned (range_cuts): each range's pieces of every run are uploaded as one array
-    each, combine(*device arrays) sorts them (split_equal) or sorts and reduces equal keys, and the
-    ranges come back in order into the output. One run (or none but empty ones) is already merged.
+    each (read in place when the runs are page-locked: HostPieces), combine(*device arrays) sorts
+    them (split_equal) or sorts and reduces equal keys, and the ranges come back in order into the
+    output, page-locked where affordable (`Pipeline.kept`). One run (or none but empty ones) is
+    already merged; a copy of it is returned when it lies in a runs arena.
     """
     live = [r for r in runs if r[0].shape[0]] or [runs[0]]
     if len(live) == 1:
-        return live[0]
+        return tuple(a.copy() for a in live[0]) if pipe.gpu and pipe.in_arena(live[0][0]) else live[0]
     cuts = range_cuts([r[0] for r in live], rows, split_equal)
-    spans = [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if (b - a).sum()]
-    jobs = [tuple([r[k][a[j]:b[j]] for j, r in enumerate(live) if b[j] > a[j]] for k in range(len(live[0])))
-            for a, b in spans]
+    spans = [j for j in range(len(cuts) - 1) if (cuts[j + 1] - cuts[j]).sum()]
+    if pipe.in_place and all(pipe.is_pinned(a) for r in live for a in r):
+        sizes = np.diff(cuts, axis=0)
+        outs = np.zeros_like(sizes)
+        np.cumsum(sizes[:, :-1], axis=1, out=outs[:, 1:])
+        bases = [np.array([a.ctypes.data for a in arrays], dtype=np.int64) for arrays in zip(*live)]
+        jobs = [tuple(HostPieces(base + cuts[j] * a.itemsize, outs[j], int(sizes[j].sum()), a.dtype)
+                      for base, a in zip(bases, live[0])) for j in spans]
+    else:
+        jobs = [tuple([r[k][cuts[j][i]:cuts[j + 1][i]] for i, r in enumerate(live) if cuts[j + 1][i] > cuts[j][i]]
+                      for k in range(len(live[0]))) for j in spans]
     total = int(cuts[-1].sum())
-    out = [np.empty(total, dtype=a.dtype) for a in live[0]]
-    at = [0]
-
-    def into(i, k, r):
-        lo = at[0]
-        if k == len(out) - 1:
-            at[0] += r.shape[0]
-        return out[k][lo:lo + r.shape[0]]
+    row_bytes = sum(a.itemsize for a in live[0])
+    out = [pipe.kept(total, a.dtype, total * row_bytes) for a in live[0]]
+    into = side_by_side(out)
     pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, runs=len(live), ranges=len(jobs))
-    n = at[0]
+    n = into.filled
     return tuple(a[:n] if 2 * n > total else _land(None, a[:n]) for a in out)  # a small result frees the rest
