@@ -244,10 +244,10 @@ def test_host_pieces_are_read_in_place_by_one_kernel(cupy):
 
 
 @pytest.mark.gpu
-def test_merge_reads_pinned_runs_in_place_and_returns_page_locked_tables(cupy, monkeypatch):
-    """Runs in the runs arena are merged through HostPieces into tracked page-locked output; a
-    single run in the arena comes back as a copy (the next request overwrites the arena), and a
-    tracked array's range is forgotten when its memory goes."""
+def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
+    """Runs in the runs arena are merged through HostPieces; a single run in the arena comes back
+    as a copy (the next request overwrites the arena), and a tracked array's range is forgotten
+    when its registered pages go."""
     monkeypatch.setattr(streaming, "POOLED_PINNED_MAX", 1 << 12)  # registered pages from 4 KiB on
     pipe = streaming.Pipeline(cupy, [])
     rng = np.random.default_rng(8)
@@ -267,9 +267,15 @@ def test_merge_reads_pinned_runs_in_place_and_returns_page_locked_tables(cupy, m
     alone = streaming.merge(pipe, [one], 500, combine(cupy, False), True, "merge")
     assert not np.shares_memory(alone[0], one[0]) and np.array_equal(alone[0], one[0])
     tracked = len(pipe._pinned_ranges)
-    del got, g
+    big = pipe.pinned((3, 1000), np.int64)
+    view = big[1]
+    assert pipe.is_pinned(view) and len(pipe._pinned_ranges) == tracked + 1
+    del big
     gc.collect()
-    assert len(pipe._pinned_ranges) == tracked - 2
+    assert len(pipe._pinned_ranges) == tracked + 1  # a view keeps the pages
+    del view
+    gc.collect()
+    assert len(pipe._pinned_ranges) == tracked
 
 
 def pin(pipe, a):
@@ -301,9 +307,11 @@ def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_pinned_arrays_are_page_locked_and_large_ones_released_with_their_last_view(cupy, monkeypatch):
-    """Small arrays (CuPy's pinned pool) and large ones (registered pages, side by side: no page is
-    registered twice) are page-locked; a large one's registration ends when its last view goes."""
+def test_pinned_arrays_are_page_locked_and_large_blocks_reused_after_their_last_view(cupy, monkeypatch):
+    """Small arrays (CuPy's pinned pool) and large ones (registered page blocks, side by side: no
+    page is registered twice) are page-locked; a large one's block returns to the pool when its
+    last view goes, serves the next request of at least half its size, and is unregistered once
+    the free blocks pass the pool's share of the host memory."""
     rt = cupy.cuda.runtime
     large = streaming.POOLED_PINNED_MAX // 8 + 1
     arrays = [streaming.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
@@ -312,15 +320,24 @@ def test_pinned_arrays_are_page_locked_and_large_ones_released_with_their_last_v
         assert a.base is not None and rt.pointerGetAttributes(a.ctypes.data).type == rt.memoryTypeHost
         a[...] = 7
         assert np.all(a == 7)
-    ended = []
-    monkeypatch.setattr(streaming, "_unregister", lambda runtime, address: (ended.append(address),
-                                                                              runtime.hostUnregister(address)))
+    pool = streaming._PagePool()
+    monkeypatch.setattr(streaming, "_PAGES", pool)
     big = streaming.pinned_array(cupy, (3, large), np.int64)
     view = big[1, 10:20]
     address = big.ctypes.data
     del big
     gc.collect()
-    assert ended == [] and rt.pointerGetAttributes(view.ctypes.data).type == rt.memoryTypeHost
+    assert not pool.free and not pool.returned and rt.pointerGetAttributes(view.ctypes.data).type == rt.memoryTypeHost
     del view
     gc.collect()
-    assert ended == [address]
+    assert [b.ctypes.data for b in pool.free] == [address]
+    small = streaming.pinned_array(cupy, (large,), np.int64)  # under half the block: a new one
+    again = streaming.pinned_array(cupy, (2, large), np.int64)
+    assert again.ctypes.data == address and small.ctypes.data != address and not pool.free
+    ended = []
+    monkeypatch.setattr(streaming, "_unregister", lambda runtime, address: (ended.append(address),
+                                                                              runtime.hostUnregister(address)))
+    monkeypatch.setattr(streaming, "PINNED_SHARE", 10 ** 18)  # no room: free blocks are unregistered
+    del again
+    gc.collect()
+    assert ended == [address] and not pool.free

@@ -481,14 +481,18 @@ class Streamer:
     def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
         """(codes over `sub`, keys, costs) of host table t, stably sorted by code: device-sized runs
         are sorted on the device, land side by side in the runs arenas where affordable, then are
-        merged on the device."""
+        merged on the device; one run lands in page-locked memory where affordable."""
         xp, run = self.xp, self.run_rows
         if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
         jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
+        dtypes = (np.int64, np.int64, t.costs.dtype)
+        if len(jobs) > 1:
+            into = self.pipe.arena_into(t.rows, dtypes)
+        else:
+            into = streaming.side_by_side([self.pipe.kept(t.rows, d) for d in dtypes])
         runs = self.pipe.map(jobs, lambda i, keys, costs: _by_first(xp, t.code(xp, sub, keys), keys, costs),
-                             f"sort {t.rows:,} rows", check,
-                             self.pipe.arena_into(t.rows, (np.int64, np.int64, t.costs.dtype)))
+                             f"sort {t.rows:,} rows", check, into)
         return self.merge(runs, functools.partial(_by_first, xp), True,
                           f"merge {len(runs)} sorted runs of {t.rows:,} rows", check)
 
@@ -530,8 +534,8 @@ class Streamer:
             return reduce(k, c, count=count)
         # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
         # reduction), no host copy on their way down nor up to the merge: else at about half the rate
-        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check,
-                             self.pipe.arena_into(total, (np.int64, wa.dtype)))
+        into = self.pipe.arena_into(total, (np.int64, wa.dtype)) if len(jobs) > 1 else None
+        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into)
 
     def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
               combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):

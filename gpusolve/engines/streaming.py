@@ -19,10 +19,13 @@ Written against an array module: with NumPy the same code runs synchronously
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import ctypes
 import functools
 import itertools
 import math
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -39,8 +42,8 @@ COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threa
 DIRECT_PIECE_BYTES = 1 << 16  # pinned pieces at least this large on average are uploaded without staging
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
 POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
-# Results that later steps upload again (sorted runs, merged tables) are page-locked while they fit in
-# this share of the host memory available; past it they go through the staging buffers into plain memory.
+# Sorted runs that a merge reads back land in kept page-locked arenas while they fit in this share of
+# the host memory available; past it they go through the staging buffers into plain memory.
 PINNED_SHARE = 8
 REGISTER_MAPPED = 2  # cudaHostRegisterMapped: kernels may read registered pages in place
 
@@ -114,10 +117,11 @@ def pinned_array(xp, shape, dtype) -> np.ndarray:
     Below POOLED_PINNED_MAX it comes from CuPy's pinned memory pool, which hands freed blocks out
     again: an engine per solve allocates its small staging buffers anew each time, and
     registering them cost a tiny instance's warm solve 0.35 ms of its 1.6 ms (cProfile, H100).
-    Larger ones are whole pages of a plain allocation, faulted in by the copy threads, then
-    registered with CUDA (cudaHostRegister): on the H100 host 0.04 s per GiB, where
-    cudaHostAlloc takes 0.33 s, faulting and locking the pages on one core. Their registration
-    ends with the array (views keep it), so a large arena leaves nothing pinned behind."""
+    Larger ones are blocks of whole pages of a plain allocation, faulted in by the copy threads,
+    then registered with CUDA (cudaHostRegister): on the H100 host 0.04 s per GiB, where
+    cudaHostAlloc takes 0.33 s, faulting and locking the pages on one core. When an array's last
+    view goes its block returns to `_PAGES` for the next large array (a streamed step's merged
+    table, the next step's), unregistered only past the pool's share of the host memory."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if xp is np or not nbytes:
         return np.empty(shape, dtype=dtype)
@@ -126,18 +130,62 @@ def pinned_array(xp, shape, dtype) -> np.ndarray:
             return np.ndarray(shape, dtype=dtype, buffer=xp.cuda.alloc_pinned_memory(nbytes))
         except Exception:  # pinning refused (limits, container): copies just stop overlapping
             return np.empty(shape, dtype=dtype)
-    size = -(-nbytes // PAGE) * PAGE
-    raw = np.empty(size + PAGE, dtype=np.uint8)
-    at = -raw.ctypes.data % PAGE
-    pages = raw[at:at + size]  # pages no other allocation shares: each is registered once
-    _split(size // PAGE, lambda lo, hi: pages[lo * PAGE:hi * PAGE].fill(0))
-    runtime = xp.cuda.runtime
-    try:
-        runtime.hostRegister(pages.ctypes.data, size, REGISTER_MAPPED)
-    except Exception:  # pinning refused (limits, container): copies just stop overlapping
+    block = _PAGES.take(xp.cuda.runtime, -(-nbytes // PAGE) * PAGE)
+    if block is None:  # pinning refused (limits, container): copies just stop overlapping
         return np.empty(shape, dtype=dtype)
-    weakref.finalize(raw, _unregister, runtime, pages.ctypes.data).atexit = False
-    return pages[:nbytes].view(dtype).reshape(shape)
+    lease = (ctypes.c_ubyte * nbytes).from_address(block.ctypes.data)  # the arrays' base: its end is seen
+    lease.block = block
+    weakref.finalize(lease, _PAGES.give, xp.cuda.runtime, block).atexit = False
+    return np.ndarray(shape, dtype=dtype, buffer=lease)
+
+
+class _PagePool:
+    """Registered page blocks of large pinned arrays, kept when their arrays go and handed out
+    again for a request of at least half their size: registering fresh pages and faulting them in
+    cost 0.03 s per 540 MB merged table on the H100 host, and unregistering them about as much.
+    Free blocks are unregistered, oldest first, past PINNED_SHARE of the available host memory."""
+
+    def __init__(self):
+        self.free: list[np.ndarray] = []  # oldest first
+        self.returned: collections.deque = collections.deque()  # given back, not yet sorted in
+        self.lock = threading.Lock()
+
+    def take(self, runtime, size: int) -> np.ndarray | None:
+        """A registered block of at least `size` bytes (a multiple of PAGE), or None if refused."""
+        with self.lock:
+            self._sort_in(runtime)
+            fits = [i for i, b in enumerate(self.free) if size <= b.nbytes <= 2 * size]
+            if fits:
+                return self.free.pop(min(fits, key=lambda i: self.free[i].nbytes))
+        raw = np.empty(size + PAGE, dtype=np.uint8)
+        at = -raw.ctypes.data % PAGE
+        block = raw[at:at + size]  # pages no other allocation shares: each is registered once
+        _split(size // PAGE, lambda lo, hi: block[lo * PAGE:hi * PAGE].fill(0))
+        try:
+            runtime.hostRegister(block.ctypes.data, size, REGISTER_MAPPED)
+        except Exception:
+            return None
+        return block
+
+    def give(self, runtime, block: np.ndarray) -> None:
+        """A block whose arrays are gone (a finalizer: any thread, any moment, even inside take)."""
+        self.returned.append(block)
+        if self.lock.acquire(blocking=False):
+            try:
+                self._sort_in(runtime)
+            finally:
+                self.lock.release()
+
+    def _sort_in(self, runtime) -> None:
+        """Given-back blocks join the free ones, the oldest unregistered past the share (lock held)."""
+        while self.returned:
+            self.free.append(self.returned.popleft())
+        cap = available_memory() // PINNED_SHARE
+        while self.free and sum(b.nbytes for b in self.free) > cap:
+            _unregister(runtime, self.free.pop(0).ctypes.data)
+
+
+_PAGES = _PagePool()
 
 
 def _unregister(runtime, address: int) -> None:
@@ -182,7 +230,7 @@ def _reads_host_in_place(xp) -> bool:
 
 
 def _root(a):
-    """The object owning an array's memory (the last ndarray base, or a non-array buffer)."""
+    """The object an array's memory lives for (the last ndarray base, or a non-array buffer)."""
     while isinstance(a, np.ndarray) and a.base is not None:
         a = a.base
     return a
@@ -203,31 +251,18 @@ class Pipeline:
     def pinned(self, shape, dtype, track: bool = True):
         """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
         be had. `track`: remember it, so that copies from or into it skip the staging buffers, until
-        its memory is released (registered pages; the pool's blocks stay page-locked)."""
+        its last view goes."""
         a = pinned_array(self.xp, shape, dtype)
         if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
             span = (a.ctypes.data, a.ctypes.data + a.nbytes)
             self._pinned_ranges.append(span)
-            root = _root(a)
-            if isinstance(root, np.ndarray):  # registered pages, unregistered with this buffer
-                weakref.finalize(root, self._untrack, span).atexit = False
+            with contextlib.suppress(TypeError):  # CuPy's pool blocks stay page-locked (no weak reference)
+                weakref.finalize(_root(a), self._untrack, span).atexit = False
         return a
 
     def _untrack(self, span) -> None:
         with contextlib.suppress(ValueError):
             self._pinned_ranges.remove(span)
-
-    def kept(self, n: int, dtype, nbytes: int | None = None):
-        """Room for n items of a result that later steps upload again (a merged table): page-locked
-        and tracked while `nbytes` (default its own) fit in PINNED_SHARE of the available host
-        memory, so it comes down and goes back up without staging; else plain memory."""
-        if self.affordable(n * np.dtype(dtype).itemsize if nbytes is None else nbytes):
-            return self.pinned((n,), dtype)
-        return np.empty(n, dtype=dtype)
-
-    def affordable(self, nbytes: int) -> bool:
-        """Whether nbytes of results may be page-locked (a GPU pipeline, within PINNED_SHARE)."""
-        return self.gpu and nbytes <= available_memory() // PINNED_SHARE
 
     def is_pinned(self, a) -> bool:
         """Whether `a` is contiguous in a tracked pinned buffer, so the device copies it directly."""
@@ -239,10 +274,19 @@ class Pipeline:
         p = a.ctypes.data
         return any(k[0] == "runs" and b.ctypes.data <= p < b.ctypes.data + b.nbytes for k, b in self._staging.items())
 
+    def kept(self, n: int, dtype):
+        """Room for n items of a result that a later step uploads again (a merged or sorted table):
+        page-locked and tracked while it fits in PINNED_SHARE of the available host memory, so it
+        comes down and goes back up without staging; else plain memory."""
+        if self.gpu and n * np.dtype(dtype).itemsize <= available_memory() // PINNED_SHARE:
+            return self.pinned((n,), dtype)
+        return np.empty(n, dtype=dtype)
+
     def arena_into(self, total: int, dtypes) -> Callable | None:
         """An `into` for map that lays result k of every job side by side in runs arena k (jobs'
-        results of `total` items at most), or None where page-locking them is not affordable."""
-        if not self.affordable(total * sum(np.dtype(d).itemsize for d in dtypes)):
+        results of `total` items at most), so that their merge reads them in place: None on the
+        CPU or past PINNED_SHARE of the available host memory (then they go through staging)."""
+        if not self.gpu or total * sum(np.dtype(d).itemsize for d in dtypes) > available_memory() // PINNED_SHARE:
             return None
         return side_by_side([self.runs_arena(k, total, d) for k, d in enumerate(dtypes)])
 
@@ -511,7 +555,7 @@ def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, s
     Range-partitioned (range_cuts): each range's pieces of every run are uploaded as one array
     each (read in place when the runs are page-locked: HostPieces), combine(*device arrays) sorts
     them (split_equal) or sorts and reduces equal keys, and the ranges come back in order into the
-    output, page-locked where affordable (`Pipeline.kept`). One run (or none but empty ones) is
+    output, page-locked where it fits (`Pipeline.kept`). One run (or none but empty ones) is
     already merged; a copy of it is returned when it lies in a runs arena.
     """
     live = [r for r in runs if r[0].shape[0]] or [runs[0]]
@@ -530,8 +574,7 @@ def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, s
         jobs = [tuple([r[k][cuts[j][i]:cuts[j + 1][i]] for i, r in enumerate(live) if cuts[j + 1][i] > cuts[j][i]]
                       for k in range(len(live[0]))) for j in spans]
     total = int(cuts[-1].sum())
-    row_bytes = sum(a.itemsize for a in live[0])
-    out = [pipe.kept(total, a.dtype, total * row_bytes) for a in live[0]]
+    out = [pipe.kept(total, a.dtype) for a in live[0]]
     into = side_by_side(out)
     pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, runs=len(live), ranges=len(jobs))
     n = into.filled
