@@ -187,17 +187,19 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
     runs = []
     for _ in range(max(repeat, 1)):
         first = len(log)
+        pool = dict(streams._PAGES.stats)
         sync()
         t = time.perf_counter()
         got = sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP,
                                       streamer=sparse.Streamer(pipe, budget))
         sync()
         t_stream = time.perf_counter() - t
+        pool = {k: v - pool[k] for k, v in streams._PAGES.stats.items()}  # page blocks: fresh ones cost registering
         steps = log[first:]
         moved = sum(r["bytes"] for r in steps)
         runs.append({"streamed_s": t_stream, "bytes_moved": moved, "GB_per_s": moved / t_stream / 1e9,
                      "tables_GB_per_s": ((a.rows + b.rows) * 16 + got.rows * 16) / t_stream / 1e9,
-                     "in_maps_s": sum(r["seconds"] for r in steps), "steps": steps})
+                     "in_maps_s": sum(r["seconds"] for r in steps), "page_blocks": pool, "steps": steps})
     on = [sparse.moved(xp, x) for x in (a, b)]
     t_mem, ref = best_time(lambda: sparse.eliminate_sparse(xp, 0, sep, [(x, x.scope) for x in on], dom, TOP), sync, 1)
     assert np.array_equal(got.keys, _host(ref.keys)) and np.array_equal(got.costs, _host(ref.costs))
@@ -221,7 +223,9 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
     for i, r in enumerate(runs):
         print(f"  run {i + 1}: {r['streamed_s']:.3f} s, {r['bytes_moved'] / 1e9:.2f} GB moved: sparse streaming "
               f"{r['GB_per_s']:.2f} GB/s over the whole step (inputs + message {r['tables_GB_per_s']:.2f} GB/s); "
-              f"{r['streamed_s'] - r['in_maps_s']:.3f} s outside the pipeline's maps", flush=True)
+              f"{r['streamed_s'] - r['in_maps_s']:.3f} s outside the pipeline's maps; page blocks "
+              f"{r['page_blocks']['reused']} reused, {r['page_blocks']['registered']} registered in "
+              f"{r['page_blocks']['register_s']:.3f} s", flush=True)
     if later:
         print(f"  runs 2-{len(runs)}: median {rec['later_runs_median_s']:.3f} s, "
               f"{rec['later_runs_median_GB_per_s']:.2f} GB/s", flush=True)

@@ -1,4 +1,6 @@
 """Sparse tables against the dense step, dense BE and brute force, on the CPU and the GPU."""
+import gc
+
 import numpy as np
 import pytest
 from helpers import bounded_case, brute_force, internal, same_messages, tight_problem
@@ -255,3 +257,20 @@ def test_counted_sorts_and_minima_equal_numpy_on_the_valid_rows(cupy, dtype):
         assert isinstance(ordered, sparse.streaming.Counted) and ordered.count is dev_count
         for w, g in zip(sparse._by_first(np, codes[:count], costs[:count]), ordered.arrays):
             np.testing.assert_array_equal(cupy.asnumpy(g[:count]), w)
+
+
+def test_a_streamed_step_leaves_no_reference_cycles():
+    """Its tables are freed as soon as they go (the GPU's page blocks return to their pool then),
+    not at the next run of the cycle collector."""
+    rng = np.random.default_rng(4)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(30):
+            var, sep, inputs, dom = random_bucket(rng, 50)
+            streamer = sparse.Streamer(streaming.Pipeline(np, []), 700)
+            got = sparse.eliminate_sparse(np, var, sep, inputs, dom, 50, streamer=streamer)
+            del got, streamer
+            assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -244,6 +244,30 @@ def test_host_pieces_are_read_in_place_by_one_kernel(cupy):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n_runs", [1, 7, 300])
+def test_device_bisect_equals_the_host_bisect(cupy, n_runs):
+    """Pipeline.bisect (a block per target, runs read in place) gives the host's cut positions, with
+    empty runs, keys repeated within and across runs, more runs than a block has threads, and keys
+    up to 2^62; range_cuts built on it equal the host's."""
+    pipe = streaming.Pipeline(cupy, [])
+    rng = np.random.default_rng(n_runs)
+    for high in (5, 1000, 2 ** 62):
+        runs = [pin(pipe, np.sort(rng.integers(0, high, int(rng.choice([0, 1, 50, 400]))))) for _ in range(n_runs)]
+        live = [r for r in runs if r.size]
+        if not live:
+            continue
+        total = sum(r.size for r in runs)
+        targets = np.sort(rng.integers(0, total, 40))
+        lo, hi = min(int(r[0]) for r in live), max(int(r[-1]) for r in live)
+        for got, want in zip(pipe.bisect(runs, targets, lo, hi), streaming.bisect(runs, targets, lo, hi)):
+            np.testing.assert_array_equal(got, want)
+        for split_equal in (True, False):
+            rows = int(rng.integers(1, 60))
+            np.testing.assert_array_equal(streaming.range_cuts(runs, rows, split_equal, pipe.bisect),
+                                          streaming.range_cuts(runs, rows, split_equal))
+
+
+@pytest.mark.gpu
 def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     """Runs in the runs arena are merged through HostPieces; a single run in the arena comes back
     as a copy (the next request overwrites the arena), and a tracked array's range is forgotten
@@ -258,8 +282,10 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     assert all(pipe.in_arena(a) and pipe.is_pinned(a) for r in landed for a in r if a.size)
     put = []
     monkeypatch.setattr(pipe, "_gather", lambda s, k, p, real=pipe._gather: put.append(p) or real(s, k, p))
+    searched = []
+    monkeypatch.setattr(pipe, "bisect", lambda *args, real=pipe.bisect: searched.append(args) or real(*args))
     got = streaming.merge(pipe, landed, 500, combine(cupy, False), True, "merge")
-    assert put and all(isinstance(p, streaming.HostPieces) for p in put)
+    assert put and all(isinstance(p, streaming.HostPieces) for p in put) and len(searched) == 1
     for g, want in zip(got, host_merge(runs, False)):
         np.testing.assert_array_equal(g, want)
         assert pipe.is_pinned(g) and not pipe.in_arena(g)

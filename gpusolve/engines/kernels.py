@@ -557,3 +557,54 @@ extern "C" __global__ void NAME(const i64* addresses, const i64* outs, int piece
 }
 """.replace("WORD", word).replace("NAME", name)
     return FusedKernel(name, source, 0, ("gather_pieces", itemsize))
+
+
+BISECT_BLOCK = 256  # threads of a bisect_source block
+
+
+@functools.lru_cache(maxsize=1)
+def bisect_source() -> FusedKernel:
+    """streaming.bisect on the device, a block per target rank p: bisect key values for the smallest
+    k with more than p keys <= k over sorted int64 runs read in place from page-locked host memory
+    (each thread binary-searches its runs, the block sums), then write every run's first position
+    with key >= k (`left`) and > k (`right`), (targets, runs) row-major."""
+    name = "gpusolve_bisect"
+    source = r"""
+typedef long long i64;
+__device__ i64 first_above(const i64* keys, i64 n, i64 k, bool equal_too) {  // first key > k (>= k)
+  i64 lo = 0, hi = n;
+  while (lo < hi) {
+    i64 m = lo + (hi - lo) / 2;
+    if (keys[m] < k || (!equal_too && keys[m] == k)) lo = m + 1; else hi = m;
+  }
+  return lo;
+}
+extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, int runs, const i64* targets,
+    i64 lo0, i64 hi0, i64* left, i64* right) {
+  __shared__ i64 counts[BLOCK];
+  __shared__ i64 bounds[2];
+  const i64 target = targets[blockIdx.x];
+  if (threadIdx.x == 0) { bounds[0] = lo0; bounds[1] = hi0; }
+  __syncthreads();
+  while (bounds[0] < bounds[1]) {
+    const i64 lo = bounds[0], mid = lo + (i64)(((unsigned long long)bounds[1] - (unsigned long long)lo) >> 1);
+    i64 c = 0;
+    for (int r = threadIdx.x; r < runs; r += BLOCK) c += first_above((const i64*)addresses[r], sizes[r], mid, false);
+    counts[threadIdx.x] = c;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) counts[threadIdx.x] += counts[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) { if (counts[0] > target) bounds[1] = mid; else bounds[0] = mid + 1; }
+    __syncthreads();
+  }
+  const i64 k = bounds[0];
+  for (int r = threadIdx.x; r < runs; r += BLOCK) {
+    const i64* keys = (const i64*)addresses[r];
+    left[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], k, true);
+    right[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], k, false);
+  }
+}
+""".replace("NAME", name).replace("BLOCK", str(BISECT_BLOCK))
+    return FusedKernel(name, source, 0, ("bisect",))
