@@ -296,6 +296,9 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     big = pipe.pinned((3, 1000), np.int64)
     view = big[1]
     assert pipe.is_pinned(view) and len(pipe._pinned_ranges) == tracked + 1
+    flat = big.reshape(-1)
+    assert pipe.is_pinned(flat[2999:]) and not pipe.is_pinned(np.empty(10)) and not pipe.is_pinned(big[:, :10])
+    assert not pipe.is_pinned(np.lib.stride_tricks.as_strided(flat[2999:], shape=(2,)))  # runs past the end
     del big
     gc.collect()
     assert len(pipe._pinned_ranges) == tracked + 1  # a view keeps the pages

@@ -256,17 +256,18 @@ def join_index(xp, a: SparseTable, b: SparseTable) -> JoinIndex:
 
 
 def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
-            keep: Keep | None, counted: bool = False):
+            keep: Keep | None, counted: bool = False, axes=None):
     """Output rows lo..hi-1 of the join as (keys, costs, count), rows at top or failing `keep`
     dropped. `counted`: the one-launch gather may leave the number of rows kept on the device
-    (count, a device int64 scalar: rows past it are garbage); else count is None and the arrays
-    hold the rows kept.
+    (count, a device int64 scalar; the rows past it have the largest key, so they sort last);
+    else count is None and the arrays hold the rows kept. `axes`: gather_axes on the device, when
+    the caller gathers many chunks of one join.
 
     Output row i of group g pairs a's row g_a + t % |g_a| with b's row g_b +
     t // |g_a| (t = i - offset of g): the gather of Cuda-BE's Algorithm 4.
     """
     if keep is None and xp is not np and a.costs.dtype.name in GATHER_TYPES:
-        return _gather_on_device(xp, ix, a, b, lo, hi, scope, dims, top, counted)
+        return _gather_on_device(xp, ix, a, b, lo, hi, scope, dims, top, counted, axes)
     i = xp.arange(lo, hi, dtype=xp.int64)
     g = xp.searchsorted(ix.out_start, i, side="right") - 1
     t = i - ix.out_start[g]
@@ -301,12 +302,13 @@ def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tu
 
 
 def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
-                      counted: bool):
+                      counted: bool, axes=None):
     """_gather in one kernel launch (kernels.join_gather_source), then one read of the row count
-    unless `counted`."""
+    unless `counted` (then the keys past it are the largest key, filled first)."""
     mode = GATHER_TYPES[a.costs.dtype.name]
     n = hi - lo
-    keys, costs = xp.empty(n, dtype=xp.int64), xp.empty(n, dtype=a.costs.dtype)
+    keys = xp.full(n, np.iinfo(np.int64).max, dtype=xp.int64) if counted else xp.empty(n, dtype=xp.int64)
+    costs = xp.empty(n, dtype=a.costs.dtype)
     count = xp.zeros(1, dtype=xp.uint64)
     if n == 0:
         return keys, costs, (count.view(xp.int64) if counted else None)
@@ -316,7 +318,8 @@ def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int
     scalar = np.int64 if mode == "i64" else np.float64
     kernels.raw_kernel(xp, kernels.join_gather_source(mode))((min((n + 255) // 256, 8192),), (256,), (
         a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
-        np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)), np.int32(len(scope)),
+        np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)) if axes is None else axes,
+        np.int32(len(scope)),
         keys, costs, count))
     if counted:
         return keys, costs, count.view(xp.int64)
@@ -337,7 +340,7 @@ def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims
         yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
 
 
-def segment_min(xp, codes, costs, runs: bool = False, count=None):
+def segment_min(xp, codes, costs, runs: bool = False):
     """Sorted distinct codes and the minimum cost of each.
 
     NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
@@ -345,13 +348,8 @@ def segment_min(xp, codes, costs, runs: bool = False, count=None):
     reduceat only adds, so there: sort by code, then one kernel takes each
     run's minimum atomically (int64 and float64 costs; other types sort by
     cost, then by code, CuPy's sorts being stable, and read each group's
-    first row). `count` (a device scalar): only the first count rows are
-    valid, and for int64 and float64 costs the result is a streaming.Counted
-    whose count stays on the device (no wait for the device).
+    first row).
     """
-    if count is not None and (costs.dtype.name not in GATHER_TYPES or not codes.shape[0]):
-        m = int(count.get()[0])
-        codes, costs, count = codes[:m], costs[:m], None
     if xp is np:
         order = xp.argsort(codes, kind="stable" if runs else None)
         distinct, starts, _ = _groups(xp, codes[order])
@@ -363,8 +361,6 @@ def segment_min(xp, codes, costs, runs: bool = False, count=None):
         distinct, starts, _ = _groups(xp, codes[order])
         return distinct, costs[order[starts]]
     # One sort by code; each run's minimum by kernels.segment_min_source.
-    if count is not None:
-        codes = _valid_first(xp, codes, count)
     order = xp.argsort(codes)
     codes, costs = codes[order], costs[order]
     n = codes.shape[0]
@@ -372,26 +368,18 @@ def segment_min(xp, codes, costs, runs: bool = False, count=None):
     heads[:1] = True
     xp.not_equal(codes[1:], codes[:-1], out=heads[1:])
     pos = xp.cumsum(heads, dtype=xp.int64)
-    m = n if count is not None else int(pos[-1])  # counted: the garbage rows' group comes last
+    m = int(pos[-1])
     largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
     distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
     kernels.raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
         (min((n + 255) // 256, 8192),), (256,), (codes, costs, pos, np.int64(n), distinct, least))
-    if count is None:
-        return distinct, least
-    return streaming.Counted((distinct, least), xp.where(count > 0, pos[xp.maximum(count - 1, 0)], 0))
-
-
-def _valid_first(xp, keys, count):
-    """keys with the rows from `count` on (a device scalar) replaced by the largest key: sorted,
-    the garbage rows go last."""
-    return xp.where(xp.arange(keys.shape[0]) < count, keys, np.iinfo(np.int64).max)
+    return distinct, least
 
 
 def _by_first(xp, first, *rest, count=None):
-    """The arrays stably sorted by the first; with `count` (a device scalar, only the first count
-    rows valid) as a streaming.Counted."""
-    order = xp.argsort(first if count is None else _valid_first(xp, first, count), kind="stable")
+    """The arrays stably sorted by the first; with `count` (a device scalar: the rows past it hold
+    the largest key, so they stay last) as a streaming.Counted."""
+    order = xp.argsort(first, kind="stable")
     arrays = (first[order], *(a[order] for a in rest))
     return arrays if count is None else streaming.Counted(arrays, count)
 
@@ -522,15 +510,17 @@ class Streamer:
                     break  # (one output row whose group of a exceeds the room still goes: the budget is an estimate)
                 hi = lo + (hi - lo) // 2
             g = slice(g0, g1 + 1)
-            jobs.append((ka[a_lo:a_hi], wa[a_lo:a_hi], kb[b_lo:b_hi], wb[b_lo:b_hi],
-                         ix.a_start[g] - a_lo, ix.a_size[g], ix.b_start[g] - b_lo, starts[g]))
+            groups = np.concatenate([ix.a_start[g] - a_lo, ix.a_size[g], ix.b_start[g] - b_lo, starts[g]])
+            jobs.append((ka[a_lo:a_hi], wa[a_lo:a_hi], kb[b_lo:b_hi], wb[b_lo:b_hi], groups))
             spans.append((int(lo), int(hi)))
             lo = hi
+        axes = self.xp.asarray(gather_axes(a, b, scope, dims))
 
-        def work(i, ak, ac, bk, bc, a_start, a_size, b_start, out_start):
+        def work(i, ak, ac, bk, bc, groups):  # groups: starts in a, sizes in a, starts in b, output starts
+            a_start, a_size, b_start, out_start = groups.reshape(4, -1)
             local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
             k, c, count = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac),
-                                  SparseTable(b.scope, b.dims, bk, bc), *spans[i], scope, dims, top, keep, True)
+                                  SparseTable(b.scope, b.dims, bk, bc), *spans[i], scope, dims, top, keep, True, axes)
             return reduce(k, c, count=count)
         # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
         # reduction), no host copy on their way down nor up to the merge: else at about half the rate

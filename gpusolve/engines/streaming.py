@@ -19,6 +19,7 @@ Written against an array module: with NumPy the same code runs synchronously
 """
 from __future__ import annotations
 
+import bisect as bisect_module
 import collections
 import contextlib
 import ctypes
@@ -252,7 +253,10 @@ class Pipeline:
         self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(N_STREAMS)] if self.gpu else None
         self.in_place = self.gpu and _reads_host_in_place(xp)
         self._staging: dict = {}
-        self._pinned_ranges: list[tuple[int, int]] = []  # tracked pinned arrays, while their memory lives
+        # tracked pinned arrays, while their memory lives: start -> end, and the starts in order (no
+        # two live ones overlap, so the last start at or before an address is the only candidate)
+        self._pinned_ranges: dict[int, int] = {}
+        self._pinned_starts: list[int] = []
 
     # -- host memory ------------------------------------------------------
     def pinned(self, shape, dtype, track: bool = True):
@@ -261,20 +265,23 @@ class Pipeline:
         its last view goes."""
         a = pinned_array(self.xp, shape, dtype)
         if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
-            span = (a.ctypes.data, a.ctypes.data + a.nbytes)
-            self._pinned_ranges.append(span)
+            start = a.ctypes.data
+            if start not in self._pinned_ranges:
+                bisect_module.insort(self._pinned_starts, start)
+            self._pinned_ranges[start] = max(self._pinned_ranges.get(start, 0), start + a.nbytes)
             with contextlib.suppress(TypeError):  # CuPy's pool blocks stay page-locked (no weak reference)
-                weakref.finalize(_root(a), self._untrack, span).atexit = False
+                weakref.finalize(_root(a), self._untrack, start).atexit = False
         return a
 
-    def _untrack(self, span) -> None:
-        with contextlib.suppress(ValueError):
-            self._pinned_ranges.remove(span)
+    def _untrack(self, start: int) -> None:
+        if self._pinned_ranges.pop(start, None) is not None:
+            self._pinned_starts.pop(bisect_module.bisect_left(self._pinned_starts, start))
 
     def is_pinned(self, a) -> bool:
         """Whether `a` is contiguous in a tracked pinned buffer, so the device copies it directly."""
         p = a.ctypes.data
-        return a.flags.c_contiguous and any(lo <= p and p + a.nbytes <= hi for lo, hi in self._pinned_ranges)
+        i = bisect_module.bisect_right(self._pinned_starts, p) - 1
+        return a.flags.c_contiguous and i >= 0 and p + a.nbytes <= self._pinned_ranges[self._pinned_starts[i]]
 
     def in_arena(self, a) -> bool:
         """Whether `a` lies in a runs arena, which the next request of it overwrites."""
@@ -419,10 +426,12 @@ class Pipeline:
             i, copies, counted = pending[s]
             if self.gpu:
                 self.streams[s].synchronize()
-            out[i] = tuple(_land(dest, buf) for dest, buf in copies)
-            if counted:
-                n = int(out[i][-1][0])
-                out[i] = tuple(a[:n] for a in out[i][:-1])
+            if counted:  # the count is read where it landed, then the rows cut
+                dest, buf = copies[-1]
+                n = int((dest if buf is None else buf)[0])
+                out[i] = tuple(_land(dest, buf)[:n] for dest, buf in copies[:-1])
+            else:
+                out[i] = tuple(_land(dest, buf) for dest, buf in copies)
             pending[s] = None
 
         def upload(i):
