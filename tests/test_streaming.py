@@ -205,13 +205,17 @@ def test_gpu_streamed_dense_message_equals_the_cpu(cupy, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed", range(30))
-def test_gpu_merge_equals_the_host_merge(cupy, seed):
+def test_gpu_merge_equals_the_host_merge(cupy, seed, monkeypatch):
     rng = np.random.default_rng(seed)
     pipe = streaming.Pipeline(cupy, [])
-    pinned = pipe.pinned((5,), np.int64)  # a tracked pinned source goes without staging
+    pinned = pipe.pinned((5,), np.int64)  # a tracked pinned source goes without staging, however small
     pinned[:] = np.arange(5)
+    staged = []
+    monkeypatch.setattr(streaming, "_copy", lambda dest, src, real=streaming._copy: (staged.append(src), real(dest, src)))
     out = pipe.map([(pinned, np.arange(3))], lambda i, a, b: (a + 1, b), "pinned")
     np.testing.assert_array_equal(out[0][0], np.arange(1, 6))
+    assert [s.size for s in staged] == [3, 5, 3]  # the plain input up, both results down: not the pinned input
+    monkeypatch.undo()
     for reduce in (False, True):
         runs = random_runs(rng, unique=reduce)
         rows = int(rng.integers(1, 30))
@@ -299,6 +303,7 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     flat = big.reshape(-1)
     assert pipe.is_pinned(flat[2999:]) and not pipe.is_pinned(np.empty(10)) and not pipe.is_pinned(big[:, :10])
     assert not pipe.is_pinned(np.lib.stride_tricks.as_strided(flat[2999:], shape=(2,)))  # runs past the end
+    del flat
     del big
     gc.collect()
     assert len(pipe._pinned_ranges) == tracked + 1  # a view keeps the pages

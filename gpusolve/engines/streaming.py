@@ -40,7 +40,7 @@ from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
 COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
-DIRECT_PIECE_BYTES = 1 << 16  # pinned pieces at least this large on average are uploaded without staging
+DIRECT_PIECE_BYTES = 1 << 16  # several pinned pieces this large on average go up a copy call each (one always does)
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
 POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
 # Sorted runs that a merge reads back land in kept page-locked arenas while they fit in this share of
@@ -337,8 +337,9 @@ class Pipeline:
         if not d.nbytes:
             return d
         rt = self.xp.cuda.runtime
-        if d.nbytes >= DIRECT_PIECE_BYTES * len(pieces) and all(self.is_pinned(p) for p in pieces):
-            # straight from pinned memory, a copy call per piece (tiny pieces: HostPieces, or one host copy)
+        few = len(pieces) == 1 or d.nbytes >= DIRECT_PIECE_BYTES * len(pieces)
+        if few and all(self.is_pinned(p) for p in pieces):
+            # straight from pinned memory, a copy call per piece (many tiny ones: HostPieces, or one host copy)
             at = 0
             for p in pieces:
                 rt.memcpyAsync(d.data.ptr + at, p.ctypes.data, p.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
