@@ -78,6 +78,21 @@ def test_counted_results_land_whole_and_come_back_cut():
     assert into.filled == 24 and log[-1]["d2h_bytes"] == 24 * 8
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_brackets_hold_each_boundary_key(seed):
+    """The key at global rank p (the p-th smallest of all runs) lies in its bracket, for repeated
+    keys, empty and one-key runs and every rank."""
+    rng = np.random.default_rng(seed)
+    runs = [np.sort(rng.integers(0, int(rng.choice([2, 30, 10 ** 6])), int(rng.choice([0, 1, 7, 90]))))
+            for _ in range(int(rng.integers(1, 9)))]
+    every = np.sort(np.concatenate(runs))
+    if not every.size:
+        return
+    targets = np.arange(every.size)
+    lo, hi = streaming.brackets(runs, targets, every.size)
+    assert np.all(lo <= every) and np.all(every <= hi)
+
+
 @pytest.mark.parametrize("seed", range(60))
 @pytest.mark.parametrize("split_equal", [True, False])
 def test_range_cuts_partition_the_runs_in_order(seed, split_equal):
@@ -262,9 +277,10 @@ def test_device_bisect_equals_the_host_bisect(cupy, n_runs):
             continue
         total = sum(r.size for r in runs)
         targets = np.sort(rng.integers(0, total, 40))
-        lo, hi = min(int(r[0]) for r in live), max(int(r[-1]) for r in live)
-        for got, want in zip(pipe.bisect(runs, targets, lo, hi), streaming.bisect(runs, targets, lo, hi)):
-            np.testing.assert_array_equal(got, want)
+        wide = [np.full(40, f(int(r[i]) for r in live), dtype=np.int64) for f, i in ((min, 0), (max, -1))]
+        for lo, hi in (streaming.brackets(runs, targets, total), wide):
+            for got, want in zip(pipe.bisect(runs, targets, lo, hi), streaming.bisect(runs, targets, lo, hi)):
+                np.testing.assert_array_equal(got, want)
         for split_equal in (True, False):
             rows = int(rng.integers(1, 60))
             np.testing.assert_array_equal(streaming.range_cuts(runs, rows, split_equal, pipe.bisect),

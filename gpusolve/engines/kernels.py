@@ -563,33 +563,68 @@ BISECT_BLOCK = 256  # threads of a bisect_source block
 
 
 @functools.lru_cache(maxsize=1)
+def sample_source() -> FusedKernel:
+    """Every `stride`-th key (positions 0, stride, ...) of sorted int64 runs read in place from
+    page-locked host memory, run after run (run r's from starts[r]): what bisect_source searches
+    first, on the device."""
+    name = "gpusolve_sample_runs"
+    source = r"""
+typedef long long i64;
+extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, const i64* starts, int runs, i64 stride,
+    i64 n, i64* sample) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    int l = 0, r = runs;  // the last run starting at or before i
+    while (r - l > 1) {
+      int m = (l + r) >> 1;
+      if (starts[m] <= i) l = m; else r = m;
+    }
+    sample[i] = ((const i64*)addresses[l])[(i - starts[l]) * stride];
+  }
+}
+""".replace("NAME", name)
+    return FusedKernel(name, source, 0, ("sample_runs",))
+
+
+@functools.lru_cache(maxsize=1)
 def bisect_source() -> FusedKernel:
-    """streaming.bisect on the device, a block per target rank p: bisect key values for the smallest
-    k with more than p keys <= k over sorted int64 runs read in place from page-locked host memory
-    (each thread binary-searches its runs, the block sums), then write every run's first position
-    with key >= k (`left`) and > k (`right`), (targets, runs) row-major."""
+    """streaming.bisect on the device, a block per target rank p: bisect key values in [lo, hi] for
+    the smallest k with more than p keys <= k over sorted int64 runs read in place from page-locked
+    host memory (each thread searches its runs, the block sums), then write every run's first
+    position with key >= k (`left`) and > k (`right`), (targets, runs) row-major. A search looks
+    first in the run's sample (sample_source: every stride-th key, on the device), then among the
+    stride keys that remain, over the bus."""
     name = "gpusolve_bisect"
     source = r"""
 typedef long long i64;
-__device__ i64 first_above(const i64* keys, i64 n, i64 k, bool equal_too) {  // first key > k (>= k)
-  i64 lo = 0, hi = n;
+// First position in a sorted run whose key is > k (>= k with equal_too): the sample (keys at
+// positions 0, stride, ...) bounds it to one stride of the run, searched in place.
+__device__ i64 first_above(const i64* keys, i64 n, const i64* sample, i64 m, i64 stride, i64 k, bool equal_too) {
+  i64 lo = 0, hi = m;
   while (lo < hi) {
-    i64 m = lo + (hi - lo) / 2;
-    if (keys[m] < k || (!equal_too && keys[m] == k)) lo = m + 1; else hi = m;
+    i64 mid = lo + (hi - lo) / 2;
+    if (sample[mid] < k || (!equal_too && sample[mid] == k)) lo = mid + 1; else hi = mid;
+  }
+  if (lo == 0) return 0;  // the first key is above already
+  hi = lo * stride < n ? lo * stride : n;  // keys[lo * stride] is above, keys[(lo - 1) * stride] is not
+  lo = (lo - 1) * stride + 1;
+  while (lo < hi) {
+    i64 mid = lo + (hi - lo) / 2;
+    if (keys[mid] < k || (!equal_too && keys[mid] == k)) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
-extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, int runs, const i64* targets,
-    i64 lo0, i64 hi0, i64* left, i64* right) {
+extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, const i64* sample, const i64* starts,
+    i64 stride, int runs, const i64* targets, const i64* lo0, const i64* hi0, i64* left, i64* right) {
   __shared__ i64 counts[BLOCK];
   __shared__ i64 bounds[2];
   const i64 target = targets[blockIdx.x];
-  if (threadIdx.x == 0) { bounds[0] = lo0; bounds[1] = hi0; }
+  if (threadIdx.x == 0) { bounds[0] = lo0[blockIdx.x]; bounds[1] = hi0[blockIdx.x]; }
   __syncthreads();
   while (bounds[0] < bounds[1]) {
     const i64 lo = bounds[0], mid = lo + (i64)(((unsigned long long)bounds[1] - (unsigned long long)lo) >> 1);
     i64 c = 0;
-    for (int r = threadIdx.x; r < runs; r += BLOCK) c += first_above((const i64*)addresses[r], sizes[r], mid, false);
+    for (int r = threadIdx.x; r < runs; r += BLOCK)
+      c += first_above((const i64*)addresses[r], sizes[r], sample + starts[r], starts[r + 1] - starts[r], stride, mid, false);
     counts[threadIdx.x] = c;
     __syncthreads();
     for (int s = BLOCK / 2; s > 0; s >>= 1) {
@@ -602,8 +637,10 @@ extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, int runs
   const i64 k = bounds[0];
   for (int r = threadIdx.x; r < runs; r += BLOCK) {
     const i64* keys = (const i64*)addresses[r];
-    left[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], k, true);
-    right[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], k, false);
+    const i64* own = sample + starts[r];
+    const i64 m = starts[r + 1] - starts[r];
+    left[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], own, m, stride, k, true);
+    right[(i64)blockIdx.x * runs + r] = first_above(keys, sizes[r], own, m, stride, k, false);
   }
 }
 """.replace("NAME", name).replace("BLOCK", str(BISECT_BLOCK))

@@ -47,6 +47,7 @@ POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larg
 # the host memory available; past it they go through the staging buffers into plain memory.
 PINNED_SHARE = 8
 REGISTER_MAPPED = 2  # cudaHostRegisterMapped: kernels may read registered pages in place
+SAMPLE_KEYS = 19  # Pipeline.bisect samples about 2^19 keys of the runs (4 MiB) onto the device
 
 
 def _union(intervals) -> float:
@@ -368,17 +369,25 @@ class Pipeline:
                                                                         np.int64(pieces.size), d))
         return d
 
-    def bisect(self, runs: Sequence[np.ndarray], targets: np.ndarray, lo: int, hi: int):
+    def bisect(self, runs: Sequence[np.ndarray], targets: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         """streaming.bisect on the device, reading the page-locked runs (int64 keys) in place: a
-        block per target, its threads counting in their runs (kernels.bisect_source). On the host
-        it costs a search call per run and step: 0.1 s for a merge of 268 runs in 153 ranges."""
-        xp = self.xp
-        table = np.array([[r.ctypes.data for r in runs], [r.shape[0] for r in runs]], dtype=np.int64)
-        table, t = xp.asarray(table), xp.asarray(targets)
+        block per target, its threads counting in their runs (kernels.bisect_source), each search
+        narrowed first in a sample of every `stride`-th key copied to the device
+        (kernels.sample_source), so that it reads a few keys over the bus, not a whole path. On
+        the host it costs a search call per run and step: 0.1 s for a merge of 268 runs in 153 ranges."""
+        xp, n = self.xp, np.array([r.shape[0] for r in runs], dtype=np.int64)
+        stride = max(64, 1 << int(n.sum() >> SAMPLE_KEYS).bit_length())  # at most ~2 * 2^SAMPLE_KEYS keys sampled
+        offsets = np.concatenate([[0], np.cumsum(-(-n // stride))])
+        table = xp.asarray(np.concatenate([[r.ctypes.data for r in runs], n, offsets]).astype(np.int64))
+        addresses, sizes, starts = table[:len(runs)], table[len(runs):2 * len(runs)], table[2 * len(runs):]
+        sample = xp.empty(int(offsets[-1]), dtype=xp.int64)
+        blocks = (min((sample.size + 255) // 256, 8192),)
+        kernels.raw_kernel(xp, kernels.sample_source())(blocks, (256,), (
+            addresses, sizes, starts, np.int32(len(runs)), np.int64(stride), np.int64(sample.size), sample))
         left, right = xp.empty((2, targets.shape[0], len(runs)), dtype=xp.int64)
-        kernels.raw_kernel(xp, kernels.bisect_source())(
-            (targets.shape[0],), (kernels.BISECT_BLOCK,),
-            (table[0], table[1], np.int32(len(runs)), t, np.int64(lo), np.int64(hi), left, right))
+        kernels.raw_kernel(xp, kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
+            addresses, sizes, sample, starts, np.int64(stride), np.int32(len(runs)), xp.asarray(targets),
+            xp.asarray(lo), xp.asarray(hi), left, right))
         return left.get(), right.get()
 
     def _get(self, s: int, k: int, r, dest):
@@ -536,7 +545,8 @@ def range_cuts(runs: Sequence[np.ndarray], rows: int, split_equal: bool, search:
     every range can be sorted alone, and the ranges in order are the stable merge of the runs.
 
     The boundary at global rank p is the p-th smallest key k, found by bisecting key values
-    (`bisect`, or `search` with its arguments: Pipeline.bisect on the device). With `split_equal`,
+    (`bisect`, or `search` with its arguments: Pipeline.bisect on the device) between the least
+    and the greatest of the runs' keys at the same fraction of their length (`brackets`). With `split_equal`,
     rows equal to k are split in (run, position) order so every range holds exactly `rows` rows;
     else they all start the next range (a reduction over equal keys sees them together), and a
     range holds at most `rows` - 1 rows more than those equal to its first key.
@@ -547,9 +557,7 @@ def range_cuts(runs: Sequence[np.ndarray], rows: int, split_equal: bool, search:
     targets = np.arange(rows, total, rows, dtype=np.int64)
     cuts = [np.zeros(len(runs), dtype=np.int64)]
     if targets.size:
-        live = [r for r in runs if r.shape[0]]
-        lo, hi = min(int(r[0]) for r in live), max(int(r[-1]) for r in live)
-        left, right = (search or bisect)(runs, targets, lo, hi)
+        left, right = (search or bisect)(runs, targets, *brackets(runs, targets, total))
         if split_equal:
             equal = right - left
             before = np.cumsum(equal, axis=1) - equal  # equal rows in earlier runs
@@ -560,12 +568,25 @@ def range_cuts(runs: Sequence[np.ndarray], rows: int, split_equal: bool, search:
     return np.stack(cuts)
 
 
-def bisect(runs: Sequence[np.ndarray], targets: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each target rank p, the smallest key k in [lo, hi] with more than p keys <= k over the
-    sorted runs, by bisecting key values (each step counts keys <= mid in every run, all targets
-    at once); returned as each run's first position with key >= k and with key > k, (targets, runs)."""
+def brackets(runs: Sequence[np.ndarray], targets: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per target rank p, keys lo <= k <= hi around the smallest key k with more than p keys <= k
+    over the sorted runs (`total` keys): the least and the greatest of the runs' keys at positions
+    j_r = floor(p n_r / total). Below the least, run r has at most j_r keys and sum(j_r) <= p; at the
+    greatest, each has at least j_r + 1 and sum(j_r + 1) > p. Runs alike make the bracket narrow
+    (a merge's runs are chunks of one join), sparing most of the bisection's steps."""
     live = [r for r in runs if r.shape[0]]
-    lo, hi = np.full(targets.shape, lo, dtype=np.int64), np.full(targets.shape, hi, dtype=np.int64)
+    if total * max(r.shape[0] for r in live) >= 1 << 63:  # the positions' products would overflow
+        return (np.full(targets.shape, f(int(r[i]) for r in live), dtype=np.int64) for f, i in ((min, 0), (max, -1)))
+    at = [r[targets * r.shape[0] // total] for r in live]
+    return np.min(at, axis=0), np.max(at, axis=0)
+
+
+def bisect(runs: Sequence[np.ndarray], targets: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each target rank p, the smallest key k in [lo, hi] (per target) with more than p keys
+    <= k over the sorted runs, by bisecting key values (each step counts keys <= mid in every run,
+    all targets at once); returned as each run's first position with key >= k and with key > k,
+    (targets, runs)."""
+    live = [r for r in runs if r.shape[0]]
     while np.any(lo < hi):
         mid = lo + (hi - lo) // 2
         le = sum(np.searchsorted(r, mid, side="right") for r in live)
