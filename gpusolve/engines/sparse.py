@@ -450,8 +450,9 @@ class Streamer:
 
     Tables stay in host memory. Sorting runs the device over runs of rows and merges the sorted
     runs on the device too, range by range (streaming.merge); a join's chunks each upload only the
-    input rows of their groups, and come back sorted (or reduced), as runs to merge. With NumPy as
-    the device module (the CPU engine given a budget: tests) the same code runs without copies.
+    input rows of their groups, and come back sorted, as runs to merge (reducing equal keys, for a
+    message). With NumPy as the device module (the CPU engine given a budget: tests) the same code
+    runs without copies.
     """
 
     def __init__(self, pipe: streaming.Pipeline, room: int):

@@ -43,8 +43,9 @@ COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threa
 DIRECT_PIECE_BYTES = 1 << 16  # several pinned pieces this large on average go up a copy call each (one always does)
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
 POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
-# Sorted runs that a merge reads back land in kept page-locked arenas while they fit in this share of
-# the host memory available; past it they go through the staging buffers into plain memory.
+# Results a later step uploads again (sorted runs in the kept arenas, merged tables) are page-locked
+# while they fit in this share of the host memory available, and free page blocks are kept up to it;
+# past it results go through the staging buffers into plain memory.
 PINNED_SHARE = 8
 REGISTER_MAPPED = 2  # cudaHostRegisterMapped: kernels may read registered pages in place
 SAMPLE_KEYS = 19  # Pipeline.bisect samples about 2^19 keys of the runs (4 MiB) onto the device
