@@ -47,7 +47,9 @@ POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larg
 # while they fit in this share of the host memory available, and free page blocks are kept up to it;
 # past it results go through the staging buffers into plain memory.
 PINNED_SHARE = 8
-REGISTER_MAPPED = 2  # cudaHostRegisterMapped: kernels may read registered pages in place
+# cudaHostRegisterPortable | cudaHostRegisterMapped: page-locked for every CUDA context (a pooled block
+# may serve an engine on another device), and kernels may read the pages in place
+REGISTER_FLAGS = 1 | 2
 SAMPLE_KEYS = 19  # Pipeline.bisect samples about 2^19 keys of the runs (4 MiB) onto the device
 
 
@@ -168,7 +170,7 @@ class _PagePool:
         block = raw[at:at + size]  # pages no other allocation shares: each is registered once
         _split(size // PAGE, lambda lo, hi: block[lo * PAGE:hi * PAGE].fill(0))
         try:
-            runtime.hostRegister(block.ctypes.data, size, REGISTER_MAPPED)
+            runtime.hostRegister(block.ctypes.data, size, REGISTER_FLAGS)
         except Exception:
             return None
         self.stats["registered"] += 1
