@@ -301,7 +301,7 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     landed = pipe.map(runs, lambda i, k, c: (k, c), "runs", None, into)
     assert all(pipe.in_arena(a) and pipe.is_pinned(a) for r in landed for a in r if a.size)
     put = []
-    monkeypatch.setattr(pipe, "_gather", lambda s, k, p, real=pipe._gather: put.append(p) or real(s, k, p))
+    monkeypatch.setattr(pipe, "_put_pieces", lambda s, k, p, real=pipe._put_pieces: put.append(p) or real(s, k, p))
     searched = []
     monkeypatch.setattr(pipe, "bisect", lambda *args, real=pipe.bisect: searched.append(args) or real(*args))
     got = streaming.merge(pipe, landed, 500, combine(cupy, False), True, "merge")

@@ -296,15 +296,16 @@ class Pipeline:
         """Room for n items of a result that a later step uploads again (a merged or sorted table):
         page-locked and tracked while it fits in PINNED_SHARE of the available host memory, so it
         comes down and goes back up without staging; else plain memory."""
-        if self.gpu and n * np.dtype(dtype).itemsize <= available_memory() // PINNED_SHARE:
-            return self.pinned((n,), dtype)
-        return np.empty(n, dtype=dtype)
+        return self.pinned((n,), dtype) if self._may_pin(n * np.dtype(dtype).itemsize) else np.empty(n, dtype=dtype)
+
+    def _may_pin(self, nbytes: int) -> bool:
+        return self.gpu and nbytes <= available_memory() // PINNED_SHARE
 
     def arena_into(self, total: int, dtypes) -> Callable | None:
         """An `into` for map that lays result k of every job side by side in runs arena k (jobs'
         results of `total` items at most), so that their merge reads them in place: None on the
         CPU or past PINNED_SHARE of the available host memory (then they go through staging)."""
-        if not self.gpu or total * sum(np.dtype(d).itemsize for d in dtypes) > available_memory() // PINNED_SHARE:
+        if not self._may_pin(total * sum(np.dtype(d).itemsize for d in dtypes)):
             return None
         return side_by_side([self.runs_arena(k, total, d) for k, d in enumerate(dtypes)])
 
@@ -331,7 +332,7 @@ class Pipeline:
     def _put(self, s: int, k: int, a):
         """Host array, list of pieces to concatenate, or HostPieces -> device array on stream s."""
         if isinstance(a, HostPieces):
-            return self._gather(s, k, a)
+            return self._put_pieces(s, k, a)
         pieces = a if isinstance(a, list) else [a]
         if not self.gpu:
             return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
@@ -354,7 +355,7 @@ class Pipeline:
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         return d
 
-    def _gather(self, s: int, k: int, pieces: HostPieces):
+    def _put_pieces(self, s: int, k: int, pieces: HostPieces):
         """HostPieces -> device array on stream s: their address table goes up through staging,
         then one kernel reads the pieces in place."""
         xp, rt, n = self.xp, self.xp.cuda.runtime, len(pieces.addresses)
