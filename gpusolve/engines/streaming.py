@@ -627,7 +627,7 @@ def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, s
     """
     live = [r for r in runs if r[0].shape[0]] or [runs[0]]
     if len(live) == 1 and (split_equal or not live[0][0].shape[0]):
-        return tuple(a.copy() for a in live[0]) if pipe.gpu and pipe.in_arena(live[0][0]) else live[0]
+        return tuple(a.copy() for a in live[0]) if pipe.in_arena(live[0][0]) else live[0]
     in_place = pipe.in_place and all(pipe.is_pinned(a) for r in live for a in r)
     cuts = range_cuts([r[0] for r in live], rows, split_equal, pipe.bisect if in_place else None)
     spans = [j for j in range(len(cuts) - 1) if (cuts[j + 1] - cuts[j]).sum()]
