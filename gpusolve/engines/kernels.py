@@ -480,6 +480,28 @@ extern "C" __global__ void NAME(const i64* codes, const T* costs, const i64* pos
     return FusedKernel(name, source, 0, ("segment_min", cost_type))
 
 
+GRID_MAX = 8192  # blocks of a grid-stride kernel launch
+
+
+def grid(n: int) -> tuple[int]:
+    """Blocks of 256 threads for a grid-stride loop over n items."""
+    return (min((n + 255) // 256, GRID_MAX),)
+
+
+# The last of `count` ascending starts at or before i (starts[0] <= i): the search every kernel that
+# lays out variable-length groups, pieces or runs one after another does per item.
+LAST_START = r"""
+__device__ int last_start(const long long* starts, int count, long long i) {
+  int l = 0, r = count;
+  while (r - l > 1) {
+    int m = (l + r) >> 1;
+    if (starts[m] <= i) l = m; else r = m;
+  }
+  return l;
+}
+"""
+
+
 @functools.lru_cache(maxsize=2)
 def join_gather_source(cost_type: str) -> FusedKernel:
     """The sparse join-sum's gather (sparse._gather, Cuda-BE's Algorithm 4) in one launch: a
@@ -489,7 +511,7 @@ def join_gather_source(cost_type: str) -> FusedKernel:
     modulus, place value). Replaces some 40 array calls and a host sync per chunk."""
     name = f"gpusolve_join_gather_{cost_type}"
     ctype = {"i64": "long long", "f64": "double"}[cost_type]
-    source = r"""
+    source = LAST_START + r"""
 typedef long long i64;
 typedef COST T;
 extern "C" __global__ void NAME(const i64* ak, const T* ac, const i64* bk, const T* bc,
@@ -497,11 +519,7 @@ extern "C" __global__ void NAME(const i64* ak, const T* ac, const i64* bk, const
     const i64* a_start, const i64* a_size, const i64* b_start, const i64* out_start, int groups,
     i64 lo, i64 hi, T top, const i64* axes, int n_axes, i64* keys, T* costs, unsigned long long* count) {
   for (i64 i = lo + blockIdx.x * (i64)blockDim.x + threadIdx.x; i < hi; i += (i64)gridDim.x * blockDim.x) {
-    int l = 0, r = groups;  // the last group starting at or before i
-    while (r - l > 1) {
-      int m = (l + r) >> 1;
-      if (out_start[m] <= i) l = m; else r = m;
-    }
+    const int l = last_start(out_start, groups, i);
     i64 t = i - out_start[l], size = a_size[l];
     i64 ra = a_start[l] + t % size, rb = b_start[l] + t / size;
     if (indirect) { ra = a_rows[ra]; rb = b_rows[rb]; }
@@ -542,16 +560,12 @@ def pieces_gather_source(itemsize: int) -> FusedKernel:
     each, or a host copy through staging, cost more than moving them."""
     word = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}[itemsize]
     name = f"gpusolve_gather_pieces_{8 * itemsize}"
-    source = r"""
+    source = LAST_START + r"""
 typedef long long i64;
 typedef WORD W;
 extern "C" __global__ void NAME(const i64* addresses, const i64* outs, int pieces, i64 n, W* out) {
   for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-    int l = 0, r = pieces;  // the last piece starting at or before i
-    while (r - l > 1) {
-      int m = (l + r) >> 1;
-      if (outs[m] <= i) l = m; else r = m;
-    }
+    const int l = last_start(outs, pieces, i);
     out[i] = ((const W*)addresses[l])[i - outs[l]];
   }
 }
@@ -568,16 +582,12 @@ def sample_source() -> FusedKernel:
     page-locked host memory, run after run (run r's from starts[r]): what bisect_source searches
     first, on the device."""
     name = "gpusolve_sample_runs"
-    source = r"""
+    source = LAST_START + r"""
 typedef long long i64;
 extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, const i64* starts, int runs, i64 stride,
     i64 n, i64* sample) {
   for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-    int l = 0, r = runs;  // the last run starting at or before i
-    while (r - l > 1) {
-      int m = (l + r) >> 1;
-      if (starts[m] <= i) l = m; else r = m;
-    }
+    const int l = last_start(starts, runs, i);
     sample[i] = ((const i64*)addresses[l])[(i - starts[l]) * stride];
   }
 }

@@ -369,7 +369,7 @@ class Pipeline:
         rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         kernel = kernels.raw_kernel(xp, kernels.pieces_gather_source(d.dtype.itemsize))
         with self.streams[s]:
-            kernel((min((pieces.size + 255) // 256, 8192),), (256,), (table, table[n:], np.int32(n),
+            kernel(kernels.grid(pieces.size), (256,), (table, table[n:], np.int32(n),
                                                                         np.int64(pieces.size), d))
         return d
 
@@ -385,8 +385,7 @@ class Pipeline:
         table = xp.asarray(np.concatenate([[r.ctypes.data for r in runs], n, offsets]).astype(np.int64))
         addresses, sizes, starts = table[:len(runs)], table[len(runs):2 * len(runs)], table[2 * len(runs):]
         sample = xp.empty(int(offsets[-1]), dtype=xp.int64)
-        blocks = (min((sample.size + 255) // 256, 8192),)
-        kernels.raw_kernel(xp, kernels.sample_source())(blocks, (256,), (
+        kernels.raw_kernel(xp, kernels.sample_source())(kernels.grid(sample.size), (256,), (
             addresses, sizes, starts, np.int32(len(runs)), np.int64(stride), np.int64(sample.size), sample))
         left, right = xp.empty((2, targets.shape[0], len(runs)), dtype=xp.int64)
         kernels.raw_kernel(xp, kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
