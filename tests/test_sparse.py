@@ -68,6 +68,23 @@ def test_streamed_bucket_steps_equal_the_dense_step(room):
         assert max(r["chunks"] for r in log if r["what"].startswith(step)) > 1
 
 
+@pytest.mark.parametrize("room", [1 << 20, 32 << 20, 200 << 20])
+def test_a_streamer_below_one_stream_room_takes_one_stream_and_jobs_twice_as_large(room):
+    """One stream: a job holds the room but for the previous job's results, still going down; two:
+    each job half of it."""
+    pipe = streaming.Pipeline(np, [])
+    one, two = sparse.Streamer(pipe, room), sparse.Streamer(pipe, room, streams=2)
+    assert one.streams == 1 and two.streams == 2
+    assert sparse.Streamer(pipe, sparse.ONE_STREAM_ROOM).streams == 2
+    job = plan_module.WORK_ROW_BYTES + 2 * plan_module.ROW_BYTES  # a chunk's work and its input rows
+    waiting = plan_module.ROW_BYTES
+    assert one.chunk_rows * (job + waiting) <= room < (one.chunk_rows + 1) * (job + waiting)
+    assert 2 * two.chunk_rows * job <= room < 2 * (two.chunk_rows + 1) * job
+    assert one.run_rows * (sparse.SORT_ROW_BYTES + waiting) <= room < (one.run_rows + 1) * (sparse.SORT_ROW_BYTES + waiting)
+    assert 2 * two.run_rows * sparse.SORT_ROW_BYTES <= room
+    assert one.chunk_rows > 1.7 * two.chunk_rows and one.run_rows > 1.6 * two.run_rows
+
+
 def test_dense_sparse_round_trip_lookup_and_slices():
     rng = np.random.default_rng(1)
     table = rng.integers(0, 9, size=(3, 4, 2)).astype(np.int64)
@@ -125,6 +142,22 @@ def test_segment_min_on_the_gpu_equals_numpy(cupy, dtype):
 
 
 @pytest.mark.gpu
+def test_a_counted_segment_min_leaves_the_number_of_codes_on_the_device(cupy):
+    """What a streamed merge's ranges reduce by: the codes and minima NumPy gives, their number in
+    a device scalar (no wait for it), the rows past it left unread."""
+    rng = np.random.default_rng(12)
+    for n, codes_max in [(5000, 300), (70_000, 10 ** 6), (1, 1)]:
+        codes, costs = rng.integers(0, codes_max, n).astype(np.int64), rng.integers(0, 1000, n)
+        want = sparse.segment_min(np, codes, costs)
+        got = sparse.segment_min(cupy, cupy.asarray(codes), cupy.asarray(costs), counted=True)
+        assert isinstance(got, streaming.Counted) and isinstance(got.count, cupy.ndarray)
+        m = int(got.count.get()[0])
+        assert m == len(want[0])
+        for w, g in zip(want, got.arrays):
+            np.testing.assert_array_equal(cupy.asnumpy(g[:m]), w)
+
+
+@pytest.mark.gpu
 def test_sparse_step_on_the_gpu_equals_the_cpu(cupy):
     rng = np.random.default_rng(7)
     for _ in range(100):
@@ -152,14 +185,16 @@ def test_sparse_and_bounded_solves_on_the_gpu_equal_the_cpu(cupy, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("limit, work_row_bytes", [(1 << 14, 2048), (1 << 16, 8192)])
-def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_row_bytes):
+@pytest.mark.parametrize("limit, work_row_bytes, streams", [(1 << 14, 2048, 1), (1 << 16, 16384, 1), (1 << 16, 8192, 2)])
+def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_row_bytes, streams):
     """A device budget of a few KiB (originals mostly in host memory, or on the device) and large
     predicted workspaces: sparse buckets stream through pinned host buffers, in chunks of a few
-    rows and sort runs of 2-8 rows."""
+    rows and sort runs of 2-8 rows, on one stream (small rooms) or two."""
     from gpusolve.engines.cupy_engine import CupyEngine
     monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
     monkeypatch.setattr(sparse, "SORT_ROW_BYTES", 4096)
+    if streams == 2:
+        monkeypatch.setattr(sparse, "ONE_STREAM_ROOM", 0)
     log = []
     for seed in range(12):
         problem = tight_problem(seed)

@@ -5,6 +5,7 @@ results, the range partition of the device merge and the dense and sparse
 users are all checked on the CPU; the gpu-marked tests run the same on CuPy.
 """
 import gc
+import itertools
 import math
 
 import numpy as np
@@ -63,19 +64,23 @@ def test_map_keeps_job_order_and_logs_every_chunk():
     assert {"copy_s", "work_s", "overlap_s", "span_s", "GB_per_s"} <= set(rec)
 
 
-def test_counted_results_land_whole_and_come_back_cut():
-    """A work step returning Counted (its row count still on the device) gets its rows cut to the
-    count; `into` places them at their whole size, and the log counts every byte moved down."""
+def test_counted_results_come_down_cut_back_to_back():
+    """A work step returning Counted (its row count still on the device) has only its counted rows
+    come down, once the count is known: `into` places them one job after another with no gap, in
+    job order, and the log counts the bytes that moved."""
     log = []
     pipe = streaming.Pipeline(np, log)
     jobs = [(np.arange(6) + 10 * i,) for i in range(4)]
     arena = np.full(24, -1)
     into = streaming.side_by_side([arena])
     out = pipe.map(jobs, lambda i, a: streaming.Counted((a * 2,), np.array([i + 1])), "counted", None, into)
+    at = 0
     for i, (a,) in enumerate(out):
         np.testing.assert_array_equal(a, 2 * (np.arange(i + 1) + 10 * i))
-        assert np.shares_memory(a, arena[6 * i:6 * i + 6])
-    assert into.filled == 24 and log[-1]["d2h_bytes"] == 24 * 8
+        assert np.shares_memory(a, arena[at:at + i + 1])
+        at += i + 1
+    assert into.filled == 10 and log[-1]["d2h_bytes"] == 10 * 8
+    np.testing.assert_array_equal(arena[10:], -1)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -235,11 +240,34 @@ def test_gpu_merge_equals_the_host_merge(cupy, seed, monkeypatch):
         runs = random_runs(rng, unique=reduce)
         rows = int(rng.integers(1, 30))
         pinned_runs = [tuple(pin(pipe, a) for a in r) for r in runs]  # uploaded piece by piece, no staging
-        for given in (runs, pinned_runs):
-            got = streaming.merge(pipe, given, rows, combine(cupy, reduce), not reduce, "merge")
+        for given, streams in itertools.product((runs, pinned_runs), (1, 2)):
+            got = streaming.merge(pipe, given, rows, combine(cupy, reduce), not reduce, "merge", None, streams)
             for g, want in zip(got, host_merge(runs, reduce)):
                 assert isinstance(g, np.ndarray)
                 np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("streams", [1, 2])
+def test_gpu_map_lands_counted_results_in_job_order(cupy, streams):
+    """Counted results come down once their count is read, a job behind the queue: back to back
+    into the runs arenas (read in place), or through the staging buffers into fresh arrays."""
+    rng = np.random.default_rng(streams)
+    pipe = streaming.Pipeline(cupy, [])
+    jobs = [(rng.integers(0, 100, int(rng.integers(0, 60))),) for _ in range(25)]
+
+    def work(i, a):
+        key = cupy.full(a.shape[0] + 3, 1 << 62, dtype=cupy.int64)  # rows past the count: never read
+        key[:a.shape[0]] = cupy.sort(a) * 2
+        return streaming.Counted((key, key + i), cupy.asarray([a.shape[0] // 2]))
+    for arena in (True, False):
+        into = pipe.arena_into(sum(a.shape[0] for a, in jobs), (np.int64, np.int64)) if arena else None
+        got = pipe.map(jobs, work, "counted", None, into, streams)
+        for i, ((a,), (key, shifted)) in enumerate(zip(jobs, got)):
+            want = np.sort(a)[:a.shape[0] // 2] * 2
+            np.testing.assert_array_equal(key, want)
+            np.testing.assert_array_equal(shifted, want + i)
+            assert pipe.in_arena(key) == (arena and key.size > 0)
 
 
 @pytest.mark.gpu
@@ -301,7 +329,7 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     landed = pipe.map(runs, lambda i, k, c: (k, c), "runs", None, into)
     assert all(pipe.in_arena(a) and pipe.is_pinned(a) for r in landed for a in r if a.size)
     put = []
-    monkeypatch.setattr(pipe, "_put_pieces", lambda s, k, p, real=pipe._put_pieces: put.append(p) or real(s, k, p))
+    monkeypatch.setattr(pipe, "_put_pieces", lambda s, slot, k, p, real=pipe._put_pieces: put.append(p) or real(s, slot, k, p))
     searched = []
     monkeypatch.setattr(pipe, "bisect", lambda *args, real=pipe.bisect: searched.append(args) or real(*args))
     got = streaming.merge(pipe, landed, 500, combine(cupy, False), True, "merge")

@@ -340,8 +340,9 @@ def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims
         yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
 
 
-def segment_min(xp, codes, costs, runs: bool = False):
-    """Sorted distinct codes and the minimum cost of each.
+def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False):
+    """Sorted distinct codes and the minimum cost of each (`counted`: on the GPU, as a
+    streaming.Counted, their number left on the device: no wait for it).
 
     NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
     are concatenated sorted runs, which a stable sort (timsort) merges. CuPy's
@@ -363,17 +364,18 @@ def segment_min(xp, codes, costs, runs: bool = False):
     # One sort by code; each run's minimum by kernels.segment_min_source.
     order = xp.argsort(codes)
     codes, costs = codes[order], costs[order]
+    del order
     n = codes.shape[0]
     heads = xp.empty(n, dtype=bool)
     heads[:1] = True
     xp.not_equal(codes[1:], codes[:-1], out=heads[1:])
     pos = xp.cumsum(heads, dtype=xp.int64)
-    m = int(pos[-1])
+    m = n if counted else int(pos[-1])
     largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
     distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
     kernels.raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
         kernels.grid(n), (256,), (codes, costs, pos, np.int64(n), distinct, least))
-    return distinct, least
+    return streaming.Counted((distinct, least), pos[-1:]) if counted else (distinct, least)
 
 
 def _by_first(xp, first, *rest, count=None):
@@ -440,8 +442,16 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
     return order
 
 
-# Device bytes per row of an external sort run: key, cost, code, order and the gathered copies.
-SORT_ROW_BYTES = 64
+# Device bytes per row of an external sort run or merge range: key and cost, the sort's order and
+# Thrust's buffers, the sorted copies, a reduction's run heads, ranks and results (the live peak of
+# a one-stream step on the H100 was 29.5 MiB at 32 MiB, merge ranges of 381,300 rows: bench/sparse.py).
+SORT_ROW_BYTES = 72
+# A streamed sparse step with less device room than this runs on one CUDA stream, else on two. Its
+# jobs are then few enough rows that the host's time per job (some twenty CuPy calls, 0.3-0.5 ms)
+# exceeds their copies' time, so overlapping copies gains less than jobs twice as large on one
+# stream: bench/sparse.py on the H100, 40M joint rows, one stream vs two: 0.215 vs 0.348 s at
+# 32 MiB, 0.144 vs 0.223 s at 64 MiB, 0.118 vs 0.135 s at 128 MiB, 0.095 vs 0.089 s at 256 MiB.
+ONE_STREAM_ROOM = 256 << 20
 
 
 class Streamer:
@@ -452,20 +462,22 @@ class Streamer:
     runs on the device too, range by range (streaming.merge); a join's chunks each upload only the
     input rows of their groups, and come back sorted, as runs to merge (reducing equal keys, for a
     message). With NumPy as the device module (the CPU engine given a budget: tests) the same code
-    runs without copies.
+    runs without copies. `streams`: the pipeline's streams, else one below ONE_STREAM_ROOM.
     """
 
-    def __init__(self, pipe: streaming.Pipeline, room: int):
+    def __init__(self, pipe: streaming.Pipeline, room: int, streams: int | None = None):
         self.pipe, self.xp, self.room = pipe, pipe.xp, max(int(room), 0)
-        # two chunks in flight, each gathering chunk_rows rows from at most input_rows input rows
-        per_row = 2 * (sizes.WORK_ROW_BYTES + 2 * sizes.ROW_BYTES)
-        self.chunk_rows = max(1, min(sizes.CHUNK_ROWS, self.room // per_row))
+        self.streams = streams or (1 if self.room < ONE_STREAM_ROOM else streaming.N_STREAMS)
+        # Device memory of `streams` jobs at once (a chunk gathers chunk_rows rows from at most
+        # input_rows input rows); on one stream also the previous job's results, until they go down.
+        held, waiting = self.streams, sizes.ROW_BYTES if self.streams == 1 else 0
+        self.chunk_rows = max(1, min(sizes.CHUNK_ROWS, self.room // (held * (sizes.WORK_ROW_BYTES + 2 * sizes.ROW_BYTES) + waiting)))
         self.input_rows = 2 * self.chunk_rows
-        self.run_rows = max(1, self.room // (2 * SORT_ROW_BYTES))
+        self.run_rows = max(1, self.room // (held * SORT_ROW_BYTES + waiting))
 
     def merge(self, runs: list[tuple], combine: Callable, split_equal: bool, what: str, check=None) -> tuple:
         """Sorted host runs merged on the device (streaming.merge), in ranges of a sort run's rows."""
-        return streaming.merge(self.pipe, runs, self.run_rows, combine, split_equal, what, check)
+        return streaming.merge(self.pipe, runs, self.run_rows, combine, split_equal, what, check, self.streams)
 
     def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
         """(codes over `sub`, keys, costs) of host table t, stably sorted by code: device-sized runs
@@ -474,15 +486,16 @@ class Streamer:
         xp, run = self.xp, self.run_rows
         if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
+        by_code = functools.partial(_by_first, xp)
         jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
         dtypes = (np.int64, np.int64, t.costs.dtype)
         if len(jobs) > 1:
             into = self.pipe.arena_into(t.rows, dtypes)
         else:
             into = streaming.side_by_side([self.pipe.kept(t.rows, d) for d in dtypes])
-        runs = self.pipe.map(jobs, lambda i, keys, costs: _by_first(xp, t.code(xp, sub, keys), keys, costs),
-                             f"sort {t.rows:,} rows", check, into)
-        return self.merge(runs, functools.partial(_by_first, xp), True,
+        runs = self.pipe.map(jobs, lambda i, keys, costs: by_code(t.code(xp, sub, keys), keys, costs),
+                             f"sort {t.rows:,} rows", check, into, self.streams)
+        return self.merge(runs, by_code, True,
                           f"merge {len(runs)} sorted runs of {t.rows:,} rows", check)
 
     def join(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None,
@@ -526,7 +539,7 @@ class Streamer:
         # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
         # reduction), no host copy on their way down nor up to the merge: else at about half the rate
         into = self.pipe.arena_into(total, (np.int64, wa.dtype)) if len(jobs) > 1 else None
-        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into)
+        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into, self.streams)
 
     def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
               combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):
@@ -595,7 +608,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         def by_message(k, c, count=None):
             return _by_first(xp, k // domains[var], c, count=count)
         keys, costs = streamer.table(cur, tables[-1], joint, jdims, top, keep, by_message,
-                                     functools.partial(segment_min, xp), False, row_limit, what, check)
+                                     functools.partial(segment_min, xp, counted=True), False, row_limit, what, check)
     return SparseTable(tuple(sep), tuple(domains[u] for u in sep), keys, costs)
 
 

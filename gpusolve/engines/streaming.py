@@ -39,6 +39,7 @@ from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
 from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
+SLOTS = 2  # jobs in flight on the host side: staging buffers are per slot (job parity)
 COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
 DIRECT_PIECE_BYTES = 1 << 16  # several pinned pieces this large on average go up a copy call each (one always does)
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
@@ -329,10 +330,11 @@ class Pipeline:
         return buf[:nbytes].view(dtype)
 
     # -- one chunk's copies -------------------------------------------------
-    def _put(self, s: int, k: int, a):
-        """Host array, list of pieces to concatenate, or HostPieces -> device array on stream s."""
+    def _put(self, s: int, slot: int, k: int, a):
+        """Host array, list of pieces to concatenate, or HostPieces -> device array on stream s
+        (through staging buffers of `slot`: the host's buffers for the jobs of one parity)."""
         if isinstance(a, HostPieces):
-            return self._put_pieces(s, k, a)
+            return self._put_pieces(s, slot, k, a)
         pieces = a if isinstance(a, list) else [a]
         if not self.gpu:
             return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
@@ -350,12 +352,12 @@ class Pipeline:
                 rt.memcpyAsync(d.data.ptr + at, p.ctypes.data, p.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
                 at += p.nbytes
             return d
-        src = self._buffer(("up", s, k), d.size, d.dtype)
+        src = self._buffer(("up", slot, k), d.size, d.dtype)
         _copy(src, pieces if len(pieces) > 1 else pieces[0])
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         return d
 
-    def _put_pieces(self, s: int, k: int, pieces: HostPieces):
+    def _put_pieces(self, s: int, slot: int, k: int, pieces: HostPieces):
         """HostPieces -> device array on stream s: their address table goes up through staging,
         then one kernel reads the pieces in place."""
         xp, rt, n = self.xp, self.xp.cuda.runtime, len(pieces.addresses)
@@ -364,7 +366,7 @@ class Pipeline:
             table = xp.empty(2 * n, dtype=xp.int64)
         if not pieces.size:
             return d
-        staged = self._buffer(("pieces", s, k), 2 * n, np.int64)
+        staged = self._buffer(("pieces", slot, k), 2 * n, np.int64)
         staged[:n], staged[n:] = pieces.addresses, pieces.outs
         rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         kernel = kernels.raw_kernel(xp, kernels.pieces_gather_source(d.dtype.itemsize))
@@ -393,8 +395,9 @@ class Pipeline:
             xp.asarray(lo), xp.asarray(hi), left, right))
         return left.get(), right.get()
 
-    def _get(self, s: int, k: int, r, dest):
-        """Start copying device result r to the host: (destination, staging buffer or None)."""
+    def _get(self, s: int, slot: int, k: int, r, dest):
+        """Start copying device result r to the host on stream s: (destination, staging buffer of
+        `slot` or None)."""
         if not self.gpu:
             if dest is not None:
                 dest[...] = r.reshape(dest.shape)
@@ -404,7 +407,7 @@ class Pipeline:
             return (np.empty(r.shape, dtype=r.dtype) if dest is None else dest), None
         r = self.xp.ascontiguousarray(r)
         direct = dest is not None and self.is_pinned(dest)
-        buf = dest if direct else self._buffer(("down", s, k), r.size, r.dtype).reshape(r.shape)
+        buf = dest if direct else self._buffer(("down", slot, k), r.size, r.dtype).reshape(r.shape)
         rt = self.xp.cuda.runtime
         rt.memcpyAsync(buf.ctypes.data, r.data.ptr, r.nbytes, rt.memcpyDeviceToHost, self.streams[s].ptr)
         return (dest, None) if direct else (dest, buf)
@@ -417,70 +420,89 @@ class Pipeline:
 
     # -- the pipeline -----------------------------------------------------
     def map(self, jobs: Sequence[tuple], work: Callable, what: str, check: Callable[[], None] | None = None,
-            into: Callable | None = None, **fields) -> list[tuple]:
+            into: Callable | None = None, streams: int = N_STREAMS, **fields) -> list[tuple]:
         """work(i, *device arrays) for job i's host arrays (or lists of pieces, concatenated), on
-        stream i % 2; it returns device arrays, or Counted. The results of every job as host
+        stream i % `streams`; it returns device arrays, or Counted. The results of every job as host
         arrays, in job order: result k of job i goes to `into(i, k, result)` when that gives a host
-        array (called in job order, so offsets may depend on earlier sizes), else to a fresh array;
-        Counted results land whole and are returned cut to their count."""
+        array (called in job order, so offsets may depend on earlier sizes), else to a fresh array.
+        Counted results come down once their count is known, cut to it (`into` sees the cut rows).
+
+        The host queues job i before it waits for job i - 1, so the device always has a job. Two
+        streams overlap one job's copies with the other's work, each job holding its own device
+        memory; on one stream the jobs run in turn, a job reusing the memory the previous one
+        freed (CuPy's pool reuses a stream's memory in stream order), so a job may take twice the
+        room: for small jobs, where the host's time per job exceeds the copies' time, fewer jobs."""
         n = len(jobs)
         t0 = time.perf_counter()
         if self.gpu:  # device inputs may still be written on the caller's stream: the streams wait for it
             ready = self.xp.cuda.get_current_stream().record()
-            for stream in self.streams:
+            for stream in self.streams[:streams]:
                 stream.wait_event(ready)
         dev, out, marks = [None] * n, [None] * n, [None] * n
-        pending: list = [None] * N_STREAMS
+        pending: list = [None] * SLOTS  # per staging slot (job parity): a job whose results have not landed
         moved = [0, 0]
 
-        def drain(s):
-            if pending[s] is None:
+        def on(i):
+            return self.streams[i % streams] if self.gpu else contextlib.nullcontext()
+
+        def download(i, arrays):
+            copies = [self._get(i % streams, i % SLOTS, k, r, into(i, k, r) if into else None) for k, r in enumerate(arrays)]
+            moved[1] += sum(r.nbytes for r in arrays)
+            return copies
+
+        def drain(slot):
+            """Wait for the job of `slot` (the event after its last copy), then land its results. A
+            Counted's rows start down only now, and into page-locked destinations land without a
+            wait here (map waits for its streams at the end)."""
+            if pending[slot] is None:
                 return
-            i, copies, counted = pending[s]
+            i, copies, counted = pending[slot]
+            pending[slot] = None
             if self.gpu:
-                self.streams[s].synchronize()
-            if counted:  # the count is read where it landed, then the rows cut
-                dest, buf = copies[-1]
-                n = int((dest if buf is None else buf)[0])
-                out[i] = tuple(_land(dest, buf)[:n] for dest, buf in copies[:-1])
-            else:
-                out[i] = tuple(_land(dest, buf) for dest, buf in copies)
-            pending[s] = None
+                marks[i][-1].synchronize()
+            if counted is not None:  # the count is read where it landed, then the rows come down
+                dest, buf = copies[0]
+                rows = int((dest if buf is None else buf)[0])
+                with on(i):
+                    start = self._mark(i % streams)
+                    copies = download(i, [r[:rows] for r in counted.arrays])
+                    marks[i][3:] = [start, self._mark(i % streams)]
+                if self.gpu and any(buf is not None for _, buf in copies):
+                    marks[i][-1].synchronize()  # staged: landed before the staging buffers serve again
+            out[i] = tuple(_land(dest, buf) for dest, buf in copies)
 
         def upload(i):
-            s = i % N_STREAMS
-            drain(s)  # stream s is idle now: its staging buffers are free
-            m = self._mark(s)
-            dev[i] = [self._put(s, k, a) for k, a in enumerate(jobs[i])]
+            drain(i % SLOTS)  # job i - 2 has landed: the slot's staging buffers are free
+            m = self._mark(i % streams)
+            dev[i] = [self._put(i % streams, i % SLOTS, k, a) for k, a in enumerate(jobs[i])]
             moved[0] += sum(sum(p.nbytes for p in a) if isinstance(a, list) else a.nbytes for a in jobs[i])
-            marks[i] = [m, self._mark(s)]
+            marks[i] = [m, self._mark(i % streams)]
 
         if n:
             upload(0)
-        for i in range(n):
+        for i in range(n):  # work i is queued before the host waits for job i - 1 (in upload(i + 1))
             if check is not None:
                 check()
-            if i + 1 < n:
-                upload(i + 1)
-            s = i % N_STREAMS
-            with self.streams[s] if self.gpu else contextlib.nullcontext():
+            with on(i):
                 res = work(i, *dev[i])
                 dev[i] = None
-                marks[i].append(self._mark(s))
-                counted = isinstance(res, Counted)
-                arrays = res.arrays if counted else res
-                copies = [self._get(s, k, r, into(i, k, r) if into else None) for k, r in enumerate(arrays)]
-                if counted:
-                    copies.append(self._get(s, len(arrays), res.count, None))
-                pending[s] = (i, copies, counted)
-                marks[i].append(self._mark(s))
-            moved[1] += sum(r.nbytes for r in arrays)
-        for s in range(N_STREAMS):
-            drain(s)
+                marks[i] += [self._mark(i % streams)] * 2  # work done, downloads start
+                if isinstance(res, Counted):
+                    pending[i % SLOTS] = (i, [self._get(i % streams, i % SLOTS, 0, res.count, None)], res)
+                else:
+                    pending[i % SLOTS] = (i, download(i, res), None)
+                marks[i].append(self._mark(i % streams))
+            if i + 1 < n:
+                upload(i + 1)
+        for i in range(max(n - SLOTS, 0), n):  # in job order: `into` is called in it
+            drain(i % SLOTS)
+        if self.gpu:
+            for stream in self.streams[:streams]:
+                stream.synchronize()
         wall = time.perf_counter() - t0
         at = [[self._seconds(marks[0][0], e) for e in m] for m in marks]
-        copies = [(a, b) for a, b, _, _ in at] + [(c, d) for _, _, c, d in at]
-        works = [(b, c) for _, b, c, _ in at]
+        copies = [(a, b) for a, b, _, _, _ in at] + [(d, e) for _, _, _, d, e in at]
+        works = [(b, c) for _, b, c, _, _ in at]
         copy_s, work_s = _union(copies), _union(works)
         self.log.append({
             "what": what, "chunks": n, "h2d_bytes": moved[0], "d2h_bytes": moved[1], "bytes": sum(moved),
@@ -614,7 +636,7 @@ class side_by_side:
 
 
 def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, split_equal: bool,
-          what: str, check=None) -> tuple:
+          what: str, check=None, streams: int = N_STREAMS) -> tuple:
     """Sorted host runs (tuples of arrays, sorted by the first) -> one tuple of host arrays.
 
     Range-partitioned (range_cuts): each range's pieces of every run are uploaded as one array
@@ -643,6 +665,6 @@ def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, s
     total = int(cuts[-1].sum())
     out = [pipe.kept(total, a.dtype) for a in live[0]]
     into = side_by_side(out)
-    pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, runs=len(live), ranges=len(jobs))
+    pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, streams, runs=len(live), ranges=len(jobs))
     n = into.filled
     return tuple(a[:n] if 2 * n > total else _land(None, a[:n]) for a in out)  # a small result frees the rest
