@@ -161,6 +161,29 @@ def instances(folder: Path, devices: list[str], toulbar2: bool):
     return out
 
 
+def device_peak(xp, run) -> int | None:
+    """The most device bytes live at once while `run()` runs (CuPy's pool, every allocation
+    tracked: a run apart from the timed ones); None on the CPU."""
+    if xp is np:
+        return None
+    pool = xp.get_default_memory_pool()
+    xp.cuda.Device().synchronize()
+    base = pool.used_bytes()
+    peak = [base]
+
+    def malloc(size):
+        memory = pool.malloc(size)
+        peak[0] = max(peak[0], pool.used_bytes())
+        return memory
+    xp.cuda.set_allocator(malloc)
+    try:
+        run()
+        xp.cuda.Device().synchronize()
+    finally:
+        xp.cuda.set_allocator(pool.malloc)
+    return peak[0] - base
+
+
 def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
     """One bucket whose tables exceed `budget` device bytes: streamed (`repeat` times on one pipeline:
     the first grows its pinned staging buffers, later ones reuse them) vs in memory, equal messages.
@@ -200,6 +223,8 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
         runs.append({"streamed_s": t_stream, "bytes_moved": moved, "GB_per_s": moved / t_stream / 1e9,
                      "tables_GB_per_s": ((a.rows + b.rows) * 16 + got.rows * 16) / t_stream / 1e9,
                      "in_maps_s": sum(r["seconds"] for r in steps), "page_blocks": pool, "steps": steps})
+    peak = device_peak(xp, lambda: sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP,
+                                                          streamer=sparse.Streamer(pipe, budget)))
     on = [sparse.moved(xp, x) for x in (a, b)]
     t_mem, ref = best_time(lambda: sparse.eliminate_sparse(xp, 0, sep, [(x, x.scope) for x in on], dom, TOP), sync, 1)
     assert np.array_equal(got.keys, _host(ref.keys)) and np.array_equal(got.costs, _host(ref.costs))
@@ -211,7 +236,7 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
            "message_bytes": got.rows * 16, "in_memory_s": t_mem, "first_sparse_step_s": warm_up, "runs": runs,
            "streamed_s": best["streamed_s"], "copy_GB_per_s": best["GB_per_s"],
            "chunks": sum(r["chunks"] for r in best["steps"]), "h2d_bytes": sum(r["h2d_bytes"] for r in best["steps"]),
-           "d2h_bytes": sum(r["d2h_bytes"] for r in best["steps"])}
+           "d2h_bytes": sum(r["d2h_bytes"] for r in best["steps"]), "device_peak_bytes": peak}
     later = [r["streamed_s"] for r in runs[1:]]
     if later:  # the process's later streamed buckets: kept buffers and grown pools reused
         rec["later_runs_median_s"] = statistics.median(later)
@@ -226,6 +251,9 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
               f"{r['streamed_s'] - r['in_maps_s']:.3f} s outside the pipeline's maps; page blocks "
               f"{r['page_blocks']['reused']} reused, {r['page_blocks']['registered']} registered in "
               f"{r['page_blocks']['register_s']:.3f} s", flush=True)
+    if peak is not None:
+        print(f"  device memory: live peak {peak / 2**20:.1f} MiB of the {budget / 2**20:.0f} MiB budget (one more "
+              f"run, every allocation tracked)", flush=True)
     if later:
         print(f"  runs 2-{len(runs)}: median {rec['later_runs_median_s']:.3f} s, "
               f"{rec['later_runs_median_GB_per_s']:.2f} GB/s", flush=True)
