@@ -8,6 +8,7 @@ from helpers import bounded_case, brute_force, internal, same_messages, tight_pr
 
 from gpusolve import graph
 from gpusolve.engines import sparse, streaming
+from gpusolve.engines.sparse import SparseTable
 from gpusolve.engines.base import eliminate_dense
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.model import CostFunction, Problem, Variable
@@ -76,13 +77,32 @@ def test_a_streamer_below_one_stream_room_takes_one_stream_and_jobs_twice_as_lar
     one, two = sparse.Streamer(pipe, room), sparse.Streamer(pipe, room, streams=2)
     assert one.streams == 1 and two.streams == 2
     assert sparse.Streamer(pipe, sparse.ONE_STREAM_ROOM).streams == 2
-    job = plan_module.WORK_ROW_BYTES + 2 * plan_module.ROW_BYTES  # a chunk's work and its input rows
-    waiting = plan_module.ROW_BYTES
-    assert one.chunk_rows * (job + waiting) <= room < (one.chunk_rows + 1) * (job + waiting)
-    assert 2 * two.chunk_rows * job <= room < 2 * (two.chunk_rows + 1) * job
-    assert one.run_rows * (sparse.SORT_ROW_BYTES + waiting) <= room < (one.run_rows + 1) * (sparse.SORT_ROW_BYTES + waiting)
+    assert (one.job_room, one.wait, two.job_room, two.wait) == (room, plan_module.ROW_BYTES, room // 2, 0)
+    assert one.run_rows * (sparse.SORT_ROW_BYTES + one.wait) <= room < (one.run_rows + 1) * (sparse.SORT_ROW_BYTES + one.wait)
     assert 2 * two.run_rows * sparse.SORT_ROW_BYTES <= room
-    assert one.chunk_rows > 1.7 * two.chunk_rows and one.run_rows > 1.6 * two.run_rows
+    assert one.run_rows > 1.6 * two.run_rows
+
+
+def test_a_streamed_join_sizes_its_chunks_for_their_rows_inputs_and_the_waiting_results(monkeypatch):
+    """Chunks of output rows whose work (JOIN_ROW_BYTES each) and input rows fit a job's room beside
+    the previous chunk's results: on one stream some 40% fewer chunks than on two."""
+    rng = np.random.default_rng(3)
+    a = SparseTable((0, 1, 2), (6, 6, 6), np.sort(rng.choice(216, 150, replace=False)).astype(np.int64),
+                    rng.integers(0, 9, 150))
+    b = SparseTable((0, 3, 4), (6, 6, 6), np.sort(rng.choice(216, 170, replace=False)).astype(np.int64),
+                    rng.integers(0, 9, 170))
+    total = sparse.join_index(np, a, b).total
+    counts = {}
+    for streams in (1, 2):
+        log = []
+        streamer = sparse.Streamer(streaming.Pipeline(np, log), 20_000, streams)
+        runs = streamer.join(a, b, (0, 1, 2, 3, 4), (6,) * 5, 100, None, lambda k, c, count=None: (k, c))
+        rows = [r[0].shape[0] for r in runs]
+        assert sum(rows) == total
+        per_row = sparse.JOIN_ROW_BYTES + streamer.wait
+        assert max(rows) * per_row <= streamer.job_room
+        counts[streams] = len(runs)
+    assert counts[1] <= 0.65 * counts[2]
 
 
 def test_dense_sparse_round_trip_lookup_and_slices():
@@ -192,7 +212,8 @@ def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_
     rows and sort runs of 2-8 rows, on one stream (small rooms) or two."""
     from gpusolve.engines.cupy_engine import CupyEngine
     monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
-    monkeypatch.setattr(sparse, "SORT_ROW_BYTES", 4096)
+    monkeypatch.setattr(sparse, "JOIN_ROW_BYTES", work_row_bytes)
+    monkeypatch.setattr(sparse, "SORT_ROW_BYTES", 8192 // streams)  # one stream: jobs of twice the room
     if streams == 2:
         monkeypatch.setattr(sparse, "ONE_STREAM_ROOM", 0)
     log = []

@@ -340,9 +340,10 @@ def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims
         yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
 
 
-def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False):
+def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, limit: int | None = None):
     """Sorted distinct codes and the minimum cost of each (`counted`: on the GPU, as a
-    streaming.Counted, their number left on the device: no wait for it).
+    streaming.Counted, their number left on the device: no wait for it; `limit`: the codes are
+    below it, and below 2^31 the GPU sorts them as int32, a third faster).
 
     NumPy: sort by code, histogram, minimum.reduceat; `runs` says the codes
     are concatenated sorted runs, which a stable sort (timsort) merges. CuPy's
@@ -362,7 +363,7 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False):
         distinct, starts, _ = _groups(xp, codes[order])
         return distinct, costs[order[starts]]
     # One sort by code; each run's minimum by kernels.segment_min_source.
-    order = xp.argsort(codes)
+    order = xp.argsort(codes.astype(xp.int32) if limit is not None and limit <= np.iinfo(np.int32).max else codes)
     codes, costs = codes[order], costs[order]
     del order
     n = codes.shape[0]
@@ -446,6 +447,9 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
 # Thrust's buffers, the sorted copies, a reduction's run heads, ranks and results (the live peak of
 # a one-stream step on the H100 was 29.5 MiB at 32 MiB, merge ranges of 381,300 rows: bench/sparse.py).
 SORT_ROW_BYTES = 72
+# Device bytes per output row of a streamed join's chunk, sorted but not reduced: key and cost
+# gathered, the sort's order and Thrust's buffers, the sorted copies (its input rows count apart).
+JOIN_ROW_BYTES = 64
 # A streamed sparse step with less device room than this runs on one CUDA stream, else on two. Its
 # jobs are then few enough rows that the host's time per job (some twenty CuPy calls, 0.3-0.5 ms)
 # exceeds their copies' time, so overlapping copies gains less than jobs twice as large on one
@@ -468,12 +472,11 @@ class Streamer:
     def __init__(self, pipe: streaming.Pipeline, room: int, streams: int | None = None):
         self.pipe, self.xp, self.room = pipe, pipe.xp, max(int(room), 0)
         self.streams = streams or (1 if self.room < ONE_STREAM_ROOM else streaming.N_STREAMS)
-        # Device memory of `streams` jobs at once (a chunk gathers chunk_rows rows from at most
-        # input_rows input rows); on one stream also the previous job's results, until they go down.
-        held, waiting = self.streams, sizes.ROW_BYTES if self.streams == 1 else 0
-        self.chunk_rows = max(1, min(sizes.CHUNK_ROWS, self.room // (held * (sizes.WORK_ROW_BYTES + 2 * sizes.ROW_BYTES) + waiting)))
-        self.input_rows = 2 * self.chunk_rows
-        self.run_rows = max(1, self.room // (held * SORT_ROW_BYTES + waiting))
+        # Device memory of `streams` jobs at once, each `job_room`; on one stream also the previous
+        # job's results, `wait` bytes per row until they go down.
+        self.job_room = self.room // self.streams
+        self.wait = sizes.ROW_BYTES if self.streams == 1 else 0
+        self.run_rows = max(1, self.job_room // (SORT_ROW_BYTES + self.wait))
 
     def merge(self, runs: list[tuple], combine: Callable, split_equal: bool, what: str, check=None) -> tuple:
         """Sorted host runs merged on the device (streaming.merge), in ranges of a sort run's rows."""
@@ -511,16 +514,21 @@ class Streamer:
         cb, kb, wb = self.sort_by_code(b, shared, check)
         ix = _match(np, ca, cb)
         starts, total = ix.out_start, ix.total
+        # a chunk's output rows, sized for the join's input rows per output row (at most one), so that
+        # its work and input rows fit the job's room beside the previous chunk's waiting results
+        inputs = min((a.rows + b.rows) / max(total, 1), 1.0)
+        cap = max(1, min(sizes.CHUNK_ROWS, int(self.job_room // (JOIN_ROW_BYTES + self.wait + inputs * sizes.ROW_BYTES))))
+        room = self.job_room - self.wait * cap
         jobs, spans = [], []
         lo = 0
         while lo < total:
-            hi = min(lo + self.chunk_rows, total)
+            hi = min(lo + cap, total)
             while True:
                 g0, g1 = np.searchsorted(starts, [lo, hi - 1], side="right") - 1
                 a_lo, a_hi = ix.a_start[g0], ix.a_start[g1] + ix.a_size[g1]
                 b_lo = ix.b_start[g0] + (lo - starts[g0]) // ix.a_size[g0]
                 b_hi = ix.b_start[g1] + (hi - 1 - starts[g1]) // ix.a_size[g1] + 1
-                if a_hi - a_lo + b_hi - b_lo <= self.input_rows or hi == lo + 1:
+                if (hi - lo) * JOIN_ROW_BYTES + (a_hi - a_lo + b_hi - b_lo) * sizes.ROW_BYTES <= room or hi == lo + 1:
                     break  # (one output row whose group of a exceeds the room still goes: the budget is an estimate)
                 hi = lo + (hi - lo) // 2
             g = slice(g0, g1 + 1)
@@ -605,10 +613,17 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
             keys, costs = segment_min(xp, keys, costs)  # chunks overlapped
     else:  # each chunk sorted by message key, then merged with equal keys reduced, on the device: a
         # chunk's own reduction (a dozen more launches) saved no copy, its rows coming down whole (Counted)
-        def by_message(k, c, count=None):
-            return _by_first(xp, k // domains[var], c, count=count)
-        keys, costs = streamer.table(cur, tables[-1], joint, jdims, top, keep, by_message,
-                                     functools.partial(segment_min, xp, counted=True), False, row_limit, what, check)
+        sep_dims = tuple(domains[u] for u in sep)
+        if keep is None:  # the gather composes message keys (the joint key less var's digit)
+            scope, dims, by_message = tuple(sep), sep_dims, functools.partial(_by_first, xp)
+        else:  # the bound reads every joint variable's digit: joint keys, divided by var's domain
+            scope, dims = joint, jdims
+
+            def by_message(k, c, count=None):
+                return _by_first(xp, k // domains[var], c, count=count)
+        keys, costs = streamer.table(cur, tables[-1], scope, dims, top, keep, by_message,
+                                     functools.partial(segment_min, xp, counted=True, limit=math.prod(sep_dims)),
+                                     False, row_limit, what, check)
     return SparseTable(tuple(sep), tuple(domains[u] for u in sep), keys, costs)
 
 
