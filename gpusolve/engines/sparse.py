@@ -584,6 +584,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
     """
     joint = tuple(sep) + (var,)
     jdims = tuple(domains[u] for u in joint)
+    sep_dims = jdims[:-1]
     m = np if streamer is not None else xp
     tables = join_order([as_sparse(m, t, s, top) for t, s in inputs], domains)
     if len(tables) == 1:
@@ -612,8 +613,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         if len(keys) and not bool(xp.all(keys[1:] > keys[:-1])):
             keys, costs = segment_min(xp, keys, costs)  # chunks overlapped
     else:  # each chunk sorted by message key, then merged with equal keys reduced, on the device: a
-        # chunk's own reduction (a dozen more launches) saved no copy, its rows coming down whole (Counted)
-        sep_dims = tuple(domains[u] for u in sep)
+        # chunk's own reduction (a dozen more launches) saved no copy, its rows coming down unreduced (Counted)
         if keep is None:  # the gather composes message keys (the joint key less var's digit)
             scope, dims, by_message = tuple(sep), sep_dims, functools.partial(_by_first, xp)
         else:  # the bound reads every joint variable's digit: joint keys, divided by var's domain
@@ -624,7 +624,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         keys, costs = streamer.table(cur, tables[-1], scope, dims, top, keep, by_message,
                                      functools.partial(segment_min, xp, counted=True, limit=math.prod(sep_dims)),
                                      False, row_limit, what, check)
-    return SparseTable(tuple(sep), tuple(domains[u] for u in sep), keys, costs)
+    return SparseTable(tuple(sep), sep_dims, keys, costs)
 
 
 class RestBound:
