@@ -456,25 +456,45 @@ ROLLOUTS = 1024
 
 
 def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> None:
+    """AND/OR search with the mini-bucket heuristic and, on integer problems, the compiled depth-first
+    search with soft arc consistency beside it (a portfolio: the first to finish proves, incumbents
+    are shared as they come)."""
+    from . import dfbb
     from .globals import propagators
-    from .search import AndOrSearch, Heuristic
+    from .search import AndOrSearch, Heuristic, Stopped
+    beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
+        if beside is not None:
+            beside.run_here(bounds, stop)
+            out.search = {"dfbb": beside.stats()}
         return
     heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
         return
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=stop, propagators=propagators(guide.problem))
+    check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
+    if beside is not None:
+        beside.start()
     try:
         cost, assignment = s.run(target)
+    except Stopped:
+        if beside is None or not beside.complete:
+            raise
+        assignment = None  # the core proved first
     finally:
         out.search = s.stats.to_json()
-    if assignment is not None:
-        bounds.offer(assignment, "AND/OR search")
-    bounds.prove("AND/OR search")
+        if beside is not None:
+            beside.finish(bounds, wait=not stop())
+            out.search["dfbb"] = beside.stats()
+            out.search["complete"] = s.stats.complete or beside.complete  # the phase's proof, by either
+    if s.stats.complete:
+        if assignment is not None:
+            bounds.offer(assignment, "AND/OR search")
+        bounds.prove("AND/OR search")
 
 
 def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:

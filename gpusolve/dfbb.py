@@ -18,6 +18,8 @@ a stop between slices.
 """
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -226,3 +228,84 @@ class DepthFirst:
             if status == COMPLETE:
                 self.complete = True
             return status
+
+
+class Beside:
+    """The core searching in a thread of its own (numba releases the GIL) while another search runs in
+    the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
+    schedule's Bounds, so that only one thread at a time touches them."""
+
+    LABEL = "DFBB (FDAC*)"
+
+    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12):
+        self.search = DepthFirst(problem, bounds.upper)
+        self.slice_nodes = slice_nodes
+        self._lock = threading.Lock()
+        self._found: list[np.ndarray] = []
+        self._lower = self.search.lower_bound
+        self._quit = False
+        self.compile_s = 0.0
+        self.time_s = 0.0
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "Beside":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        t0 = time.perf_counter()
+        while not self._quit and self._step() != COMPLETE:
+            pass
+        self.time_s = time.perf_counter() - t0
+
+    def _step(self) -> int:
+        """One slice; the first one also compiles (or loads) the core and propagates the root."""
+        t0 = time.perf_counter()
+        status = self.search.run(self.slice_nodes if self.search.nodes or self.compile_s else 0)
+        if not self.compile_s:
+            self.compile_s = time.perf_counter() - t0
+        with self._lock:
+            if status == FOUND:
+                self._found.append(self.search.best.copy())
+            self._lower = self.search.lower_bound
+        return status
+
+    @property
+    def complete(self) -> bool:
+        return self.search.complete
+
+    def publish(self, bounds) -> bool:
+        """Offer what the core found since the last call; True once it has proven the optimum."""
+        with self._lock:
+            found, self._found, lower = self._found, [], self._lower
+        for assignment in found:
+            bounds.offer(assignment, self.LABEL)
+        if self.search.complete:
+            bounds.raise_lower(self.search.ub, self.LABEL)
+            if bounds.closed:
+                bounds.prove(self.LABEL)
+            return True
+        bounds.raise_lower(lower, self.LABEL)
+        return False
+
+    def finish(self, bounds, wait: bool) -> None:
+        """Stop the core (waiting for its slice to end when `wait`) and publish what it holds."""
+        self._quit = True
+        if wait:
+            self._thread.join()
+        self.publish(bounds)
+
+    def run_here(self, bounds, stop) -> None:
+        """The core alone, in this thread, until it completes or `stop()`."""
+        t0 = time.perf_counter()
+        while not stop():
+            self._step()
+            if self.publish(bounds):
+                break
+        self.time_s = time.perf_counter() - t0
+
+    def stats(self) -> dict:
+        nodes = self.search.nodes
+        took = max(self.time_s - self.compile_s, 0.0)
+        return {"nodes": nodes, "nodes_per_s": nodes / took if took else 0.0, "complete": self.search.complete,
+                "time_s": self.time_s, "compile_s": self.compile_s}
