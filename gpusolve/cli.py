@@ -342,12 +342,13 @@ def write_outputs(result: Result, solution: str | None, uai_output: str | None) 
             write_solution(solution, result)
         if uai_output:
             exact = result.status == "optimal"
-            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact
-                bound = "exact" if exact else "lower" if result.lower_bound is not None else "none"
+            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact (-inf: Z = 0)
+                bound = "exact" if exact or result.status == "infeasible" else \
+                    "lower" if result.lower_bound is not None else "none"
             elif result.task == "MPE":  # an assignment: its value bounds the MPE from below
                 bound = "none" if result.assignment is None else "exact" if exact else "lower"
             else:
-                bound = "exact"
+                bound = "none" if result.marginals is None else "exact"
             write_uai_result(uai_output, result.task, result.lower_bound if result.task == "PR" else None,
                              result.assignment, result.marginals)
             result.uai_output = {"path": str(uai_output), "bound": bound}
