@@ -24,6 +24,7 @@ from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
+from .report import dumps
 
 FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
@@ -155,8 +156,8 @@ class Commands(click.Group):
             if "--json" in args:
                 from .report import record
                 params = ctx.params if ctx else {}
-                print(json.dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
-                                        message=line)))
+                print(dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                   message=line)))
             err().print(line, markup=False, soft_wrap=True)
             sys.exit(e.exit_code)
         except click.Abort:
@@ -288,7 +289,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
 
     def fail(message: str, code: int, status: str = "error"):
         if as_json:
-            print(json.dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
+            print(dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 
@@ -306,7 +307,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     failed = write_outputs(result, solution, uai_output)
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(dumps(result.to_json()))
     else:
         print_result(result)
     if failed:  # the answer is printed above: only the file is lost
@@ -342,12 +343,13 @@ def write_outputs(result: Result, solution: str | None, uai_output: str | None) 
             write_solution(solution, result)
         if uai_output:
             exact = result.status == "optimal"
-            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact
-                bound = "exact" if exact else "lower" if result.lower_bound is not None else "none"
+            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact (-inf: Z = 0)
+                bound = "exact" if exact or result.status == "infeasible" else \
+                    "lower" if result.lower_bound is not None else "none"
             elif result.task == "MPE":  # an assignment: its value bounds the MPE from below
                 bound = "none" if result.assignment is None else "exact" if exact else "lower"
             else:
-                bound = "exact"
+                bound = "none" if result.marginals is None else "exact"
             write_uai_result(uai_output, result.task, result.lower_bound if result.task == "PR" else None,
                              result.assignment, result.marginals)
             result.uai_output = {"path": str(uai_output), "bound": bound}
@@ -642,7 +644,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
         _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
     if as_json:
         from .report import of_result
-        print(json.dumps(of_result(result, task="DCOP")))
+        print(dumps(of_result(result, task="DCOP")))
         return
     from rich.table import Table
     r, m = result, result.messages
@@ -669,7 +671,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
 def _fail(file: str, message: str, code: int, as_json: bool):
     if as_json:
         from .report import record
-        print(json.dumps(record(file, "error", message=message)))
+        print(dumps(record(file, "error", message=message)))
     err().print(message, markup=False, soft_wrap=True)
     sys.exit(code)
 
@@ -741,7 +743,7 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
             limit = options.time_limit if left is None else min(options.time_limit or left, left)
             bar.update(task, description=os.path.basename(f))
             rec = batch_record(f, dataclasses.replace(options, time_limit=limit), settings)
-            sink.write(json.dumps(rec) + "\n")
+            sink.write(dumps(rec) + "\n")
             sink.flush()
             records.append(rec)
             bar.advance(task)
@@ -906,8 +908,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         fail(f"{name}: internal error: {type(e).__name__}: {e}", 1)
     if as_json:
         # The schema's peak_bytes is one figure: the larger side; both sides follow as peak_bytes_by_memory.
-        print(json.dumps(of_result(result, peak_bytes=max(result.peak_bytes.values(), default=0),
-                                   peak_bytes_by_memory=result.peak_bytes)))
+        print(dumps(of_result(result, peak_bytes=max(result.peak_bytes.values(), default=0),
+                              peak_bytes_by_memory=result.peak_bytes)))
         return
     from rich.table import Table
     t = Table(show_header=False, box=None, pad_edge=False)
