@@ -37,8 +37,9 @@ from gpusolve.generate import generate  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 
 
-def rlfap(links: int, frequencies: int, seed: int) -> Model:
-    """An RLFAP-like network of `links` links (even), frequencies spaced by 14 as CELAR's are."""
+def rlfap(links: int, frequencies: int, seed: int, density: int = 4) -> Model:
+    """An RLFAP-like network of `links` links (even), frequencies spaced by 14 as CELAR's are, about
+    `density` interference constraints per link."""
     rng = np.random.default_rng(seed)
     values = 14 * np.arange(frequencies)
     m = Model(f"rlfap-{links}-{frequencies}-s{seed}")
@@ -48,7 +49,7 @@ def rlfap(links: int, frequencies: int, seed: int) -> Model:
     duplex = np.where(np.abs(values[:, None] - values[None, :]) == gap, 0, np.inf)
     for i in range(0, links, 2):
         m.add_function([f"f{i}", f"f{i + 1}"], duplex)
-    for _ in range(2 * links):
+    for _ in range(density * links):
         i, j = (int(x) for x in rng.choice(links, 2, replace=False))
         if i // 2 == j // 2:
             continue
@@ -67,9 +68,10 @@ def instances(folder: Path, quick: bool) -> list[Path]:
     celar = SHARED / "CELAR6-SUB0.wcsp"
     if celar.is_file() and not quick:
         out.append(celar)
-    for links, freq, seed in ([(8, 8, 1)] if quick else [(16, 12, 1), (20, 12, 2), (24, 16, 3), (30, 16, 4)]):
-        path = folder / f"rlfap-{links}-{freq}-s{seed}.wcsp"
-        rlfap(links, freq, seed).write(path)
+    for links, freq, seed, density in ([(8, 8, 1, 2)] if quick else
+                                       [(30, 16, 1, 4), (40, 20, 3, 6), (60, 24, 4, 5), (80, 24, 5, 6)]):
+        path = folder / f"rlfap-{links}-{freq}-s{seed}-x{density}.wcsp"
+        rlfap(links, freq, seed, density).write(path)
         out.append(path)
     for n, d, seed in ([(16, 4, 1)] if quick else [(49, 5, 1), (64, 5, 2)]):
         path = folder / f"grid-n{n}-d{d}-s{seed}.wcsp"
