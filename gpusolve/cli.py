@@ -402,7 +402,7 @@ def print_result(r: Result) -> None:
     if r.uai_output:
         t.add_row("uai output", f"{r.uai_output['path']} ({r.uai_output['bound']} bound)"
                   if r.uai_output["bound"] not in ("exact", "none") else r.uai_output["path"])
-    out().print(t)
+    out().print(t, markup=False)  # cells are text: a bound's or a name's '[' is no style tag
 
 
 def _fmt(x) -> str:
@@ -663,7 +663,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
                       f"pseudo tree {r.pseudo_tree_s:.3f} s")
     if r.assignment is not None:
         t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
-    out().print(t)
+    out().print(t, markup=False)
 
 
 def _fail(file: str, message: str, code: int, as_json: bool):
@@ -928,7 +928,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         ("structure", " ".join("{" + ",".join(map(str, c)) + "}" for c in r.structure)),
     ]:
         t.add_row(label, value)
-    out().print(t)
+    out().print(t, markup=False)
 
 
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
