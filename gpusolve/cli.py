@@ -393,8 +393,7 @@ def print_result(r: Result) -> None:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
-        shown = r.values or r.assignment
-        t.add_row("assignment", " ".join(map(str, shown[:200])) + (" ..." if len(shown) > 200 else ""))
+        t.add_row("assignment", _shown(r.values or r.assignment))
     for i, m in enumerate((r.marginals or [])[:20]):
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:
@@ -403,6 +402,11 @@ def print_result(r: Result) -> None:
         t.add_row("uai output", f"{r.uai_output['path']} ({r.uai_output['bound']} bound)"
                   if r.uai_output["bound"] not in ("exact", "none") else r.uai_output["path"])
     out().print(t, markup=False)  # cells are text: a bound's or a name's '[' is no style tag
+
+
+def _shown(values: list) -> str:
+    """An assignment on one line: value names where the file gives them, as solve and dcop print it."""
+    return " ".join(map(str, values[:200])) + (" ..." if len(values) > 200 else "")
 
 
 def _fmt(x) -> str:
@@ -662,7 +666,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
                       f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
                       f"pseudo tree {r.pseudo_tree_s:.3f} s")
     if r.assignment is not None:
-        t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
+        t.add_row("assignment", _shown(r.values or r.assignment))
     out().print(t, markup=False)
 
 

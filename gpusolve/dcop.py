@@ -203,6 +203,7 @@ class DcopResult:
     lower_bound: float | int | None
     upper_bound: float | int | None
     assignment: list[int] | None
+    values: list[str] | None  # the assignment as the file's value names (None: the file names none)
     agents: int
     variables: int
     induced_width: int
@@ -280,7 +281,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
 
     `progress(total)` returns a callback called once per computation finished.
     """
-    from .solve import _file_bounds, _same, available_memory
+    from .solve import _file_bounds, _same, _values, available_memory
     t0 = time.perf_counter()
     dp = plan_dcop(problem, algo, max_dim)
     tree_s = time.perf_counter() - t0
@@ -326,7 +327,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
     simulated, util_end = simulated_runtime(dp, util_s, value_s, latency)
     return DcopResult(
         file=file, algo=algo, max_dim=dp.max_dim, status=status, lower_bound=lo, upper_bound=hi,
-        assignment=assignment, agents=len(set(dp.agent)), variables=n, induced_width=dp.plan.induced_width,
+        assignment=assignment, values=_values(problem, assignment), agents=len(set(dp.agent)), variables=n, induced_width=dp.plan.induced_width,
         messages=dp.messages(), wall_s=wall, simulated_s=simulated, util_simulated_s=util_end,
         latency_s=latency, compute_s=sum(util_s.values()) + sum(value_s.values()), cluster_s=cluster_s,
         pseudo_tree_s=tree_s, executor=description, engines=sorted(engines) or ["numpy"],

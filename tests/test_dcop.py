@@ -242,3 +242,18 @@ def test_util_computations_on_the_gpu_engine_match_the_cpu(cupy):
         a_gpu = dcop.solve_dcop(problem, "adpop", 3, device="gpu", scheduler="inline")
         a_cpu = inline(problem, "adpop", 3)
         assert (a_gpu.lower_bound, a_gpu.upper_bound) == (a_cpu.lower_bound, a_cpu.upper_bound)
+
+
+def test_dcop_names_values_as_solve_does(tmp_path):
+    """The assignment in the file's value names (R G B), text and JSON, as `solve` prints it."""
+    path = tmp_path / "col.yaml"
+    path.write_text(CLEAN.format(objective="min"))
+    problem = parsers.read(path)
+    r = inline(problem)
+    assert r.values == [v.labels[a] for v, a in zip(problem.variables, r.assignment)]
+    assert problem.to_file_value(problem.evaluate(r.assignment)) == file_optimum(problem)
+    data = json.loads(run("dcop", path, "--scheduler", "inline", "--json").stdout)
+    assert data["values"] == r.values and data["assignment"] == r.assignment
+    line = next(row for row in run("dcop", path, "--scheduler", "inline").stdout.splitlines()
+                if row.startswith("assignment"))
+    assert line.split()[1:] == r.values
