@@ -477,7 +477,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         err().print(f"{file}: out of memory while reading its tables", markup=False, soft_wrap=True)
         sys.exit(EXIT_MEMORY)
     if plot:
-        draw_profile(problem, orders[order], z, tables, n_comp, mem_limit, gpu_mem_limit, plot)
+        draw_profile(problem, orders[order], graph.induced_width(g, orders[order]), z, tables, n_comp, mem_limit,
+                     gpu_mem_limit, plot)
     arities: dict[int, int] = {}
     for f in problem.functions:
         arities[f.arity] = arities.get(f.arity, 0) + 1
@@ -538,8 +539,8 @@ def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit:
     out().print(plan_slicing(plan, domains, workers, threshold).describe(), markup=False)
 
 
-def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
-    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`."""
+def draw_profile(problem, order, width, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
+    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`; `width`: the order's."""
     from .plan import build_plan
     from .solve import available_memory
     try:
@@ -551,7 +552,7 @@ def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, pa
     plan = build_plan(problem, order, z, n_comp, tables if z is None else "dense")
     budget = mem_limit if mem_limit is not None else available_memory()
     try:
-        plot_profile(plan, path, budget, gpu_mem_limit, problem.name)
+        plot_profile(plan, path, budget, width, gpu_mem_limit, problem.name)
     except (OSError, ValueError) as e:
         err().print(f"--plot {path}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)

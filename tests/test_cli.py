@@ -180,3 +180,22 @@ def test_bounds_over_time_shows_a_maximisations_bounds(tmp_path):
     want = [(", ".join("none" if b is None else str(b) for b in (lo, hi)), phase)
             for _, lo, hi, phase in data["trace"][-6:]]
     assert shown == want and want[0][0].startswith("none, "), line
+
+
+def test_profile_plot_names_the_orders_width_on_integer_ticks(tmp_path, monkeypatch):
+    """MBE's title said the width of its mini-buckets (z - 1) where `info` says the order's; the
+    mini-bucket axis had ticks at 2.5, 7.5."""
+    figure = pytest.importorskip("matplotlib.figure")
+    drawn = []
+    monkeypatch.setattr(figure.Figure, "savefig", lambda fig, *args, **kw: drawn.append(fig))
+    path = tmp_path / "r.wcsp"
+    assert run("generate", "random", "-n", 7, "-d", 2, "--p1", 0.8, "-o", path).exit_code == 0
+    for z in (None, 2, 3):
+        r = run("info", path, "--plot", tmp_path / "p.png", *(("--z", z) if z else ()))
+        assert r.exit_code == 0, r.output
+        width = int(re.search(r"induced width \(minfill\): (\d+)", r.stdout).group(1))
+        ax = drawn.pop().axes[0]
+        assert f"induced width {width}," in ax.get_title() and ("MBE(z=" in ax.get_title()) == bool(z)
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
