@@ -657,6 +657,8 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("file", r.file)
     t.add_row("algorithm", "DPOP" if r.max_dim is None else f"ADPOP (max-dim {r.max_dim})")
     t.add_row("status", r.status)
+    if r.message:
+        t.add_row("why", r.message)
     t.add_row("lower bound", _fmt(r.lower_bound))
     t.add_row("upper bound", _fmt(r.upper_bound))
     t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
@@ -665,7 +667,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("executor", f"{r.executor}, started in {r.cluster_s:.2f} s; engines {', '.join(r.engines)}")
     t.add_row("time", f"wall {r.wall_s:.3f} s, simulated {r.simulated_s:.6f} s (UTIL phase {r.util_simulated_s:.6f} s, "
                       f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
-                      f"pseudo tree {r.pseudo_tree_s:.3f} s")
+                      f"pseudo tree {r.pseudo_tree_s:.3f} s" + (f", repair {r.repair_s:.3f} s" if r.message else ""))
     if r.assignment is not None:
         t.add_row("assignment", _shown(r.values or r.assignment))
     out().print(t, markup=False)
