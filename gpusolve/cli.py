@@ -850,8 +850,10 @@ def write_csv(path: Path, records: list[dict]) -> None:
 @click.option("--algorithm", type=click.Choice(csg_names.ALGORITHMS), default="idp", show_default=True,
               help="idp: only the splits IDP needs (about 40% of dp's); dp: every split.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(tuple(csg_names.PRECISIONS)), default="single", show_default=True,
-              help="f's values: single (float32, 4 bytes a coalition) or double.")
+@click.option("--precision", type=click.Choice(("auto", *csg_names.PRECISIONS)), default="auto", show_default=True,
+              help="f's values: single (float32, 4 bytes a coalition), double, or auto: single on the GPU, double "
+                   "on the CPU engine. A finished double run is optimal; a single one where the values' grid "
+                   "(integers, halves...) proves it, else bounded within float32's rounding.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None,
               help="Seconds; then the best structure found and an upper bound (status bounded).")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="Host memory budget; default: available RAM.")
@@ -924,8 +926,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
     for label, value in [
         ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", _fmt(r.value)),
         ("upper bound", _fmt(r.upper_bound)), ("gap", _fmt(r.upper_bound - r.lower_bound)),
-        ("method", f"{r.algorithm.upper()} over subsets, {r.precision} precision"
-                   + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}")),
+        ("method", r.method + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}"
+                                if r.levels_done < r.n else ", float32 rounding leaves the gap (--precision double)")),
         ("engine", f"{r.engine} ({r.device_note})"),
         *([("workers", f"{r.workers}, each in level steps " + ", ".join(f"{s:.3f}" for s in r.worker_compute_s)
             + " s")] if r.workers > 1 else []),
