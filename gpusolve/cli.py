@@ -395,8 +395,7 @@ def print_result(r: Result) -> None:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
-        shown = r.values or r.assignment
-        t.add_row("assignment", " ".join(map(str, shown[:200])) + (" ..." if len(shown) > 200 else ""))
+        t.add_row("assignment", _shown(r.values or r.assignment))
     for i, m in enumerate((r.marginals or [])[:20]):
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:
@@ -404,7 +403,12 @@ def print_result(r: Result) -> None:
     if r.uai_output:
         t.add_row("uai output", f"{r.uai_output['path']} ({r.uai_output['bound']} bound)"
                   if r.uai_output["bound"] not in ("exact", "none") else r.uai_output["path"])
-    out().print(t)
+    out().print(t, markup=False)  # cells are text: a bound's or a name's '[' is no style tag
+
+
+def _shown(values: list) -> str:
+    """An assignment on one line: value names where the file gives them, as solve and dcop print it."""
+    return " ".join(map(str, values[:200])) + (" ..." if len(values) > 200 else "")
 
 
 def _fmt(x) -> str:
@@ -475,7 +479,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         err().print(f"{file}: out of memory while reading its tables", markup=False, soft_wrap=True)
         sys.exit(EXIT_MEMORY)
     if plot:
-        draw_profile(problem, orders[order], z, tables, n_comp, mem_limit, gpu_mem_limit, plot)
+        draw_profile(problem, orders[order], graph.induced_width(g, orders[order]), z, tables, n_comp, mem_limit,
+                     gpu_mem_limit, plot)
     arities: dict[int, int] = {}
     for f in problem.functions:
         arities[f.arity] = arities.get(f.arity, 0) + 1
@@ -536,8 +541,8 @@ def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit:
     out().print(plan_slicing(plan, domains, workers, threshold).describe(), markup=False)
 
 
-def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
-    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`."""
+def draw_profile(problem, order, width, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
+    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`; `width`: the order's."""
     from .plan import build_plan
     from .solve import available_memory
     try:
@@ -549,7 +554,7 @@ def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, pa
     plan = build_plan(problem, order, z, n_comp, tables if z is None else "dense")
     budget = mem_limit if mem_limit is not None else available_memory()
     try:
-        plot_profile(plan, path, budget, gpu_mem_limit, problem.name)
+        plot_profile(plan, path, budget, width, gpu_mem_limit, problem.name)
     except (OSError, ValueError) as e:
         err().print(f"--plot {path}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -654,6 +659,8 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("file", r.file)
     t.add_row("algorithm", "DPOP" if r.max_dim is None else f"ADPOP (max-dim {r.max_dim})")
     t.add_row("status", r.status)
+    if r.message:
+        t.add_row("why", r.message)
     t.add_row("lower bound", _fmt(r.lower_bound))
     t.add_row("upper bound", _fmt(r.upper_bound))
     t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
@@ -662,10 +669,10 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("executor", f"{r.executor}, started in {r.cluster_s:.2f} s; engines {', '.join(r.engines)}")
     t.add_row("time", f"wall {r.wall_s:.3f} s, simulated {r.simulated_s:.6f} s (UTIL phase {r.util_simulated_s:.6f} s, "
                       f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
-                      f"pseudo tree {r.pseudo_tree_s:.3f} s")
+                      f"pseudo tree {r.pseudo_tree_s:.3f} s" + (f", repair {r.repair_s:.3f} s" if r.message else ""))
     if r.assignment is not None:
-        t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
-    out().print(t)
+        t.add_row("assignment", _shown(r.values or r.assignment))
+    out().print(t, markup=False)
 
 
 def _fail(file: str, message: str, code: int, as_json: bool):
@@ -845,8 +852,10 @@ def write_csv(path: Path, records: list[dict]) -> None:
 @click.option("--algorithm", type=click.Choice(csg_names.ALGORITHMS), default="idp", show_default=True,
               help="idp: only the splits IDP needs (about 40% of dp's); dp: every split.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(tuple(csg_names.PRECISIONS)), default="single", show_default=True,
-              help="f's values: single (float32, 4 bytes a coalition) or double.")
+@click.option("--precision", type=click.Choice(("auto", *csg_names.PRECISIONS)), default="auto", show_default=True,
+              help="f's values: single (float32, 4 bytes a coalition), double, or auto: single on the GPU, double "
+                   "on the CPU engine. A finished double run is optimal; a single one where the values' grid "
+                   "(integers, halves...) proves it, else bounded within float32's rounding.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None,
               help="Seconds; then the best structure found and an upper bound (status bounded).")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="Host memory budget; default: available RAM.")
@@ -919,8 +928,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
     for label, value in [
         ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", _fmt(r.value)),
         ("upper bound", _fmt(r.upper_bound)), ("gap", _fmt(r.upper_bound - r.lower_bound)),
-        ("method", f"{r.algorithm.upper()} over subsets, {r.precision} precision"
-                   + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}")),
+        ("method", r.method + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}"
+                                if r.levels_done < r.n else ", float32 rounding leaves the gap (--precision double)")),
         ("engine", f"{r.engine} ({r.device_note})"),
         *([("workers", f"{r.workers}, each in level steps " + ", ".join(f"{s:.3f}" for s in r.worker_compute_s)
             + " s")] if r.workers > 1 else []),
@@ -930,7 +939,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         ("structure", " ".join("{" + ",".join(map(str, c)) + "}" for c in r.structure)),
     ]:
         t.add_row(label, value)
-    out().print(t)
+    out().print(t, markup=False)
 
 
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):

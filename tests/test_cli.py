@@ -1,5 +1,6 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,49 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.splitlines()[0])["status"] == "optimal"
     assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- the human report: bounds, the bucket profile (issue 36, items 11 and 12) -----------------------
+
+MAXIMISE_FZN = """\
+var 0..3: x :: output_var;
+var 0..3: y :: output_var;
+var 0..6: s :: output_var;
+constraint int_lin_eq([1,1,-1],[x,y,s],0);
+constraint int_lin_le([1,1],[x,y],5);
+solve maximize s;
+"""
+
+
+def test_bounds_over_time_shows_a_maximisations_bounds(tmp_path):
+    """A maximisation's first bounds are [none, U]: rich took the bracket for markup and dropped it."""
+    path = tmp_path / "max.fzn"
+    path.write_text(MAXIMISE_FZN)
+    data = json.loads(run("solve", path, "--json", "--device", "cpu").stdout)
+    assert data["status"] == "optimal" and data["upper_bound"] == 5  # x + y <= 5 with x, y <= 3
+    r = run("solve", path, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    line = next(row for row in r.stdout.splitlines() if row.startswith("bounds over time"))
+    shown = re.findall(r"s \[([^]]*)\] (\w+)", line)
+    want = [(", ".join("none" if b is None else str(b) for b in (lo, hi)), phase)
+            for _, lo, hi, phase in data["trace"][-6:]]
+    assert shown == want and want[0][0].startswith("none, "), line
+
+
+def test_profile_plot_names_the_orders_width_on_integer_ticks(tmp_path, monkeypatch):
+    """MBE's title said the width of its mini-buckets (z - 1) where `info` says the order's; the
+    mini-bucket axis had ticks at 2.5, 7.5."""
+    figure = pytest.importorskip("matplotlib.figure")
+    drawn = []
+    monkeypatch.setattr(figure.Figure, "savefig", lambda fig, *args, **kw: drawn.append(fig))
+    path = tmp_path / "r.wcsp"
+    assert run("generate", "random", "-n", 7, "-d", 2, "--p1", 0.8, "-o", path).exit_code == 0
+    for z in (None, 2, 3):
+        r = run("info", path, "--plot", tmp_path / "p.png", *(("--z", z) if z else ()))
+        assert r.exit_code == 0, r.output
+        width = int(re.search(r"induced width \(minfill\): (\d+)", r.stdout).group(1))
+        ax = drawn.pop().axes[0]
+        assert f"induced width {width}," in ax.get_title() and ("MBE(z=" in ax.get_title()) == bool(z)
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
