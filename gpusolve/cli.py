@@ -755,19 +755,28 @@ def _appender(path: str):
     """--out opened for appending, a partial last line (a run killed mid-write) cut off first."""
     try:
         with open(path, "ab+") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            if size:
-                f.seek(max(size - (1 << 20), 0))
-                tail = f.read()
-                if not tail.endswith(b"\n"):
-                    cut = tail.rfind(b"\n")
-                    f.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(size - len(tail), 0))
+            _cut_partial_line(f)
         sink = open(path, "a", encoding="utf-8")
     except OSError as e:
         raise click.UsageError(f"--out {path}: {e.strerror or e}") from None
     with sink:
         yield sink
+
+
+def _cut_partial_line(f, block: int = 1 << 20) -> None:
+    """Truncate a binary file after its last newline, read backwards a block at a time: a cut line may
+    be of any length."""
+    end = pos = f.seek(0, os.SEEK_END)
+    while pos > 0:
+        start = max(pos - block, 0)
+        f.seek(start)
+        cut = f.read(pos - start).rfind(b"\n")
+        if cut >= 0:
+            if start + cut + 1 < end:
+                f.truncate(start + cut + 1)
+            return
+        pos = start
+    f.truncate(0)
 
 
 def batch_record(f: str, options, settings: dict) -> dict:

@@ -49,7 +49,7 @@ def test_other_options_solve_again_unless_resume(folder, tmp_path):
     assert "3 already in" in r.stderr and len(lines(out)) == 6
 
 
-def test_retry_errors_and_truncated_last_line(folder, tmp_path):
+def test_retry_errors(folder, tmp_path):
     out = tmp_path / "r.jsonl"
     (folder / "broken.wcsp").write_text("x 1 1 1\n")
     run("batch", folder, "--out", out)
@@ -60,9 +60,20 @@ def test_retry_errors_and_truncated_last_line(folder, tmp_path):
     r = run("batch", folder, "--out", out, "--retry-errors")
     assert "3 already in" in r.stderr
     assert [x["status"] for x in lines(out) if x["file"].endswith("broken.wcsp")] == ["error", "optimal"]
-    out.write_text(out.read_text() + '{"file": "cut-sh')  # a run killed mid-line
+
+
+@pytest.mark.parametrize("cut", [b'{"file": "cut-sh', b'{"file": "' + b"7" * (3 << 20)], ids=["short", "over 1 MiB"])
+def test_a_line_cut_by_a_kill_is_truncated_whatever_its_length(folder, tmp_path, cut):
+    """A run killed while writing its third line (a long error message makes one of any length): the
+    next run cuts the partial line off before it appends, so no line is glued to it."""
+    out = tmp_path / "r.jsonl"
     run("batch", folder, "--out", out)
-    assert "cut-sh" not in out.read_text() and len(lines(out)) == 5
+    whole = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join(whole[:2]) + cut)
+    r = run("batch", folder, "--out", out)
+    assert r.exit_code == 0 and "2 already in" in r.stderr
+    assert out.read_bytes().startswith(b"".join(whole[:2])) and out.read_bytes().endswith(b"\n")
+    assert sorted(x["file"] for x in lines(out)) == sorted(str(p) for p in folder.iterdir())
 
 
 def test_unreadable_records_are_solved_again(folder, tmp_path):
