@@ -422,7 +422,8 @@ def _fmt(x) -> str:
 def serve_cmd(path, device, idle_exit):
     """Keep a warm process: `gpusolve solve` calls hand it their work while it runs, with the output they
     would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C."""
-    from .serve import ServeError, serve, socket_path
+    from .serve import socket_path
+    from .server import ServeError, serve
     try:
         serve(path or socket_path(), device, idle_exit, lambda line: err().print(line, markup=False, soft_wrap=True))
     except ServeError as e:
