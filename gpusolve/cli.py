@@ -421,11 +421,22 @@ def _fmt(x) -> str:
 @click.option("--idle-exit", type=Seconds(), default=None, help="Stop after this many seconds without a request.")
 def serve_cmd(path, device, idle_exit):
     """Keep a warm process: `gpusolve solve` calls hand it their work while it runs, with the output they
-    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C."""
+    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C.
+
+    It runs one solve at a time. A solve started while another runs is not queued: it runs in its own
+    process, as with no server, so a short solve never waits behind a long one. A request that is
+    malformed is answered with one line and exit 2, one that does not arrive whole within 10 s is left
+    to its client; neither stops the server."""
     from .serve import socket_path
     from .server import ServeError, serve
+    stderr = sys.stderr  # the server's own: while a request runs, sys.stderr is its client's
+
+    def log(line: str) -> None:
+        stderr.write(line + "\n")
+        stderr.flush()
+
     try:
-        serve(path or socket_path(), device, idle_exit, lambda line: err().print(line, markup=False, soft_wrap=True))
+        serve(path or socket_path(), device, idle_exit, log)
     except ServeError as e:
         err().print(str(e), markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)

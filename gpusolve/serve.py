@@ -13,9 +13,10 @@ This module is the client half (`main`, `hand_over`) and the wire format; it imp
 standard library, so a program with no server running pays a failed connect, not click and
 NumPy twice. The server half is gpusolve/server.py.
 
-Wire format: the client sends a 4-byte length and a JSON request, then one byte per signal
-(`i` SIGINT, `t` SIGTERM); the server answers frames of a kind byte, a 4-byte length and a
-payload: `1` stdout bytes, `2` stderr bytes, `x` the exit code, `n` declined (run locally).
+Wire format: the client sends a 4-byte length and a JSON request (server.REQUEST), then one byte
+per signal (`i` SIGINT, `t` SIGTERM); the server answers frames of a kind byte, a 4-byte length
+and a payload: `1` stdout bytes, `2` stderr bytes, `x` the exit code, `n` declined (run locally).
+A malformed request is answered as a command that failed on bad input: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 HANDED = "solve"  # the one command handed over; the others gain little and run here
 # Variables read once per process (by CUDA, CuPy, BLAS threads, Python itself): a request whose
@@ -90,9 +92,7 @@ def leave(code) -> None:
 def hand_over(argv: list[str]) -> int | None:
     """Run argv on the server and return its exit code; None when it must run here (no server,
     a stale socket, a server that declined or died before answering)."""
-    if len(argv) < 2 or argv[1] != HANDED or os.environ.get("GPUSOLVE_NO_SERVE") or None in (sys.stdout, sys.stderr):
-        return None
-    if any(a in LOCAL_ONLY or a.startswith(("--workers=", "--scheduler=")) for a in argv[2:]):
+    if not servable(argv[1:]) or os.environ.get("GPUSOLVE_NO_SERVE") or None in (sys.stdout, sys.stderr):
         return None
     path = socket_path()
     try:
@@ -109,6 +109,12 @@ def hand_over(argv: list[str]) -> int | None:
         except OSError:
             return None
         return _relay(conn)
+
+
+def servable(args) -> bool:
+    """Whether a command line (the program's name left out) runs on the server as it would here."""
+    return (isinstance(args, list) and bool(args) and args[0] == HANDED
+            and not any(a in LOCAL_ONLY or a.startswith(("--workers=", "--scheduler=")) for a in args[1:]))
 
 
 def _request(argv: list[str]) -> bytes:
@@ -206,9 +212,15 @@ def _send(conn, payload: bytes) -> None:
     conn.sendall(LENGTH.pack(len(payload)) + payload)
 
 
-def recv_exact(conn, n: int) -> bytes | None:
+def recv_exact(conn, n: int, deadline: float | None = None) -> bytes | None:
+    """n bytes, or None at end of stream; past `deadline` (time.monotonic) raises TimeoutError."""
     chunks = []
     while n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            conn.settimeout(left)
         chunk = conn.recv(n)
         if not chunk:
             return None

@@ -14,6 +14,7 @@ import pty
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -22,6 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpusolve.serve import fingerprint
+from gpusolve.server import REQUEST, REQUEST_MAX, STREAM, read_request
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -340,6 +346,149 @@ def test_a_server_killed_mid_request_leaves_the_client_to_solve_alone(tmp_path):
     (line,) = out.decode().splitlines()  # the local solve's one object, nothing of the dead server's
     alone = json.loads(gpusolve("solve", BUNDLED, "--json", env=dict(env, GPUSOLVE_NO_SERVE="1")).stdout)
     assert masked_record(json.loads(line)) == masked_record(alone) | {"file": str(fifo)}
+
+
+def test_a_solve_arriving_while_another_runs_runs_locally_at_once(server, tmp_path):
+    """The first solve is served and waits on its FIFO; the second must not wait behind it."""
+    env, log = server
+    fifo = tmp_path / "fed.wcsp"
+    os.mkfifo(fifo)
+    before = log.read_text().count("gpusolve serve: exit")
+    first = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(fifo), "--json"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    w = open_writer(fifo, first)  # the server's command reads it: the server is busy until it is fed
+    try:
+        second = gpusolve("solve", BUNDLED, "--json", env=env)
+        assert log.read_text().count("gpusolve serve: exit") == before, "the second solve was served"
+        same(second, gpusolve("solve", BUNDLED, "--json", env=dict(env, GPUSOLVE_NO_SERVE="1")))
+        w.write(BUNDLED.read_bytes())
+    finally:
+        w.close()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and log.read_text().count("gpusolve serve: exit 0") >= 1, err
+    assert log.read_text().count("gpusolve serve: exit") == before + 1
+    assert masked_record(json.loads(out)) == masked_record(json.loads(second.stdout)) | {"file": str(fifo)}
+
+
+def test_a_client_trickling_its_request_holds_up_no_one(server):
+    env, _ = server
+    trickler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    trickler.connect(env["GPUSOLVE_SERVE_SOCKET"])
+    trickler.sendall(struct.pack("!I", 1 << 20))
+    stop = threading.Event()
+
+    def trickle():  # a byte at a time, never the whole request
+        while not stop.wait(0.2):
+            try:
+                trickler.sendall(b" ")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    try:
+        same(*served_and_local(server, ["solve", BUNDLED, "--json"]))
+    finally:
+        stop.set()
+        thread.join()
+        trickler.close()
+
+
+def test_a_request_must_arrive_whole_by_its_deadline():
+    """However its bytes trickle: one a millisecond would keep any per-read timeout from firing."""
+    ours, theirs = socket.socketpair()
+    theirs.sendall(struct.pack("!I", 1 << 20))
+
+    def trickle():
+        try:
+            while True:
+                theirs.sendall(b" ")
+                time.sleep(0.001)
+        except OSError:
+            return
+
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    try:
+        with pytest.raises(TimeoutError):
+            read_request(ours, time.monotonic() + 0.2)
+    finally:
+        theirs.close()
+        thread.join()
+        ours.close()
+
+
+STREAM_OK = {"tty": False, "encoding": "utf-8", "errors": "strict", "line_buffering": False, "write_through": False,
+             "buffered": True, "buffer_size": 8192}
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                    max_leaves=12)
+
+
+def good_request(env) -> dict:
+    """A request as a client of the module's server builds one (its solve fails at once: no such file)."""
+    return {"argv": ["solve", "no-such-file.wcsp"], "prog": "gpusolve", "cwd": str(ROOT), "env": env, "umask": 0o22,
+            "streams": [STREAM_OK, STREAM_OK], "fingerprint": fingerprint(env)}
+
+
+def exchange(path: str, payload: bytes) -> list[tuple[bytes, bytes]]:
+    """Send raw bytes to the server; the frames it answers with until it closes."""
+    from gpusolve.serve import _recv_frame
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(60)
+        conn.connect(path)
+        conn.sendall(payload)
+        frames = []
+        while (frame := _recv_frame(conn)) is not None:
+            frames.append(frame)
+        return frames
+
+
+@st.composite
+def malformed(draw, env):
+    """Bytes a broken or hostile client might send: a length over the limit, noise, JSON of any shape, or
+    the good request with one field (of the request or of a stream) missing or any JSON value."""
+    kind = draw(st.sampled_from(["length", "noise", "json", "field", "stream field"]))
+    if kind == "length":
+        return struct.pack("!I", draw(st.integers(REQUEST_MAX + 1, (1 << 32) - 1)))
+    if kind == "noise":
+        body = draw(st.binary(max_size=64))
+    elif kind == "json":
+        body = json.dumps(draw(JSON)).encode()
+    else:
+        request = good_request(env)
+        if kind == "field":
+            target, fields = request, REQUEST
+        else:
+            request["streams"] = [dict(STREAM_OK), dict(STREAM_OK)]
+            target, fields = request["streams"][draw(st.integers(0, 1))], STREAM
+        name = draw(st.sampled_from(sorted(fields)))
+        if draw(st.booleans()):
+            del target[name]
+        else:
+            target[name] = draw(JSON)
+        body = json.dumps(request).encode()
+    return struct.pack("!I", len(body)) + body
+
+
+def test_malformed_requests_are_answered_and_the_server_stays_up(server):
+    env, log = server
+    path = env["GPUSOLVE_SERVE_SOCKET"]
+    good = json.dumps(good_request(env)).encode()
+    answer = exchange(path, struct.pack("!I", len(good)) + good)
+    assert answer[-1] == (b"x", b"2") and b"file not found" in b"".join(p for k, p in answer if k == b"2")
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(payload=malformed(env))
+    def answered(payload):
+        frames = exchange(path, payload)
+        assert frames and frames[-1][0] in (b"x", b"n")
+        if frames[-1][0] == b"x" and b"bad request" in b"".join(p for k, p in frames if k == b"2"):
+            assert frames == [(b"2", frames[0][1]), (b"x", b"2")] and frames[0][1].count(b"\n") == 1
+
+    answered()
+    assert "Traceback" not in log.read_text()
+    same(*served_and_local(server, ["solve", BUNDLED, "--json"]))
 
 
 @pytest.mark.parametrize("cuda", [False, True])
