@@ -10,13 +10,21 @@ wait behind a long solve.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import gc
 import io
 import json
 import os
+import select
 import signal
 import socket
+import stat
 import sys
+import tempfile
+import threading
 import time
+import traceback
+import warnings
 
 from .serve import FRAME, HANDED, LENGTH, fingerprint, recv_exact, servable
 
@@ -143,7 +151,6 @@ def alive(path: str) -> bool:
 
 class Server:
     def __init__(self, path: str, log):
-        import threading
         self.path, self.log = os.path.abspath(path), log
         self.fingerprint = fingerprint(os.environ)
         self.in_command = False
@@ -155,7 +162,6 @@ class Server:
         self.open, self.taken, self.admitted = True, False, None
 
     def run(self, device: str, idle_exit: float | None) -> None:
-        import threading
         if alive(self.path):
             raise ServeError(f"gpusolve serve: a server is already running on {self.path}")
         t0 = time.perf_counter()
@@ -201,7 +207,6 @@ class Server:
 
     def listen(self) -> socket.socket:
         """The listening socket, mode 0600, in a folder made 0700 when missing; a stale socket file replaced."""
-        import stat
         folder = os.path.dirname(self.path)
         try:
             if not os.path.isdir(folder):
@@ -225,9 +230,6 @@ class Server:
     def warm(self, device: str) -> str:
         """Import the solve pipeline by solving a tiny problem through the command itself; with a GPU, also
         on the device, and load every shape-generic and assignment kernel. Says what was warmed."""
-        import contextlib
-        import tempfile
-
         from .engines import gpu_unavailable_reason
         from .generate import generate
         from .parsers.write import write
@@ -256,7 +258,6 @@ class Server:
 
     def loop(self, wake_r, idle_exit: float | None) -> str:
         """Admitted requests one at a time until a signal not forwarded by a client, or the idle time; says which."""
-        import select
         last = time.monotonic()
         while True:
             timeout = None if idle_exit is None else max(0.0, last + idle_exit - time.monotonic())
@@ -275,7 +276,6 @@ class Server:
 
     def accept(self, listener) -> None:
         """Take connections until the listener is shut, each read and answered on a thread of its own."""
-        import threading
         while True:
             try:
                 conn = listener.accept()[0]
@@ -349,7 +349,6 @@ class Server:
     def handle(self, conn, request: dict) -> None:
         """Run an admitted request. The server is free again before the client has its exit code, so
         what the client runs next is served; memory is released after."""
-        import threading
         lock = threading.Lock()  # frames from the command's thread and rich's refresh thread
         conn.settimeout(None)
         try:
@@ -390,9 +389,6 @@ class Server:
 
     def command(self, argv: list[str], prog: str) -> int:
         """The click command line on argv, in this process: its exit code, as Python's exit would give it."""
-        import traceback
-        import warnings
-
         from .cli import console
         from .cli import main as cli
         console.cache_clear()  # rich consoles are made for the streams of the moment
@@ -422,7 +418,6 @@ def release() -> None:
     """Leave memory as a finished process would, once the client has its answer: what cycles hold is
     collected, and CuPy's pools give their blocks back (the next request's device budget, and other
     processes, see the memory free)."""
-    import gc
     gc.collect()
     cupy = sys.modules.get("cupy")
     if cupy is not None:
@@ -492,7 +487,6 @@ class _Watcher:
     where the command's handlers take it; a client that disconnects counts as Ctrl-C."""
 
     def __init__(self, conn, server: Server):
-        import threading
         self.conn, self.server, self.done = conn, server, False
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.watch, daemon=True)
