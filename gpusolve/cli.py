@@ -427,10 +427,22 @@ def _fmt(x) -> str:
 @click.option("--idle-exit", type=Seconds(), default=None, help="Stop after this many seconds without a request.")
 def serve_cmd(path, device, idle_exit):
     """Keep a warm process: `gpusolve solve` calls hand it their work while it runs, with the output they
-    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C."""
-    from .serve import ServeError, serve, socket_path
+    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C.
+
+    It runs one solve at a time. A solve started while another runs is not queued: it runs in its own
+    process, as with no server, so a short solve never waits behind a long one. A request that is
+    malformed is answered with one line and exit 2, one that does not arrive whole within 10 s is left
+    to its client; neither stops the server."""
+    from .serve import socket_path
+    from .server import ServeError, serve
+    stderr = sys.stderr  # the server's own: while a request runs, sys.stderr is its client's
+
+    def log(line: str) -> None:
+        stderr.write(line + "\n")
+        stderr.flush()
+
     try:
-        serve(path or socket_path(), device, idle_exit, lambda line: err().print(line, markup=False, soft_wrap=True))
+        serve(path or socket_path(), device, idle_exit, log)
     except ServeError as e:
         err().print(str(e), markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -683,6 +695,9 @@ def _fail(file: str, message: str, code: int, as_json: bool):
     sys.exit(code)
 
 
+EXIT_BATCH_ERROR = 1  # batch: an instance ended in error (its line and the summary say why)
+
+
 @main.command("batch")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
@@ -700,63 +715,78 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
 
     Re-running resumes: an instance is skipped when --out holds its resolved path solved with the
     same options (any options with --resume; error and timeout lines are solved again with
-    --retry-errors). Evidence is looked up per instance (FILE.uai.evid beside it)."""
-    import dataclasses
+    --retry-errors). Evidence is looked up per instance (FILE.uai.evid beside it).
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    Exit 0 when no instance ended in error, 1 when one did (the summary says why), 2 for bad usage,
+    130 after Ctrl-C: the instance under way is dropped, the summary so far is printed, and the same
+    command run again resumes."""
+    import dataclasses
 
     from . import parsers
     from .solve import Options
     if evidence:
         raise click.UsageError("--evidence applies to one file: in batch each FILE.uai.evid beside its "
                                "instance is used")
+    if budget is not None and (workers or scheduler):
+        raise click.UsageError("--budget applies to a batch solved here, not over Dask workers")
     if not Path(out_path).parent.is_dir():
         raise click.UsageError(f"--out {out_path}: folder {Path(out_path).parent} does not exist")
     options = Options(**solve_kw)
     settings = {**dataclasses.asdict(options), "evidence": None}
     files = sorted(str(p.resolve()) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
-    done = {f: rec for f, rec in _already_done(out_path).items()
-            if (resume or rec.get("options") == settings)
-            and not (retry_errors and rec.get("status") in ("error", "timeout"))}
-    todo = [f for f in files if f not in done]
-    records = [done[f] for f in files if f in done]
+    done = _recorded(out_path, files, None if resume else settings)
+    todo = [f for f in files if f not in done or (retry_errors and done[f]["status"] in ("error", "timeout"))]
     err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
     start = time.perf_counter()
-    if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
-        if budget is not None:
-            raise click.UsageError("--budget applies to a batch solved here, not over Dask workers")
-        from .scaleout import ClusterError, batch_on_dask
-        try:
-            with _appender(out_path) as sink:
-                records += batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
-        except ClusterError as e:
-            err().print(str(e), markup=False, soft_wrap=True)
-            sys.exit(EXIT_INPUT)
-        print_summary(records, time.perf_counter() - start)
-        if as_csv:
-            write_csv(Path(out_path).with_suffix(".csv"), records)
-        return
+    interrupted = False
+    try:
+        with _appender(out_path) as sink:
+            if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
+                from .scaleout import ClusterError, batch_on_dask
+                try:
+                    batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
+                except ClusterError as e:
+                    err().print(str(e), markup=False, soft_wrap=True)
+                    sys.exit(EXIT_INPUT)
+            else:
+                _batch_here(todo, options, settings, budget, sink)
+    except KeyboardInterrupt:
+        interrupted = True
+    records = list(_recorded(out_path, files, None if resume else settings).values())
+    print_summary(records, time.perf_counter() - start)
+    if as_csv:
+        write_csv(Path(out_path).with_suffix(".csv"), records)
+    if interrupted:
+        err().print(f"interrupted: {len(records)} of {len(files)} instances are in {out_path}; "
+                    "run the same command again to resume", markup=False, soft_wrap=True)
+        sys.exit(EXIT_INTERRUPT)
+    if any(r["status"] == "error" for r in records):
+        sys.exit(EXIT_BATCH_ERROR)
+
+
+def _batch_here(todo: list[str], options, settings: dict, budget: float | None, sink) -> None:
+    """Solve `todo` in this process, one after another, each line written to `sink` as it ends; with
+    a `budget` (seconds), no instance starts after it and each gets at most what is left."""
+    import dataclasses
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    start = time.perf_counter()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
-    with bar, _appender(out_path) as sink:
+    with bar:
         task = bar.add_task("solving", total=len(todo))
-        for f in todo:
+        for i, f in enumerate(todo):
             left = None if budget is None else budget - (time.perf_counter() - start)
             if left is not None and left <= 0:
-                err().print(f"budget of {budget:g} s spent: {len(todo) - bar.tasks[0].completed:.0f} "
-                            "instances not started", markup=False)
-                break
+                err().print(f"budget of {budget:g} s spent: {len(todo) - i} instances not started", markup=False)
+                return
             limit = options.time_limit if left is None else min(options.time_limit or left, left)
             bar.update(task, description=os.path.basename(f))
             rec = batch_record(f, dataclasses.replace(options, time_limit=limit), settings)
             sink.write(dumps(rec) + "\n")
             sink.flush()
-            records.append(rec)
             bar.advance(task)
-    print_summary(records, time.perf_counter() - start)
-    if as_csv:
-        write_csv(Path(out_path).with_suffix(".csv"), records)
 
 
 @contextmanager
@@ -764,19 +794,28 @@ def _appender(path: str):
     """--out opened for appending, a partial last line (a run killed mid-write) cut off first."""
     try:
         with open(path, "ab+") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            if size:
-                f.seek(max(size - (1 << 20), 0))
-                tail = f.read()
-                if not tail.endswith(b"\n"):
-                    cut = tail.rfind(b"\n")
-                    f.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(size - len(tail), 0))
+            _cut_partial_line(f)
         sink = open(path, "a", encoding="utf-8")
     except OSError as e:
         raise click.UsageError(f"--out {path}: {e.strerror or e}") from None
     with sink:
         yield sink
+
+
+def _cut_partial_line(f, block: int = 1 << 20) -> None:
+    """Truncate a binary file after its last newline, read backwards a block at a time: a cut line may
+    be of any length."""
+    end = pos = f.seek(0, os.SEEK_END)
+    while pos > 0:
+        start = max(pos - block, 0)
+        f.seek(start)
+        cut = f.read(pos - start).rfind(b"\n")
+        if cut >= 0:
+            if start + cut + 1 < end:
+                f.truncate(start + cut + 1)
+            return
+        pos = start
+    f.truncate(0)
 
 
 def batch_record(f: str, options, settings: dict) -> dict:
@@ -791,6 +830,13 @@ def batch_record(f: str, options, settings: dict) -> dict:
         rec = record(f, "error", message=f"internal error: {type(e).__name__}: {e}")
     rec["options"] = settings
     return rec
+
+
+def _recorded(path: str, files: list[str], settings: dict | None) -> dict[str, dict]:
+    """The last record in --out of each of `files` (in their order) when solved with `settings`
+    (None: whatever options)."""
+    last = _already_done(path)
+    return {f: last[f] for f in files if f in last and (settings is None or last[f].get("options") == settings)}
 
 
 def _already_done(path: str) -> dict[str, dict]:
@@ -809,19 +855,28 @@ def _already_done(path: str) -> dict[str, dict]:
     return done
 
 
-SUMMARY = ("file", "status", "lower_bound", "upper_bound", "z", "method", "time_s")
+SUMMARY = ("file", "status", "lower_bound", "upper_bound", "z", "method", "time_s", "message")
+SHOWN = 200  # characters of a message in the summary table; --out and the CSV hold it whole
 
 
 def print_summary(records: list[dict], elapsed: float) -> None:
+    """The records as a table, a message column where any has one (why it ended in error or timeout),
+    and the count of each status."""
     from rich.table import Table
+    from rich.text import Text
+    messages = [r.get("message") or "" for r in records]
+    with_messages = any(messages)
     t = Table(title="batch summary")
-    for c in ("file", "status", "lower", "upper", "z", "time s"):
-        t.add_column(c, justify="right" if c != "file" else "left")
+    for c in ("file", "status", "lower", "upper", "z", "time s") + (("message",) if with_messages else ()):
+        t.add_column(c, justify="left" if c in ("file", "message") else "right")
     counts: dict[str, int] = {}
-    for r in records:
+    for r, message in zip(records, messages):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-        t.add_row(os.path.basename(r["file"]), r["status"], _fmt(r.get("lower_bound")),
-                  _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}")
+        row = [Text(os.path.basename(r["file"])), r["status"], _fmt(r.get("lower_bound")),
+               _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}"]
+        if with_messages:
+            row.append(Text(message if len(message) <= SHOWN else message[:SHOWN - 3] + "..."))
+        t.add_row(*row)
     out().print(t)
     statuses = ("optimal", "bounded", "infeasible", "timeout", "error")
     out().print(", ".join(f"{k}: {counts.get(k, 0)}" for k in statuses)

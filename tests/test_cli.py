@@ -106,7 +106,7 @@ def test_batch_resumes_and_records_errors(tmp_path):
     (folder / "notes.txt").write_text("ignored\n")
     out = tmp_path / "res.jsonl"
     r = run("batch", folder, "--out", out, "--device", "cpu")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # broken.wcsp ended in error
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 4
     status = {Path(x["file"]).name: x["status"] for x in lines}
@@ -117,7 +117,7 @@ def test_batch_resumes_and_records_errors(tmp_path):
     kept = out.read_text().splitlines()[:2]
     out.write_text("\n".join(kept) + '\n{"file": "trunc')
     r = run("batch", folder, "--out", out, "--device", "cpu")
-    assert r.exit_code == 0
+    assert r.exit_code == 1
     assert "2 already in" in r.stderr
     records = [json.loads(x) for x in out.read_text().splitlines()]  # the cut line was truncated
     assert sorted(Path(x["file"]).name for x in records) == sorted(status)
