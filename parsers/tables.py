@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -70,6 +70,22 @@ def assign_tuples(table: np.ndarray, rows: np.ndarray, costs: np.ndarray) -> Non
     _, first_from_end = np.unique(flat[::-1], return_index=True)
     last = len(flat) - 1 - first_from_end
     table.reshape(-1)[flat[last]] = costs[last]
+
+
+class Listed(NamedTuple):
+    """A table as a file lists it: a default cost and the tuples that differ (rows of domain indices,
+    their costs). Readers keep each table so until the whole file is read and every table charged, then
+    make it dense (`table`): a file that does not fit is refused before any table is allocated."""
+
+    shape: tuple[int, ...]
+    default: int
+    rows: np.ndarray
+    costs: np.ndarray
+
+    def table(self) -> np.ndarray:
+        table = np.full(self.shape, self.default, dtype=np.int64)
+        assign_tuples(table, self.rows, self.costs)
+        return table
 
 
 # Entries of the table a linear constraint (XCSP3 `sum`, FlatZinc `int_lin_*`) becomes; larger ones
