@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -139,13 +138,14 @@ class _Reader:
         if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
             text = atom.text if isinstance(atom, Atom) else "{...}"
             raise self.error(atom, f"expected a {what} (a decimal number), found {text!r}")
-        try:
-            scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_DOWN)  # toulbar2 truncates
-        except InvalidOperation:
-            raise self.error(atom, f"{what} {atom.text} is out of range") from None
-        if abs(scaled) > MAX_TOP:
+        whole, _, fraction = atom.text.lstrip("+-").partition(".")
+        # the decimals beyond the precision are cut off, as toulbar2 does, on the digits themselves: no
+        # arithmetic that rounds (Decimal keeps 28 digits) or wraps
+        digits = (whole + fraction[:self.precision].ljust(self.precision, "0")).lstrip("0") or "0"
+        if len(digits) > len(str(MAX_TOP)) or int(digits) > MAX_TOP:
             raise self.error(atom, f"{what} {atom.text} out of range (|cost| * 10^precision <= 2^62)")
-        return -int(scaled) if self.maximize else int(scaled)
+        scaled = -int(digits) if atom.text.startswith("-") else int(digits)
+        return -scaled if self.maximize else scaled
 
     def _variables(self, group: Group) -> list[Variable]:
         items = group.items
@@ -180,8 +180,8 @@ class _Reader:
         return atom.text
 
     def _int(self, atom, what: str) -> int:
-        if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d+", atom.text):
-            raise self.error(atom, f"expected {what} (an integer), found "
+        if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d{1,18}", atom.text):
+            raise self.error(atom, f"expected {what} (an integer of at most 18 digits), found "
                                    f"{atom.text if isinstance(atom, Atom) else '{...}'!r}")
         return int(atom.text)
 
@@ -242,7 +242,7 @@ class _Reader:
                 raise self.error(group, f"cost function {name}: malformed scope")
             if atom.text in self.names:
                 v = self.names[atom.text]
-            elif re.fullmatch(r"\d+", atom.text) and int(atom.text) < len(self.variables):
+            elif re.fullmatch(r"\d{1,18}", atom.text) and int(atom.text) < len(self.variables):
                 v = int(atom.text)
             else:
                 raise self.error(atom, f"cost function {name}: unknown variable {atom.text}")
@@ -282,7 +282,7 @@ class _Reader:
         if isinstance(atom, Atom):
             if atom.text in self.positions[v]:
                 return self.positions[v][atom.text]
-            if re.fullmatch(r"\d+", atom.text) and int(atom.text) < var.domain:
+            if re.fullmatch(r"\d{1,18}", atom.text) and int(atom.text) < var.domain:
                 return int(atom.text)
         text = atom.text if isinstance(atom, Atom) else "{...}"
         raise self.error(atom, f"cost function {name}: value {text} is not in the domain of variable {var.name}")
