@@ -13,7 +13,7 @@ over the reusing function's own default, and a shared definition of arity >= 4
 with no tuple and default 0 takes no number (see `_extension`; checked against
 pytoulbar2 in tests/test_wcsp_shared.py). Duplicate tuples: the last one wins,
 as in toulbar2. Tables are made dense only once the whole file is read and
-each one charged to the reading budget (tables.too_large), so a file that does
+each one charged to the reading budget (tables.charge), so a file that does
 not fit is refused before any is allocated.
 Global cost functions (`arity scope -1 keyword ...`):
 `salldiff var|dec|decbi cost` (a soft AllDifferent, cost per variable to change or
@@ -33,10 +33,11 @@ from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Pr
 
 from .errors import ParseError
 from .source import read_lines
-from .tables import Listed, too_large
+from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens
 
 DENSE_SHARED = 3  # toulbar2 keeps shared tables up to this arity dense, longer ones as tuples
+CHUNK = 1 << 18  # tokens (or table entries) converted at a time, bounding the temporaries
 MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s sums) inside int64
 ARITHMETIC = (">=", ">", "<=", "<", "=", "disj")
 # toulbar2's global cost functions: the ones read, then the ones refused by name.
@@ -52,6 +53,7 @@ def read(path: str | Path) -> Problem:
     t = Tokens(path, read_lines(path))
     name = t.word("problem name")
     n = t.int("number of variables", low=0)
+    _charge(t, n * VARIABLE_BYTES, f"{n:,} variables")
     t.int("maximum domain size")
     e = t.int("number of cost functions", low=0)
     ub = _cost(t, "upper bound")
@@ -76,6 +78,7 @@ def read(path: str | Path) -> Problem:
         if arity == 0:
             offset += _constant(t)
             continue
+        _charge(t, FUNCTION_BYTES, "a cost function")
         default = t.int("default cost")
         if default == -1:
             if is_shared:
@@ -100,6 +103,12 @@ def read(path: str | Path) -> Problem:
         return finalize_integer(problem, ub)
     except ModelError as err:
         raise ParseError(path, None, str(err)) from None
+
+
+def _charge(t: Tokens, nbytes: int, what: str) -> None:
+    message = charge(nbytes, what)
+    if message:
+        raise t.error(message)
 
 
 def _forbid(table: np.ndarray, ub: int) -> np.ndarray:
@@ -163,25 +172,32 @@ def _extension(t: Tokens, scope, domains, default: int, shared: list[Listed], is
 
 
 def _tuples(t: Tokens, scope, shape, ntuples: int) -> tuple[np.ndarray, np.ndarray]:
-    """`ntuples` rows of domain indices and their costs."""
+    """`ntuples` rows of domain indices and their costs, read CHUNK tokens at a time (the words of a
+    whole large table would take ~60 bytes each)."""
     width = len(scope) + 1
-    data, lines = t.ints(ntuples * width, "tuple entry")
-    data = data.reshape(ntuples, width)
-    values, costs = data[:, :-1], data[:, -1]
-    for col, size in enumerate(shape):
-        bad = np.flatnonzero((values[:, col] < 0) | (values[:, col] >= size))
-        if bad.size:
-            row = bad[0]
-            raise t.error(f"value {values[row, col]} out of domain of variable {scope[col]} (size {size})",
-                          lines[row * width + col])
-    negative = np.flatnonzero(costs < 0)
-    if negative.size:
-        raise t.error("negative costs are not supported", lines[(negative[0] + 1) * width - 1])
-    return values, costs
+    _charge(t, ntuples * width * 8, f"{ntuples:,} tuples")
+    data = np.empty((ntuples, width), dtype=np.int64)
+    step = max(CHUNK // width, 1)
+    for start in range(0, ntuples, step):
+        part, lines = t.ints(min(step, ntuples - start) * width, "tuple entry")
+        part = part.reshape(-1, width)
+        values, costs = part[:, :-1], part[:, -1]
+        for col, size in enumerate(shape):
+            bad = np.flatnonzero((values[:, col] < 0) | (values[:, col] >= size))
+            if bad.size:
+                row = bad[0]
+                raise t.error(f"value {values[row, col]} out of domain of variable {scope[col]} (size {size})",
+                              lines[row * width + col])
+        negative = np.flatnonzero(costs < 0)
+        if negative.size:
+            raise t.error("negative costs are not supported", lines[(negative[0] + 1) * width - 1])
+        data[start:start + len(part)] = part
+    return data[:, :-1], data[:, -1]
 
 
 def _alldiff(t: Tokens, keyword: str, scope, domains, ub: int) -> AllDifferent:
     """`salldiff var|dec|decbi cost` or `alldiff k v1 .. vk`; the values are the domain indices."""
+    _charge(t, 8 * sum(domains[v] for v in scope), "the values of an AllDifferent")
     values = tuple(np.arange(domains[v], dtype=np.int64) for v in scope)
     if keyword == "alldiff":
         count = t.int("number of exempt values", low=0)
@@ -211,9 +227,13 @@ def _intension(t: Tokens, keyword: str, scope, domains) -> Callable[[], np.ndarr
 
 
 def _arithmetic(keyword: str, params: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
-    x = np.arange(shape[0], dtype=np.int64)[:, None]
-    y = np.arange(shape[1], dtype=np.int64)[None, :]
-    return _arithmetic_costs(keyword, params, x, y).astype(np.int64)  # a fresh, writable (dx, dy) array
+    """The table, CHUNK entries at a time: numpy's temporaries take several times what they compute."""
+    table = np.empty(shape, dtype=np.int64)
+    flat = table.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        index = np.arange(start, min(start + CHUNK, flat.size), dtype=np.int64)
+        flat[start:start + len(index)] = _arithmetic_costs(keyword, params, index // shape[1], index % shape[1])
+    return table
 
 
 def _arithmetic_costs(keyword: str, params: tuple[int, ...], x: np.ndarray, y: np.ndarray) -> np.ndarray:
