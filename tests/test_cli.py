@@ -60,7 +60,7 @@ def test_human_output_names_bounds_and_phases(small):
     (["solve", "{small}", "--order", "nosuchfile"], 2, "nosuchfile"),
     (["solve", "{small}", "--order", "random"], 2, "random"),
     (["solve", "{small}", "--mem-limit", "1K"], 3, "memory budget"),
-    (["solve", "{small}", "--z", "3", "--mem-limit", "1500", "--tables", "dense"], 3, "largest bucket"),
+    (["solve", str(BUNDLED), "--z", "4", "--mem-limit", "200K", "--tables", "dense"], 3, "largest bucket"),
     (["solve", "{small}", "--mem-limit", "lots"], 2, "not a size"),
     (["solve", "{small}", "--gpu-mem-limit", "lots"], 2, "not a size"),
 ])
