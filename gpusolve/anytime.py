@@ -35,17 +35,22 @@ from .model import Problem
 from .plan import Plan, build_plan, choose_plan, place
 from .scaleout import Cluster
 
-# The cheap first bound may take this long; the search heuristic this share of the time limit
-# (at least HEURISTIC_MIN_S).
+# Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
+# never gets a weaker phase. (No limit once meant a 1 s heuristic share and local search after it with
+# a shorter stall: on a 29-variable WCSP, z=6 and over 3 M search nodes, where 30 s took z=7, found
+# the optimum by local search and proved it in 0.33 M nodes.)
+# The cheap first bound may take this long; the search heuristic this share of the time limit, at
+# least HEURISTIC_MIN_S and at most HEURISTIC_MAX_S: a larger z often costs more than the search it
+# saves (that WCSP at z=8: 15 s predicted on two cores, then over 4 M nodes from local search's
+# incumbent; CELAR6-SUB0 at z=5: 15 s, where z=4 proves it in 0.15 M nodes).
 FIRST_BOUND_S = 0.05
-HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
-# Local search: with a time limit, at most this share of it and at most LOCAL_SEARCH_S (a long limit
-# is for the proof); without one, at most LOCAL_SEARCH_S. Either way it ends once it stalls.
+HEURISTIC_SHARE, HEURISTIC_MIN_S, HEURISTIC_MAX_S = 0.15, 1.0, 10.0
+# Local search: at most this share of the limit and at most LOCAL_SEARCH_S (a long limit is for the
+# proof), right after the first MBE (incumbents early: they prune the search too); it ends once it stalls.
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
 # Large neighbourhood steps take tens of milliseconds: LNS gives up after (seconds, share of its time)
-# without a gain; with a time limit, later (the incumbent is what the user gets), without one sooner
-# (search proves; on CELAR6-SUB0 the chains' incumbent is already optimal).
-LNS_STALL_TIMED, LNS_STALL = (1.0, 0.5), (0.3, 0.25)
+# without a gain.
+LNS_STALL = (1.0, 0.5)
 # JGLP (cost shifting on the join graph of the tightest MBE run) raises only the lower bound, not the
 # search heuristic: this share of a time limit, and never longer than the eliminations before it took.
 JGLP_SHARE = 0.1
@@ -217,8 +222,9 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     to prove (grid n=64 d=10: 10 s of BE against 2 s), so the phases below run first, search
     for at most BE's predicted time, and BE last. Otherwise: a first cheap
     MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
-    predicted time fits a share of the limit — local search (right after the first MBE with a
-    time limit, before search without one), and AND/OR search until proof or stop.
+    predicted time fits a share of the limit (capped: no limit takes the cap) — local search
+    (right after the first MBE), and AND/OR search until proof or stop. A longer limit, or none,
+    never gets a weaker schedule.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed.
     """
@@ -267,25 +273,21 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         heuristic = choose_plan(problem, order, z, budget, n_components)
     else:
         # Plain and matched MBE at this z cost about three plain runs.
-        heuristic = mbe_within(max(HEURISTIC_SHARE * limit if math.isfinite(limit) else 0, HEURISTIC_MIN_S) / 3,
-                               width + 1)
+        heuristic = mbe_within(max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S) / 3, width + 1)
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
-    # With a deadline, incumbents early: local search follows the first cheap MBE (its messages guide
-    # the rollouts), before the heuristic's larger z takes its share. Without one, the proof matters:
-    # local search follows the tightest MBE, whose messages guide it best, and stops once it stalls.
-    timed = math.isfinite(limit)
-    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL_TIMED) \
-        if timed else Phase("local-search", seconds=LOCAL_SEARCH_S, stall=LNS_STALL)
+    # Local search follows the first cheap MBE (its messages guide the rollouts), before the
+    # heuristic's larger z takes its share.
+    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
-        phases += [Phase("mbe", first, cost(first))] + ([local] if timed else [])
+        phases += [Phase("mbe", first, cost(first)), local]
     phases.append(Phase("mbe", heuristic, cost(heuristic)))
     phases.append(Phase("fglp"))
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(Phase("mbe", heuristic, 2 * cost(heuristic), shifted=True))
-    phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if timed else None))
+    phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
     if local not in phases:
         phases.append(local)
     return Schedule(tuple(phases) + last, engine, threads)

@@ -10,6 +10,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import Phase as HypothesisPhase
+from hypothesis import strategies as st
 from helpers import brute_force, random_problem
 
 from gpusolve import graph
@@ -116,11 +119,56 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     names = [p.name for p in schedule.phases]
     assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search"]  # a deadline: incumbents first
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
-    assert untimed == ["mbe", "mbe", "fglp", "mbe", "jglp", "local-search", "search"]
+    assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted
     assert "search" in schedule.describe()
+
+
+def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:
+    """`strong` is no weaker than `weak`: exact BE alone beats any schedule; otherwise a heuristic at no
+    smaller z, and each other phase of `weak` in `strong` too, with no shorter slice, stall or box
+    (a search boxed for exact BE after it excepted)."""
+    if [p.name for p in strong.phases] == ["be"]:
+        return
+    assert [p.name for p in weak.phases] != ["be"]
+    z, seconds = (lambda s: s.heuristic.z or math.inf), (lambda p: math.inf if p.seconds is None else p.seconds)
+    assert z(strong) >= z(weak)
+    proof = any(p.name == "be" for p in strong.phases)
+
+    def no_weaker(s: Phase, w: Phase) -> bool:
+        if s.name == "search" and proof:
+            return True
+        return seconds(s) >= seconds(w) and s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+    for w in weak.phases:
+        if w.name != "mbe":
+            assert any(s.name == w.name and no_weaker(s, w) for s in strong.phases), w.describe()
+
+
+LIMITS = [0.5, 10.0, 30.0, 300.0, None]  # each share below, between and beyond the heuristic's caps
+# (topology, variables, domain size, memory budget, engine, its CPU threads, GPU memory budget): problems
+# whose schedules change with the limit (z, exact BE instead of bounds, exact BE after a boxed search)
+CHANGING = [("random", 64, 8, 1 << 30, "numpy", 2, None), ("random", 100, 5, 1 << 24, "cupy", 1, None),
+            ("scalefree", 64, 10, 1 << 30, "numpy", 2, None), ("grid", 64, 5, 1 << 30, "numpy", 2, None),
+            ("random", 36, 5, 1 << 30, "numpy", 16, None), ("grid", 100, 10, 1 << 30, "numpy", 2, None),
+            ("grid", 36, 5, 1 << 30, "cupy", 1, 1 << 10)]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[HypothesisPhase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.sampled_from(CHANGING), seed=st.integers(0, 9))
+def test_a_longer_limit_or_none_never_plans_a_weaker_schedule(config, seed):
+    """No limit once took a 1 s share for the heuristic (z=6, over 3 M search nodes) where 30 s took z=7
+    (0.33 M nodes), and local search after it with a shorter stall. Planning alone, no solving."""
+    topology, n, d, budget, engine, threads, device_budget = config
+    problem = generate(topology, n, d, 0.3, 0.5, seed=seed)
+    order = graph.elimination_order(problem)
+    exact = plan_within(problem, order, None, budget, 1, "auto")
+    schedules = [plan_schedule(problem, order, exact, budget, t, engine, threads=threads, device_budget=device_budget)
+                 for t in LIMITS]
+    for weak, strong in zip(schedules, schedules[1:]):
+        assert_no_weaker(strong, weak)
 
 
 def test_streamed_exact_be_comes_after_a_bounded_search():
