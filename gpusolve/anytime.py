@@ -313,12 +313,16 @@ class Run(NamedTuple):
 class Outcome:
     """What the phases left besides the bounds: for the report."""
 
-    plan: Plan | None = None  # the last elimination plan run
-    messages: dict = field(default_factory=dict)
+    plan: Plan | None = None  # the tightest elimination that completed: its z is the reported bound's
+    messages: dict = field(default_factory=dict)  # ... and its messages
     phase_s: dict[str, float] = field(default_factory=dict)
     search: dict | None = None  # SearchStats.to_json() of the search phase
-    note: str = ""
-    ran: list[str] = field(default_factory=list)  # labels of the phases started, in order
+    note: str = ""  # phases skipped or cut off, among others
+    ran: list[str] = field(default_factory=list)  # labels of the phases that completed, in order
+
+
+# Phases that return, rather than raise, when the stop comes: cut off if it holds when they return.
+RETURN_WHEN_STOPPED = ("fglp", "jglp", "local-search", "bounded-sparse")
 
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
@@ -343,7 +347,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             continue
         t = time.perf_counter()
         on = shifted if phase.shifted else problem
-        out.ran.append(phase.label)
+        cut = False
         try:
             if phase.name in ("be", "mbe"):
                 # The shifted problem has its own function list: the same z, planned again for it.
@@ -356,28 +360,29 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                                                                  match=phase.shifted, matched=matched,
                                                                  dense_step=step)
                     out.note += f"; {step.summary()}" if step else ""
-                out.plan, out.messages = plan, messages
                 label = "BE" if plan.z is None else f"MBE(z={plan.z})" + (" FGLP+MM" if phase.shifted else "")
+                if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
+                    guide = Run(on, plan, tables, messages, lower, matched)
+                    out.plan, out.messages = plan, messages
                 if on.is_forbidden(lower):
                     bounds.raise_lower(problem.top, label)
                     bounds.prove(label)
-                    continue
-                bounds.raise_lower(lower, label)
-                bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
-                if plan.exact and not on.relaxed:
-                    bounds.prove(label)
-                if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
-                    guide = Run(on, plan, tables, messages, lower, matched)
+                else:
+                    bounds.raise_lower(lower, label)
+                    bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
+                    if plan.exact and not on.relaxed:
+                        bounds.prove(label)
             elif phase.name == "fglp":
                 from .shift import fglp
                 candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
-            elif phase.name == "jglp" and guide is not None and shifted is not None:
-                # Where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6).
+            elif phase.name == "jglp":
+                if guide is None or shifted is None:
+                    continue  # where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6)
                 from .shift import JGLP_BYTES, jglp
-                seconds = min(phase.seconds or math.inf, out.phase_s.get("eliminate", 0.0))
+                seconds = min(math.inf if phase.seconds is None else phase.seconds, out.phase_s.get("eliminate", 0.0))
                 if JGLP_PASSES * predict_s(guide.plan, schedule.engine, schedule.threads) > seconds:
                     out.note += f"; jglp not started (predicted over its {seconds:.3g} s)"
                     continue
@@ -387,6 +392,9 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
+                if guide is None:
+                    out.note += "; search not started (no MBE completed to guide it)"
+                    continue
                 later = schedule.phases[i + 1:]
                 seconds = math.inf if phase.seconds is None else phase.seconds
                 _search(on, order, guide, engine, bounds, stop.within(seconds, sum(p.predicted_s for p in later)),
@@ -400,13 +408,16 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     lower, assignment, out.plan, out.messages = found
                     bounds.offer(assignment, "bounded sparse BE")
                     bounds.raise_lower(lower, "bounded sparse BE")
-        except eliminate.TimeLimit:
-            pass  # the bounds held stand
-        except search.Stopped:
-            pass
+            cut = phase.name in RETURN_WHEN_STOPPED and stop()
+        except (eliminate.TimeLimit, search.Stopped):
+            cut = True  # the bounds held stand
         finally:
             key = TIMER.get(phase.name, phase.name)
             out.phase_s[key] = out.phase_s.get(key, 0.0) + time.perf_counter() - t
+        if cut:
+            out.note += f"; {phase.label} cut off"
+        else:
+            out.ran.append(phase.label)
     return out
 
 
@@ -460,8 +471,6 @@ ROLLOUTS = 1024
 def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> None:
     from .globals import propagators
     from .search import AndOrSearch, Heuristic
-    if guide is None:
-        return
     heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)

@@ -1,6 +1,7 @@
 """The anytime schedule: bounds only tighten, a stop returns what is held, the schedule is printable."""
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,34 @@ def test_every_stop_point_holds_valid_bounds(seed):
     if r.upper_bound is not None:
         assert problem.sense * r.upper_bound - problem.offset >= best - 1e-9
         assert problem.evaluate(r.assignment) < problem.top
+
+
+class StopAt(Stop):
+    """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
+    schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
+    then. Slices of their own (local search, JGLP's) still end on the wall clock. The search asks
+    through `within`: its checks are counted."""
+
+    def __init__(self, now, interrupt: bool = False):
+        super().__init__()
+        self.now, self.interrupt, self.passed, self.search_checks = now, interrupt, False, 0
+
+    def __call__(self) -> bool:
+        if not (self.passed or self.interrupted) and self.now():
+            self.interrupted, self.passed = self.interrupt, not self.interrupt
+        return self.passed or bool(self.interrupted)
+
+    def remaining(self) -> float:
+        return 0.0 if self.passed else math.inf
+
+    def within(self, seconds: float, reserve: float = 0.0) -> Stop:
+        outer = self
+
+        class SearchStop(Stop):
+            def __call__(self) -> bool:
+                outer.search_checks += 1
+                return outer()
+        return SearchStop()
 
 
 def test_time_limit_is_honoured_and_bounds_are_reported():
@@ -189,8 +218,63 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     boxed = Schedule((first, replace(search, seconds=0.0), be), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, boxed, NumpyEngine(1), bounds, Stop(), 1 << 30)
-    assert out.ran == ["MBE(z=2)", "AND/OR search", "exact BE"] and bounds.proven
+    assert out.ran == ["MBE(z=2)", "exact BE"] and "AND/OR search cut off" in out.note and bounds.proven
     assert bounds.upper == solve(problem, Options(device="cpu", search=False)).upper_bound
+
+
+def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
+    """An MBE cut off halfway is not in `method`, and z is that of the MBE whose bound is reported
+    (the cut MBE was listed)."""
+    problem = hard_grid()
+    done = []  # mini-buckets done by each elimination started
+
+    def progress_factory(total):
+        done.append(0)
+
+        def advance(entries):
+            done[-1] += 1
+        return advance
+    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10)  # 10 mini-buckets into the second elimination
+    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
+              progress_factory=progress_factory, stop=stop)
+    first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]
+    assert first < heuristic and done[1] == 10
+    assert r.method == f"MBE(z={first}) + local search" and f"MBE(z={heuristic}) cut off" in r.device_note
+    assert r.z == first
+    assert r.lower_bound == solve(problem, Options(device="cpu", z=first, search=False)).lower_bound
+
+
+def test_z_is_that_of_the_tightest_elimination():
+    """MBE bounds are not monotone in z: where the later, larger z is looser, its run is not the one
+    reported (nor the one that guides search)."""
+    from gpusolve import eliminate
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    problem = generate("grid", 36, 4, 0.3, 0.3, seed=4)
+    order = graph.elimination_order(problem)
+    plans = {z: build_plan(problem, order, z) for z in (3, 4)}
+    lower = {z: eliminate.run_plan(problem, plan, NumpyEngine(1))[0] for z, plan in plans.items()}
+    assert lower[3] > lower[4]
+    schedule = Schedule((Phase("mbe", plans[3]), Phase("mbe", plans[4])), "numpy")
+    bounds = Bounds.start(problem, time.perf_counter())
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, Stop(), 1 << 30)
+    assert out.ran == ["MBE(z=3)", "MBE(z=4)"] and out.plan is plans[3] and bounds.lower == lower[3]
+
+
+def test_phases_that_did_not_run_are_not_listed():
+    """JGLP with no time for its passes, and search with no MBE run to guide it, were listed as run."""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    plan = build_plan(problem, order, 3)
+    schedule = Schedule((Phase("mbe", plan), Phase("fglp"), Phase("mbe", plan, shifted=True),
+                         Phase("jglp", seconds=0.0)), "numpy")
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
+                       Stop(), 1 << 30)
+    assert out.ran == ["MBE(z=3)", "FGLP", "MBE(z=3)-MM on the FGLP-shifted problem"]  # FGLP raised the bound
+    assert "jglp not started" in out.note
+    alone = run_schedule(problem, order, Schedule((Phase("search"),), "numpy"), NumpyEngine(1),
+                         Bounds.start(problem, time.perf_counter()), Stop(), 1 << 30)
+    assert alone.ran == [] and "search not started" in alone.note and alone.search is None
 
 
 def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
