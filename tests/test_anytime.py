@@ -276,9 +276,27 @@ def test_phases_that_did_not_run_are_not_listed():
                        Stop(), 1 << 30)
     assert out.ran == ["MBE(z=3)", "FGLP", "MBE(z=3)-MM on the FGLP-shifted problem"]  # FGLP raised the bound
     assert "jglp not started" in out.note
-    alone = run_schedule(problem, order, Schedule((Phase("search"),), "numpy"), NumpyEngine(1),
-                         Bounds.start(problem, time.perf_counter()), Stop(), 1 << 30)
+    floats = random_problem(np.random.default_rng(4), n_max=6, p_hard=0.0, integer=False)  # no compiled search
+    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Phase("search"),), "numpy"),
+                         NumpyEngine(1), Bounds.start(floats, time.perf_counter()), Stop(), 1 << 30)
     assert alone.ran == [] and "search not started" in alone.note and alone.search is None
+
+
+def test_without_a_guide_the_compiled_search_runs_alone_and_proves():
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    searched = 0
+    for seed in range(60):
+        problem = random_problem(np.random.default_rng(300 + seed), n_max=7, d_max=4, f_max=12, p_hard=0.15)
+        bounds = Bounds.start(problem, time.perf_counter())
+        if bounds.closed:  # a function forbids everything: nothing to search
+            continue
+        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Phase("search"),), "numpy"),
+                           NumpyEngine(1), bounds, Stop(), 1 << 30)
+        optimum, _ = brute_force(problem)
+        assert out.ran == ["DFBB (FDAC*)"] and out.search["complete"] and bounds.proven, seed
+        assert bounds.upper == optimum if optimum < problem.top else bounds.assignment is None, seed
+        searched += 1
+    assert searched >= 20
 
 
 def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
