@@ -32,7 +32,7 @@ import numpy as np
 
 from . import engines
 from .model import Problem
-from .plan import Plan, build_plan, choose_plan, place
+from .plan import Plan, build_plan, choose_plan, fmt_bytes, place
 from .scaleout import Cluster
 
 # Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
@@ -187,6 +187,7 @@ class Schedule:
     phases: tuple[Phase, ...]
     engine: str  # numpy | cupy: what the predictions assumed
     threads: int = 1  # ... and the CPU engine's threads
+    note: str = ""  # what planning changed from the options (a --z that did not fit)
 
     @property
     def heuristic(self) -> Plan | None:
@@ -200,7 +201,8 @@ class Schedule:
                     for p in self.phases if p.plan), default=(0, 0))
 
     def describe(self) -> str:
-        return "\n".join(f"{i + 1}. {p.describe()}" for i, p in enumerate(self.phases))
+        lines = [f"{i + 1}. {p.describe()}" for i, p in enumerate(self.phases)]
+        return "\n".join(lines + ([f"note: {self.note}"] if self.note else []))
 
 
 def predict_s(plan: Plan, engine: str, threads: int = 1) -> float:
@@ -246,12 +248,15 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             return Schedule((Phase("be", exact, be_s),), engine, threads)
         if be_s <= 0.8 * limit:
             last = (Phase("search", seconds=be_s), Phase("be", exact, be_s))
+    note = ""
+    if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
+        z, note = _given_z(problem, order, z, budget, n_components, limit, cost)
     if not search:
         fitting = choose_plan(problem, order, z, budget, n_components)
         phases = (Phase("mbe", fitting, cost(fitting)),)
         if z is None and tables != "dense" and problem.integer:
             phases = (Phase("bounded-sparse", fitting),) + phases
-        return Schedule(phases, engine, threads)
+        return Schedule(phases, engine, threads, note)
     max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
     width = build_plan(problem, order, None, n_components).induced_width
 
@@ -290,7 +295,31 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
     if local not in phases:
         phases.append(local)
-    return Schedule(tuple(phases) + last, engine, threads)
+    return Schedule(tuple(phases) + last, engine, threads, note)
+
+
+# A --z whose MBE is predicted to take more than this share of the time limit runs at a smaller z.
+GIVEN_Z_SHARE = 0.5
+
+
+def _given_z(problem: Problem, order: list[int], z: int, budget: int, n_components: int, limit: float,
+             cost) -> tuple[int, str]:
+    """(z, note): `z` when MBE(z) fits the memory budget and its share of the limit, else the largest
+    smaller z that does, and the note that says so; BudgetError when no z fits memory."""
+    max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
+    plan = build_plan(problem, order, z, n_components)
+    if plan.peak_bytes <= budget and cost(plan) <= GIVEN_Z_SHARE * limit:
+        return z, ""
+    why = (f"needs {fmt_bytes(plan.peak_bytes)}, the memory budget is {fmt_bytes(budget)}"
+           if plan.peak_bytes > budget else f"is predicted to take {cost(plan):.3g} s of the {limit:g} s limit")
+    # Below the z asked for, no slower than the default schedule's own heuristic may be.
+    allowed = max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S)
+    for smaller in range(min(z, plan.induced_width + 1) - 1, max_arity - 1, -1):
+        fitting = build_plan(problem, order, smaller, n_components)
+        if fitting.peak_bytes <= budget and cost(fitting) <= allowed:
+            return smaller, (f"MBE(z={z}) {why}: running z={smaller}, the largest within the memory budget "
+                                f"and the default heuristic's time")
+    return z, ""  # nothing smaller fits either: choose_plan refuses with the figures
 
 
 def rng_for(problem: Problem) -> np.random.Generator:

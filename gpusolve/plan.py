@@ -361,14 +361,13 @@ def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
     if z is None and fitting is not None:
         return fitting
     big = plan.largest()
-    advice = (f"the largest z that fits is {fitting.z}" if fitting is not None
-              else "no mini-bucket bound fits either")
+    advice = (f"the largest z that fits is {fitting.z} (raise --mem-limit or pass --z)" if fitting is not None
+              and z is None else "no mini-bucket bound fits either (raise --mem-limit)")
     what = "exact bucket elimination" if z is None else f"MBE(z={z})"
     raise BudgetError(
         f"{what} needs {fmt_bytes(plan.peak_bytes)} but the memory budget is {fmt_bytes(budget)}; "
         f"largest bucket: variable {big.var}, {len(big.scope)} separator variables, "
-        f"{big.out_entries:,} entries = {fmt_bytes(big.out_entries * plan.itemsize)}; {advice} "
-        f"(raise --mem-limit or pass --z)")
+        f"{big.out_entries:,} entries = {fmt_bytes(big.out_entries * plan.itemsize)}; {advice}")
 
 
 def plan_within(problem: Problem, order: list[int], z: int | None, budget: int, n_components: int = 1,

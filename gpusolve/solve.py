@@ -158,6 +158,8 @@ def solve(problem: Problem, options: Options, file: str = "",
         note += "; time limit reached"
     if engine.compile_s:
         note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
+    if schedule.note:
+        note += f"; {schedule.note}"
     plan = out.plan  # the z reported is that of the bound reported: none before an elimination completes
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   message=_infeasible(problem, None) if infeasible else None,

@@ -336,3 +336,25 @@ def test_ctrl_c_reports_the_best_bounds(tmp_path):
     assert r["status"] == "bounded" and r["lower_bound"] < r["upper_bound"]
     assert r["trace"] and "interrupted" in r["device_note"]
     assert not r["search"]["complete"] and "AND/OR search" not in r["method"]
+
+
+def test_a_z_that_does_not_fit_runs_the_largest_that_does_and_says_so():
+    """`--z N` beyond the memory budget degrades to the largest z that fits and keeps solving (issue 36.1)."""
+    problem = generate("grid", 36, 5, 0.3, 0.3, seed=3)
+    order = graph.elimination_order(problem)
+    exact = build_plan(problem, order, None)
+    budget = build_plan(problem, order, 4).peak_bytes  # z=4 fits, anything larger does not
+    assert exact.peak_bytes > budget and build_plan(problem, order, 5).peak_bytes > budget
+    r = solve(problem, Options(device="cpu", z=exact.induced_width + 1, mem_limit=budget))
+    assert r.status in ("optimal", "bounded") and r.z is not None and r.z <= 4
+    assert f"MBE(z={exact.induced_width + 1}) needs" in r.device_note and f"running z={r.z}" in r.device_note
+    assert problem.evaluate(r.assignment) == r.upper_bound
+
+
+def test_a_z_given_is_not_told_to_pass_z():
+    problem = generate("grid", 36, 5, 0.3, 0.3, seed=3)
+    order = graph.elimination_order(problem)
+    from gpusolve.plan import BudgetError, choose_plan
+    with pytest.raises(BudgetError) as e:
+        choose_plan(problem, order, 4, 1024)
+    assert "pass --z" not in str(e.value) and "raise --mem-limit" in str(e.value)
