@@ -45,14 +45,20 @@ def too_large(shape: tuple[int, ...]) -> str | None:
     size = math.prod(shape)
     if size > MAX_TABLE:
         return f"cost table too large: {size} entries (limit 2^31)"
+    return charge(COPIES * size * ENTRY_BYTES, f"cost table of {size:,} entries", kept=size * ENTRY_BYTES)
+
+
+def charge(need: int, what: str, kept: int | None = None) -> str | None:
+    """The error message when reading `what` needs `need` bytes at its peak, more than the reading
+    budget leaves, else None; `kept` of them (default all) stay taken once it is read."""
     allowance = _allowance.get()
-    if allowance is not None:
-        need = size * ENTRY_BYTES
-        if COPIES * need > allowance.left:
-            allowance.refused = True
-            return (f"cost table of {size:,} entries needs {_mib(COPIES * need)} to read, more than the memory "
-                    f"budget leaves ({_mib(allowance.left)}; see --mem-limit)")
-        allowance.left -= need
+    if allowance is None:
+        return None
+    if need > allowance.left:
+        allowance.refused = True
+        return (f"{what} needs {_mib(need)} to read, more than the memory budget leaves "
+                f"({_mib(allowance.left)}; see --mem-limit)")
+    allowance.left -= need if kept is None else kept
     return None
 
 
