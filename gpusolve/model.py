@@ -261,6 +261,8 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
         costs = f.used_costs()
         finite = costs[costs != FORBIDDEN]
         low = int(finite.min()) if finite.size else 0
+        if finite.size and int(finite.max()) - low > MAX_TOP:  # the shift below would wrap in int64
+            raise ModelError(f"costs too large: one table's costs span {int(finite.max()) - low}, more than 2^62")
         if low < 0:
             f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
             problem.offset += low

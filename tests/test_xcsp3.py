@@ -248,3 +248,21 @@ def test_functional_intension_kept_as_its_tuples_is_the_dense_table(constraint, 
     for a in itertools.product(range(7), repeat=3):
         assert dense.evaluate(a) == listed.evaluate(a), a
     assert solve(dense, Options(device="cpu")).status == solve(listed, Options(device="cpu")).status
+
+
+@pytest.mark.parametrize("low, high", [(-(1 << 62), 1 << 62), (-(1 << 60), 1 << 60)])
+def test_xcsp21_costs_are_shifted_without_wrapping(tmp_path, low, high):
+    """Negative costs are shifted into the offset; in int64, 2^62 - (-2^62) wrapped to -2^63 and the
+    costlier value was reported optimal at -1.4e19. Costs spanning more than 2^62 are refused."""
+    path = tmp_path / "soft.xml"
+    path.write_text(f"""<instance><presentation name="s" format="XCSP 2.1"/>
+<domains nbDomains="1"><domain name="D" nbValues="2">0 1</domain></domains>
+<variables nbVariables="1"><variable name="X" domain="D"/></variables>
+<relations nbRelations="1"><relation name="R" arity="1" nbTuples="2" semantics="soft">{low}:0|{high}:1</relation>
+</relations><constraints nbConstraints="1"><constraint name="C" arity="1" scope="X" reference="R"/></constraints>
+</instance>""")
+    if high - low > (1 << 62) - 2:  # beyond model.MAX_TOP, with the top above it
+        with pytest.raises(ParseError, match="costs too large"):
+            read(path)
+    else:
+        assert solved(path) == ("optimal", low)
