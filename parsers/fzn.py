@@ -19,7 +19,8 @@ from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Varia
 
 from .errors import ParseError
 from .source import read_lines
-from .tables import COMPARE, INT64_MAX, constraint_problem, exact_costs, linear_sum
+from .tables import COMPARE, ENTRY_BYTES, INT64_MAX, VARIABLE_BYTES, Labels, charge, constraint_problem, \
+    exact_costs, linear_sum
 
 ANNOTATION = re.compile(r"::\s*[\w]+(\s*\((?:[^()]|\([^()]*\))*\))?")
 VAR = re.compile(r"var\s+(.+?)\s*:\s*(\w+)\s*(?:=\s*(.+))?", re.S)
@@ -79,6 +80,7 @@ class _Reader:
                 raise self.error(f"empty domain {text}")
             if high - low >= 1 << 24:
                 raise self.error(f"domain {text} too large (at most 2^24 values)")
+            self._charge((high - low + 1) * ENTRY_BYTES, f"a domain of {high - low + 1:,} values")
             return np.arange(low, high + 1, dtype=np.int64)
         m = re.fullmatch(r"\{([^}]*)\}", text)
         if m:
@@ -96,8 +98,15 @@ class _Reader:
             raise self.error(f"value {x} beyond 64-bit integers")
         return x
 
+    def _charge(self, need: int, what: str, kept: int | None = None) -> None:
+        message = charge(need, what, kept)
+        if message:
+            raise self.error(message)
+
     def _new(self, name: str, dom: np.ndarray) -> int:
-        self.variables.append(Variable(name, len(dom), tuple(str(x) for x in dom.tolist())))
+        """A variable, charged to the reading budget first; variables of one domain share its labels."""
+        self._charge(VARIABLE_BYTES, f"variable {name}")
+        self.variables.append(Variable(name, len(dom), Labels(dom)))
         self.values.append(dom)
         return len(self.variables) - 1
 
@@ -135,6 +144,7 @@ class _Reader:
             if not is_var:
                 raise self.error(f"parameter array {name} has no value")
             dom = self._domain(kind)
+            self._charge((high - low + 1) * VARIABLE_BYTES, f"array {name} of {high - low + 1:,} variables", kept=0)
             self.names[name] = [self._new(f"{name}[{i}]", dom) for i in range(low, high + 1)]
             return
         entries = self._list(value)

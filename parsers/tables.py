@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
@@ -85,6 +86,7 @@ COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greate
            "eq": np.equal, "ne": np.not_equal}
 INT64_MAX = int(np.iinfo(np.int64).max)
 MAX_COST = 1 << 62  # |cost| of an objective term: exact costs end there (model.MAX_TOP)
+VARIABLE_BYTES = 1024  # a variable of a CP model, its name and index entries (measured: about 600)
 
 
 def entry_bytes(magnitude: int) -> int:
@@ -127,6 +129,25 @@ def exact_costs(values: np.ndarray, factor: int) -> np.ndarray | str:
     if factor == 0 or abs(factor) > MAX_COST:  # then every cost is 0
         return np.zeros(values.shape, dtype=np.int64)
     return values.astype(np.int64) * factor
+
+
+class Labels(Sequence):
+    """A CP variable's values as labels, made when asked for from its int64 domain: a large domain
+    costs no strings, and variables of one domain share it."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> str:
+        return str(int(self.values[i]))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = object.__hash__  # Variables are hashed by identity of their labels, never expanded
 
 
 def constraint_problem(path, variables, functions, sense: int, globals_) -> "Problem":

@@ -19,7 +19,6 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from array import array
-from collections.abc import Sequence
 from pathlib import Path
 from xml.parsers import expat
 
@@ -30,12 +29,12 @@ from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Tuple
 from .errors import ParseError
 from .intension import Evaluation, ExpressionError, parse, scope_of
 from .source import read_lines
-from .tables import COMPARE, ENTRY_BYTES, INT64_MAX, charge, constraint_problem, exact_costs, linear_sum, too_large
+from .tables import (COMPARE, ENTRY_BYTES, INT64_MAX, VARIABLE_BYTES, Labels, charge, constraint_problem,
+                     exact_costs, linear_sum, too_large)
 
 MAX_DOMAIN = 1 << 24
 LISTED_MIN = 1 << 16  # entries above which a functional intension constraint is kept as its tuples
 ELEMENT_BYTES = 512  # an XML element of the tree and its line (measured: 164 without attributes)
-VARIABLE_BYTES = 1024  # a variable, its name, its index entries and array cell (measured: about 600)
 CHARGE_STEP = 1 << 20  # the tree is charged to the budget in steps of this many bytes
 MAX_NESTING = 100  # elements nested deeper are refused: blocks are read recursively
 REF = re.compile(r"([A-Za-z_][\w.]*)((?:\[[^\]]*\])*)")
@@ -478,25 +477,6 @@ class _Reader:
             return int(text)
         except ValueError:
             raise self.error(f"expected an integer, found {text!r}") from None
-
-
-class Labels(Sequence):
-    """A domain's values as labels, made when asked for: a large domain costs no strings, and the
-    cells of an array share one."""
-
-    def __init__(self, values: np.ndarray):
-        self.values = values  # sorted
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __getitem__(self, i: int) -> str:
-        return str(int(self.values[i]))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
-    __hash__ = object.__hash__  # Variables are hashed by identity of their labels, never expanded
 
 
 def _name(ident: str, cell: tuple) -> str:

@@ -1,6 +1,6 @@
 """XCSP3 reading within bounds (issue 32): linear in the file, entity declarations and deep nesting
-refused at their line, and memory charged to the reading budget before it is taken (peaks measured
-in a child process)."""
+refused at their line, and memory charged to the reading budget before it is taken, in XCSP3 and
+FlatZinc (peaks measured in a child process)."""
 import os
 import subprocess
 import sys
@@ -135,29 +135,37 @@ def read_in_child(path, mem_limit: int):
 INSTANCE = '<instance format="XCSP3" type="CSP"><variables>{}</variables><constraints>{}</constraints></instance>\n'
 
 
-@pytest.mark.parametrize("name, variables, constraints, refused", [
-    ("array", '<array id="x" size="[1000][1000]"> 0..1 </array>', "", "array x of 1,000,000 variables"),
-    ("domain", '<var id="x"> 0..8000000 </var>', "", "a domain of 8,000,001 values"),
-    ("evaluation", '<var id="x"> 0..3999 </var><var id="y"> 0..3999 </var>',
-     "<intension> eq(add(mul(x,y),mul(x,x)),y) </intension>", "the evaluation of an expression"),
-    ("tree", '<var id="x"> 0..1 </var>', "<block>" + "<annotations/>" * 300_000 + "</block>", "the XML tree"),
+@pytest.mark.parametrize("name, text, refused", [
+    ("array.xml", INSTANCE.format('<array id="x" size="[1000][1000]"> 0..1 </array>', ""),
+     "array x of 1,000,000 variables"),
+    ("domain.xml", INSTANCE.format('<var id="x"> 0..8000000 </var>', ""), "a domain of 8,000,001 values"),
+    ("evaluation.xml", INSTANCE.format('<var id="x"> 0..3999 </var><var id="y"> 0..3999 </var>',
+                                       "<intension> eq(add(mul(x,y),mul(x,x)),y) </intension>"),
+     "the evaluation of an expression"),
+    ("tree.xml", INSTANCE.format('<var id="x"> 0..1 </var>', "<block>" + "<annotations/>" * 300_000 + "</block>"),
+     "the XML tree"),
+    ("array.fzn", "array [1..1000000] of var 0..1: x;\nsolve satisfy;\n", "array x of 1,000,000 variables"),
 ])
-def test_what_the_reader_builds_is_refused_before_it_is_taken(tmp_path, name, variables, constraints, refused):
+def test_what_the_reader_builds_is_refused_before_it_is_taken(tmp_path, name, text, refused):
     """Variables, domains, the evaluation of an expression and the tree itself are charged before they
-    are allocated: beyond --mem-limit the file is refused with one line and exit 3 (a 136-byte file
-    declaring 10^10 variables grew past 2.8 GB under --mem-limit 100M)."""
-    path = tmp_path / f"{name}.xml"
-    path.write_text(INSTANCE.format(variables, constraints))
-    code, rec, err, rss = gpusolve(path, "--mem-limit", "100M" if name != "evaluation" else "400M")
+    are allocated: beyond --mem-limit the file is refused with one line and exit 3 (a 136-byte XCSP3
+    file declaring 10^10 variables grew past 2.8 GB under --mem-limit 100M)."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, rec, err, rss = gpusolve(path, "--mem-limit", "400M" if name == "evaluation.xml" else "100M")
     assert code == 3 and refused in rec["message"] and "memory budget" in rec["message"], err
     assert err.count("\n") == 1 and rss < 300
 
 
-def test_the_cells_of_an_array_share_their_domain(tmp_path):
-    """Each cell of an array had its own tuple of value names: 100 cells of 100,000 values took 10^7
+@pytest.mark.parametrize("name, text", [
+    ("shared.xml", INSTANCE.format('<array id="x" size="[100]"> 0..99999 </array>', "")),
+    ("shared.fzn", "array [1..100] of var 0..99999: x;\nsolve satisfy;\n"),
+])
+def test_the_variables_of_a_domain_share_it(tmp_path, name, text):
+    """Each variable had its own tuple of value names: 100 variables of 100,000 values took 10^7
     strings; now their labels are made when asked for, from one shared array."""
-    path = tmp_path / "shared.xml"
-    path.write_text(INSTANCE.format('<array id="x" size="[100]"> 0..99999 </array>', ""))
+    path = tmp_path / name
+    path.write_text(text)
     error, rss = read_in_child(path, 1 << 30)
     assert error is None and rss < 200
     problem = read(path)
