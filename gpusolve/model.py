@@ -263,10 +263,13 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
         if not finite.any():
             continue
         low = int(costs.min(where=finite, initial=FORBIDDEN))
+        high = int(costs.max(where=finite, initial=low))
+        if high - low > MAX_TOP:  # the shift below would wrap in int64
+            raise ModelError(f"costs too large: one table's costs span {high - low}, more than 2^62")
         if low < 0:
             f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
             problem.offset += low
-        worst += int(costs.max(where=finite, initial=low)) - min(low, 0)
+        worst += high - min(low, 0)
     for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
         worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
     top = worst + 1

@@ -19,7 +19,8 @@ from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Varia
 
 from .errors import ParseError
 from .source import read_lines
-from .tables import COMPARE, constraint_problem, linear_sum, too_large
+from .tables import COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem, \
+    exact_costs, linear_sum
 
 ANNOTATION = re.compile(r"::\s*[\w]+(\s*\((?:[^()]|\([^()]*\))*\))?")
 VAR = re.compile(r"var\s+(.+?)\s*:\s*(\w+)\s*(?:=\s*(.+))?", re.S)
@@ -74,15 +75,16 @@ class _Reader:
             return np.array([0, 1], dtype=np.int64)
         m = re.fullmatch(r"(-?\d+)\s*\.\.\s*(-?\d+)", text)
         if m:
-            low, high = int(m[1]), int(m[2])
+            low, high = self._value(int(m[1])), self._value(int(m[2]))
             if high < low:
                 raise self.error(f"empty domain {text}")
             if high - low >= 1 << 24:
                 raise self.error(f"domain {text} too large (at most 2^24 values)")
+            self._charge((high - low + 1) * ENTRY_BYTES, f"a domain of {high - low + 1:,} values")
             return np.arange(low, high + 1, dtype=np.int64)
         m = re.fullmatch(r"\{([^}]*)\}", text)
         if m:
-            vals = [self._int(w) for w in m[1].split(",") if w.strip()]
+            vals = [self._value(self._int(w)) for w in m[1].split(",") if w.strip()]
             if not vals:
                 raise self.error("empty domain {}")
             return np.unique(np.array(vals, dtype=np.int64))
@@ -90,8 +92,21 @@ class _Reader:
             raise self.error("var int without a domain is not supported (bounded domains only)")
         raise self.error(f"variable type {text} is not supported (int domains and bool)")
 
+    def _value(self, x: int) -> int:
+        """x, when it is a 64-bit integer: the values of variables are int64."""
+        if not -INT64_MAX - 1 <= x <= INT64_MAX:
+            raise self.error(f"value {x} beyond 64-bit integers")
+        return x
+
+    def _charge(self, need: int, what: str, kept: int | None = None) -> None:
+        message = charge(need, what, kept)
+        if message:
+            raise self.error(message)
+
     def _new(self, name: str, dom: np.ndarray) -> int:
-        self.variables.append(Variable(name, len(dom), tuple(str(x) for x in dom.tolist())))
+        """A variable, charged to the reading budget first; variables of one domain share its labels."""
+        self._charge(CP_VARIABLE_BYTES, f"variable {name}")
+        self.variables.append(Variable(name, len(dom), Labels(dom)))
         self.values.append(dom)
         return len(self.variables) - 1
 
@@ -105,7 +120,7 @@ class _Reader:
         if value is not None:  # an alias of another variable, or fixed to a constant
             target = self._term(value)
             if isinstance(target, tuple):
-                self.names[name] = self._new(name, np.array([target[1]], dtype=np.int64))
+                self.names[name] = self._new(name, np.array([self._value(target[1])], dtype=np.int64))
                 self._unary(self.names[name], self._domain(dom))
             elif isinstance(target, int):
                 self.names[name] = target
@@ -129,6 +144,7 @@ class _Reader:
             if not is_var:
                 raise self.error(f"parameter array {name} has no value")
             dom = self._domain(kind)
+            self._charge((high - low + 1) * CP_VARIABLE_BYTES, f"array {name} of {high - low + 1:,} variables", kept=0)
             self.names[name] = [self._new(f"{name}[{i}]", dom) for i in range(low, high + 1)]
             return
         entries = self._list(value)
@@ -188,7 +204,7 @@ class _Reader:
         if isinstance(term, list):
             raise self.error("an array where a variable is expected")
         if isinstance(term, tuple):
-            return self._new(f"const{term[1]}", np.array([term[1]], dtype=np.int64))
+            return self._new(f"const{term[1]}", np.array([self._value(term[1])], dtype=np.int64))
         return term
 
     # --- constraints and objective ------------------------------------------------------------
@@ -229,11 +245,7 @@ class _Reader:
         total = linear_sum([self.values[v] for v in merged], list(merged.values()))
         if isinstance(total, str):
             raise self.error(total)
-        message = too_large(total.shape)
-        if message:
-            raise self.error(message)
-        self.functions.append(CostFunction(tuple(merged), np.where(COMPARE[op](total, rhs), 0, FORBIDDEN)
-                                           .astype(np.int64)))
+        self.functions.append(CostFunction(tuple(merged), np.where(COMPARE[op](total, rhs), 0, FORBIDDEN)))
 
     def _solve(self, item: str) -> None:
         m = SOLVE.fullmatch(item)
@@ -245,7 +257,10 @@ class _Reader:
         if not isinstance(term, int):
             raise self.error("the objective must be a variable")
         self.sense = 1 if m[1] == "minimize" else -1
-        self.functions.append(CostFunction((term,), self.sense * self.values[term]))
+        costs = exact_costs(self.values[term], self.sense)
+        if isinstance(costs, str):
+            raise self.error(costs)
+        self.functions.append(CostFunction((term,), costs))
 
 
 def _items(path):

@@ -7,7 +7,9 @@ arithmetic, comparison, logic, `dist`, `if`, `in`/`set`), `allDifferent` (lists,
 one objective, `minimize`/`maximize` over `sum` or an expression. A constraint becomes a dense
 table (0 or forbidden), a linear objective unary costs, an objective expression a cost table;
 an allDifferent stays whole (model.AllDifferent). Anything else is refused by name, at its line.
-XCSP3 files are compact, so the whole tree is read at once (with each element's line).
+XCSP3 files are compact, so the whole tree is read at once (with each element's line). What the
+reader builds (the tree, variables, domains, tables, the evaluation of expressions) is charged to
+the reading budget before it is allocated; arithmetic is exact (intension.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import itertools
 import math
 import re
 import xml.etree.ElementTree as ET
+from array import array
 from pathlib import Path
 from xml.parsers import expat
 
@@ -24,12 +27,16 @@ import numpy as np
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
 from .errors import ParseError
+from .intension import Evaluation, ExpressionError, parse, scope_of
 from .source import read_lines
-from .tables import COMPARE, constraint_problem, linear_sum, too_large
+from .tables import (COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem,
+                     exact_costs, linear_sum, too_large)
 
 MAX_DOMAIN = 1 << 24
 LISTED_MIN = 1 << 16  # entries above which a functional intension constraint is kept as its tuples
-TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][\w.]*(?:\[[^\]]*\])*)|([(),]))")
+ELEMENT_BYTES = 512  # an XML element of the tree and its line (measured: 164 without attributes)
+CHARGE_STEP = 1 << 20  # the tree is charged to the budget in steps of this many bytes
+MAX_NESTING = 100  # elements nested deeper are refused: blocks are read recursively
 REF = re.compile(r"([A-Za-z_][\w.]*)((?:\[[^\]]*\])*)")
 SUPPORTED = ("extension", "intension", "allDifferent", "sum", "group", "block")
 
@@ -40,25 +47,51 @@ def read(path: str | Path) -> Problem:
 
 
 def _parse(path):
-    """The XML tree (element text only: XCSP3 puts no data in tails) and {id(element): line}."""
+    """The XML tree (element text only: XCSP3 puts no data in tails) and {id(element): line}.
+
+    An element's text is joined once at its end, so reading stays linear in the file; the tree is
+    charged to the reading budget as it grows; entity declarations (a few lines of them can expand
+    to gigabytes) and a deep nesting are refused."""
     parser = expat.ParserCreate()
+    parser.buffer_text = True
     lines: dict[int, int] = {}
-    stack: list[ET.Element] = []
+    stack: list[tuple[ET.Element, list[str]]] = []  # open elements and the pieces of their text
     found: list[ET.Element] = []
+    taken = 0  # bytes taken since the last charge
+
+    def take(nbytes: int) -> None:
+        nonlocal taken
+        taken += nbytes
+        if taken >= CHARGE_STEP:
+            message, taken = charge(taken, "the XML tree"), 0
+            if message:
+                raise ParseError(path, parser.CurrentLineNumber, message)
 
     def start(tag, attrs):
+        if len(stack) == MAX_NESTING:
+            raise ParseError(path, parser.CurrentLineNumber, f"elements nested more than {MAX_NESTING} levels deep")
         elem = ET.Element(tag, attrs)
         lines[id(elem)] = parser.CurrentLineNumber
-        (stack[-1].append if stack else found.append)(elem)
-        stack.append(elem)
+        (stack[-1][0].append if stack else found.append)(elem)
+        stack.append((elem, []))
+        take(ELEMENT_BYTES)
+
+    def end(tag):
+        elem, pieces = stack.pop()
+        if pieces:
+            elem.text = "".join(pieces)
 
     def data(text):
-        if stack and not len(stack[-1]):
-            stack[-1].text = (stack[-1].text or "") + text
+        if stack and not len(stack[-1][0]):
+            stack[-1][1].append(text)
+            take(2 * len(text))  # the pieces, then their join
 
-    parser.StartElementHandler = start
-    parser.EndElementHandler = lambda tag: stack.pop()
-    parser.CharacterDataHandler = data
+    def entity(name, *_):
+        raise ParseError(path, parser.CurrentLineNumber, f"entity declarations (<!ENTITY {name} ...>) are not "
+                                                         f"supported")
+
+    parser.StartElementHandler, parser.EndElementHandler = start, end
+    parser.CharacterDataHandler, parser.EntityDeclHandler = data, entity
     try:
         for chunk in read_lines(path, binary=True):
             parser.Parse(chunk, False)
@@ -119,6 +152,7 @@ class _Reader:
         sizes = tuple(int(s) for s in re.findall(r"\[(\d+)\]", v.get("size", "")))
         if not sizes:
             raise self.error(f"array {ident}: size {v.get('size')!r} is not like [3][4]")
+        self._charge(math.prod(sizes) * CP_VARIABLE_BYTES, f"array {ident} of {math.prod(sizes):,} variables")
         cells: dict[tuple, int] = {}
         parts = [d for d in v if d.tag == "domain"]
         if not parts:
@@ -144,27 +178,36 @@ class _Reader:
         return self._domain_text(v.text or "")
 
     def _domain_text(self, text: str) -> np.ndarray:
-        vals: list[int] = []
-        for word in text.split():
+        """The sorted distinct integers of `0..9 12 15..20`, charged before they are made (the words,
+        then the values)."""
+        self._charge(8 * len(text), "a domain's words", kept=0)  # two int64 per word, a word per 2 chars
+        lows, highs, count = array("q"), array("q"), 0
+        for m in re.finditer(r"\S+", text):
             try:
-                if ".." in word:
-                    low, high = (int(x) for x in word.split(".."))
-                    if high - low + len(vals) >= MAX_DOMAIN:
-                        raise self.error(f"domain {word} too large (at most 2^24 values)")
-                    vals.extend(range(low, high + 1))
-                else:
-                    vals.append(int(word))
+                low, high = (int(x) for x in m[0].split("..")) if ".." in m[0] else (int(m[0]),) * 2
             except ValueError:
-                raise self.error(f"domain value {word!r} is not an integer or an interval") from None
-        if not vals:
+                raise self.error(f"domain value {m[0]!r} is not an integer or an interval") from None
+            if not -INT64_MAX - 1 <= min(low, high) <= max(low, high) <= INT64_MAX:
+                raise self.error(f"domain value {m[0]} beyond 64-bit integers")
+            count += max(high - low + 1, 0)
+            if count > MAX_DOMAIN:
+                raise self.error(f"domain {m[0]} too large (at most 2^24 values)")
+            lows.append(low)
+            highs.append(high)
+        if not count:
             raise self.error("empty domain")
-        return np.unique(np.array(vals, dtype=np.int64))
+        self._charge(8 * ENTRY_BYTES * count, f"a domain of {count:,} values", kept=ENTRY_BYTES * count)
+        low, high = np.frombuffer(lows, dtype=np.int64), np.frombuffer(highs, dtype=np.int64)
+        keep = high >= low
+        low, lengths = low[keep], high[keep] - low[keep] + 1
+        offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return np.unique(np.repeat(low, lengths) + (np.arange(count, dtype=np.int64) - offsets))
 
     def _add(self, name: str, dom: np.ndarray) -> int:
         if name in self.index:
             raise self.error(f"variable {name} declared twice")
         self.index[name] = len(self.variables)
-        self.variables.append(Variable(name, len(dom), tuple(str(x) for x in dom.tolist())))
+        self.variables.append(Variable(name, len(dom), Labels(dom)))
         self.values.append(dom)
         return self.index[name]
 
@@ -179,11 +222,12 @@ class _Reader:
         for part, size in zip(parts, sizes):
             if part == "":
                 ranges.append(range(size))
-            elif ".." in part:
-                low, high = (int(x) for x in part.split(".."))
-                ranges.append(range(low, high + 1))
-            else:
-                ranges.append(range(int(part), int(part) + 1))
+                continue
+            low, dots, high = part.partition("..")
+            low, high = self._int(low), self._int(high if dots else low)
+            if not 0 <= low <= high < size:
+                raise self.error(f"{word!r} is outside array {ident} (size {''.join(f'[{s}]' for s in sizes)})")
+            ranges.append(range(low, high + 1))
         return list(itertools.product(*ranges))
 
     # --- lists and references -----------------------------------------------------------------
@@ -247,25 +291,23 @@ class _Reader:
         text = listed.text or ""
         if len(scope) == 1:
             for x in self._domain_text(text) if text.strip() else []:
-                hit = np.flatnonzero(self.values[scope[0]] == x)
-                table[hit] = mark
+                at = self._position(scope[0], int(x))
+                if at is not None:
+                    table[at] = mark
         else:
-            for tup in re.findall(r"\(([^)]*)\)", text):
-                entries = [e.strip() for e in tup.split(",")]
+            for tup in re.finditer(r"\(([^)]*)\)", text):
+                entries = [e.strip() for e in tup[1].split(",")]
                 if len(entries) != len(scope):
-                    raise self.error(f"tuple ({tup}) has {len(entries)} values, the list {len(scope)}")
-                index = []
-                for e, v in zip(entries, scope):
-                    if e == "*":
-                        index.append(slice(None))
-                        continue
-                    hit = np.flatnonzero(self.values[v] == self._int(e))
-                    if not hit.size:
-                        break  # a value outside the domain: the tuple never applies
-                    index.append(int(hit[0]))
-                else:
+                    raise self.error(f"tuple ({tup[1]}) has {len(entries)} values, the list {len(scope)}")
+                index = [slice(None) if e == "*" else self._position(v, self._int(e)) for e, v in zip(entries, scope)]
+                if None not in index:  # a value outside its domain: the tuple never applies
                     table[tuple(index)] = mark
         self._table(scope, table)
+
+    def _position(self, v: int, x: int) -> int | None:
+        """The domain index of value x of variable v, None when x is not in its domain."""
+        at = int(self.values[v].searchsorted(x))
+        return at if at < len(self.values[v]) and self.values[v][at] == x else None
 
     def _intension(self, c) -> None:
         text = c.text if not len(c) else self._child_text(c, "function")
@@ -273,7 +315,7 @@ class _Reader:
         if self._functional(expr):
             return
         scope, value = self._evaluate(expr)
-        self._table(scope, np.where(np.asarray(value).astype(bool), 0, FORBIDDEN).astype(np.int64))
+        self._table(scope, np.where(value.astype(bool), 0, FORBIDDEN))
 
     def _functional(self, tree) -> bool:
         """`eq(x, e)` (or `eq(e, x)`) with x a variable absent from e, over more than LISTED_MIN
@@ -284,40 +326,27 @@ class _Reader:
         for x, e in (tree[1], tree[1][::-1]):
             if not (isinstance(x, tuple) and x[0] == "var"):
                 continue
-            scope = self._scope_of(e)
+            scope = scope_of(e)
             if x[1] in scope or not scope:
                 continue
             dims = [self.variables[v].domain for v in scope]
             if math.prod(dims) * self.variables[x[1]].domain <= LISTED_MIN:
                 return False
-            self._guard(tuple(dims))
+            self._charge(math.prod(dims) * ENTRY_BYTES * (2 * len(scope) + 6), "the tuples of an intension",
+                         kept=math.prod(dims) * ENTRY_BYTES * (len(scope) + 2))
             _, value = self._evaluate(e)
-            value = np.asarray(value, dtype=np.int64).reshape(-1)
-            order = np.argsort(self.values[x[1]])
-            ranked = self.values[x[1]][order]
-            at = np.minimum(np.searchsorted(ranked, value), len(ranked) - 1)
-            hit = ranked[at] == value  # e's value is in x's domain
+            value = value.reshape(-1)
+            ranked = self.values[x[1]]  # sorted
+            inside = (value >= ranked[0]) & (value <= ranked[-1])  # e's values beyond int64 are outside
+            value = np.where(inside, value, ranked[0]).astype(np.int64)
+            at = np.searchsorted(ranked, value)
+            hit = inside & (ranked[np.minimum(at, len(ranked) - 1)] == value)  # e's value is in x's domain
             rest = np.stack(np.unravel_index(np.flatnonzero(hit), dims), axis=1)
-            tuples = np.concatenate([rest, order[at[hit]][:, None]], axis=1)
+            tuples = np.concatenate([rest, at[hit][:, None]], axis=1)
             self.functions.append(TupleFunction(tuple(scope) + (x[1],), dims + [self.variables[x[1]].domain], tuples,
                                                 np.zeros(len(tuples), dtype=np.int64), FORBIDDEN))
             return True
         return False
-
-    def _scope_of(self, tree) -> list[int]:
-        """The variables of an expression, in order of first appearance."""
-        scope: list[int] = []
-
-        def collect(t):
-            if isinstance(t, tuple):
-                if t[0] == "var":
-                    if t[1] not in scope:
-                        scope.append(t[1])
-                else:
-                    for a in t[1]:
-                        collect(a)
-        collect(tree)
-        return scope
 
     def _alldifferent(self, c) -> None:
         lists = c.findall("list")
@@ -334,8 +363,10 @@ class _Reader:
             vars_, value = self._evaluate(self._expression(word))
             if len(vars_) != 1:
                 raise self.error(f"allDifferent over {word}: only expressions of one variable are supported")
+            if value.dtype == object and (value.min() < -INT64_MAX - 1 or value.max() > INT64_MAX):
+                raise self.error(f"allDifferent over {word}: values beyond 64-bit integers")
             scope.append(vars_[0])
-            values.append(np.asarray(value, dtype=np.int64).reshape(-1))
+            values.append(value.astype(np.int64))
         if len(set(scope)) != len(scope):
             raise self.error("allDifferent lists a variable twice")
         exempt_text = self._child_text(c, "except", required=False)
@@ -344,10 +375,7 @@ class _Reader:
 
     def _sum(self, c) -> None:
         scope = self._list(self._child_text(c, "list"))
-        coeffs_text = self._child_text(c, "coeffs", required=False)
-        coeffs = [self._int(w) for w in _expand_coeffs(coeffs_text)] if coeffs_text else [1] * len(scope)
-        if len(coeffs) != len(scope):
-            raise self.error(f"{len(coeffs)} coefficients for {len(scope)} variables")
+        coeffs = self._coefficients(c, len(scope))
         merged: dict[int, int] = {}
         for v, a in zip(scope, coeffs):
             merged[v] = merged.get(v, 0) + a
@@ -359,7 +387,17 @@ class _Reader:
             holds = np.isin(total, right) == (op == "in")
         else:
             holds = COMPARE[op](total, right)
-        self._table(list(merged), np.where(holds, 0, FORBIDDEN).astype(np.int64))
+        self._table(list(merged), np.where(holds, 0, FORBIDDEN))
+
+    def _coefficients(self, c, count: int) -> list[int]:
+        """The <coeffs> of c (1s without it), XCSP3's compact `3x4` (4 times 3) expanded; one per variable."""
+        text = self._child_text(c, "coeffs", required=False)
+        if text is None:
+            return [1] * count
+        words = [w.split("x") if re.fullmatch(r"-?\d+x\d+", w) else (w, "1") for w in text.split()]
+        if sum(int(times) for _, times in words) != count:
+            raise self.error(f"the coefficients are not one per variable ({count} variables)")
+        return [self._int(value) for value, times in words for _ in range(int(times))]
 
     def _condition(self, text: str) -> tuple[str, object]:
         m = re.fullmatch(r"\s*\(\s*(\w+)\s*,\s*([^)]*?)\s*\)\s*", text)
@@ -383,108 +421,56 @@ class _Reader:
         self.sense = 1 if o.tag == "minimize" else -1
         kind = o.get("type", "expression")
         if kind == "sum":
-            coeffs_text = self._child_text(o, "coeffs", required=False)
-            coeffs = [self._int(w) for w in _expand_coeffs(coeffs_text)] if coeffs_text else None
             listed = self._list(self._child_text(o, "list") if o.find("list") is not None else o.text or "")
-            for k, v in enumerate(listed):
-                weight = coeffs[k] if coeffs else 1
-                self.functions.append(CostFunction((v,), self.sense * weight * self.values[v]))
+            for v, a in zip(listed, self._coefficients(o, len(listed))):
+                self._guard((len(self.values[v]),))
+                self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
         elif kind == "expression":
             text = o.text if o.find("list") is None else self._child_text(o, "list")
             scope, value = self._evaluate(self._expression(text))
-            self._table(scope, self.sense * np.asarray(value, dtype=np.int64))
+            self._table(scope, self._costs(value, self.sense))
         else:
             raise self.error(f"objective type {kind!r} is not supported (sum or an expression)")
 
+    def _costs(self, values: np.ndarray, factor: int) -> np.ndarray:
+        costs = exact_costs(values, factor)
+        if isinstance(costs, str):
+            raise self.error(costs)
+        return costs
+
     # --- expressions --------------------------------------------------------------------------
     def _expression(self, text: str | None):
-        """Parse `f(a, g(b, 3))` into nested tuples (name, args); leaves are ints and variable ids."""
-        text = (text or "").strip()
-        tokens, pos = [], 0
-        while pos < len(text):
-            m = TOKEN.match(text, pos)
-            if not m or m.end() == pos:
-                raise self.error(f"cannot read the expression at {text[pos:pos + 20]!r}")
-            tokens.append(m.group(1) or m.group(2) or m.group(3))
-            pos = m.end()
-        tree, at = self._parse_expr(tokens, 0)
-        if at != len(tokens):
-            raise self.error(f"unexpected {tokens[at]!r} after the expression")
-        return tree
-
-    def _parse_expr(self, tokens, at):
-        if at >= len(tokens):
-            raise self.error("the expression ends too early")
-        tok = tokens[at]
-        if re.fullmatch(r"-?\d+", tok):
-            return int(tok), at + 1
-        if at + 1 < len(tokens) and tokens[at + 1] == "(":
-            args, at = [], at + 2
-            while tokens[at] != ")":
-                arg, at = self._parse_expr(tokens, at)
-                args.append(arg)
-                if at < len(tokens) and tokens[at] == ",":
-                    at += 1
-                if at >= len(tokens):
-                    raise self.error(f"{tok}( is not closed")
-            return (tok, args), at + 1
-        if tok in self.index:
-            return ("var", self.index[tok]), at + 1
-        if tok in ("true", "false"):
-            return int(tok == "true"), at + 1
-        raise self.error(f"unknown variable {tok}")
+        try:
+            return parse(text, self.index)
+        except ExpressionError as e:
+            raise self.error(str(e)) from None
 
     def _evaluate(self, tree) -> tuple[list[int], np.ndarray]:
-        scope = self._scope_of(tree)
-        self._guard(tuple(self.variables[v].domain for v in scope))
-        axes = {v: self._axis(k, len(scope), v) for k, v in enumerate(scope)}
-        value = self._apply(tree, axes)
-        shape = tuple(self.variables[v].domain for v in scope)
-        return scope, np.broadcast_to(np.asarray(value, dtype=np.int64), shape)
-
-    def _apply(self, t, axes):
-        if not isinstance(t, tuple):
-            return np.int64(t)
-        name, args = t
-        if name == "var":
-            return axes[args]
-        if name == "set":
-            raise self.error("set(...) only inside in(...)")
-        if name in ("in", "notin"):
-            x = self._apply(args[0], axes)
-            if not (isinstance(args[1], tuple) and args[1][0] == "set"):
-                raise self.error(f"{name}: the second argument must be set(...)")
-            members = [self._apply(a, axes) for a in args[1][1]]
-            hit = np.zeros(np.shape(x), dtype=bool)
-            for m in members:
-                hit = hit | (x == m)
-            return hit if name == "in" else ~hit
-        vals = [self._apply(a, axes) for a in args]
-        op = OPS.get(name)
-        if op is None:
-            raise self.error(f"operator {name} is not supported")
-        arity, fn = op
-        if arity is not None and len(vals) != arity:
-            raise self.error(f"{name} takes {arity} arguments, found {len(vals)}")
-        if arity is None and len(vals) < 2 and name not in ("add", "mul", "and", "or", "min", "max"):
-            raise self.error(f"{name} needs two arguments or more")
-        return fn(*vals)
+        """The tree's scope and its values on their grid; the int64 table made of them and the
+        evaluation's peak are charged first."""
+        try:
+            evaluation = Evaluation(tree, self.values)
+            self._guard(evaluation.shape)
+            self._charge(evaluation.peak, "the evaluation of an expression", kept=0)
+            return evaluation.scope, evaluation.values()
+        except ExpressionError as e:
+            raise self.error(str(e)) from None
 
     # --- helpers ------------------------------------------------------------------------------
-    def _axis(self, k: int, n: int, v: int) -> np.ndarray:
-        shape = [1] * n
-        shape[k] = -1
-        return self.values[v].reshape(shape)
-
     def _guard(self, shape) -> None:
         message = too_large(shape)
+        if message:
+            raise self.error(message)
+
+    def _charge(self, need: int, what: str, kept: int | None = None) -> None:
+        message = charge(need, what, kept)
         if message:
             raise self.error(message)
 
     def _table(self, scope: list[int], table: np.ndarray) -> None:
         if len(set(scope)) != len(scope):
             raise self.error("a variable appears twice in one constraint's scope")
-        self.functions.append(CostFunction(tuple(scope), np.ascontiguousarray(table, dtype=np.int64)))
+        self.functions.append(CostFunction(tuple(scope), np.asarray(table, dtype=np.int64, order="C")))  # 0-d kept
 
     def _int(self, text: str) -> int:
         try:
@@ -506,80 +492,3 @@ def _substitute(text: str | None, values: list[str]) -> str | None:
 
 def _max_index(text: str) -> int:
     return max((int(i) for i in re.findall(r"%(\d+)", text)), default=-1)
-
-
-def _expand_coeffs(text: str) -> list[str]:
-    """Coefficients, with XCSP3's compact `3x4` (4 times 3) expanded."""
-    out = []
-    for w in text.split():
-        if re.fullmatch(r"-?\d+x\d+", w):
-            value, times = w.split("x")
-            out.extend([value] * int(times))
-        else:
-            out.append(w)
-    return out
-
-
-def _div(a, b):
-    """Integer division rounding toward zero (XCSP3 follows Java); 0 where b is 0."""
-    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, 0, np.sign(a) * np.sign(safe) * q)
-
-
-def _mod(a, b):
-    a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
-    return np.where(b == 0, 0, a - _div(a, b) * np.where(b == 0, 1, b))
-
-
-def _chain(fn):
-    """An n-ary comparison: every consecutive pair."""
-    def apply(*vals):
-        out = np.bool_(True)
-        for a, b in zip(vals, vals[1:]):
-            out = out & fn(a, b)
-        return out
-    return apply
-
-
-def _fold(fn):
-    def apply(*vals):
-        out = vals[0]
-        for v in vals[1:]:
-            out = fn(out, v)
-        return out
-    return apply
-
-
-def _b(x):
-    return np.asarray(x).astype(bool)
-
-
-OPS = {  # name -> (arity or None for n-ary, function on broadcast int64/bool arrays)
-    "neg": (1, lambda a: -np.asarray(a, dtype=np.int64)),
-    "abs": (1, lambda a: np.abs(np.asarray(a, dtype=np.int64))),
-    "add": (None, _fold(lambda a, b: np.asarray(a, dtype=np.int64) + b)),
-    "sub": (2, lambda a, b: np.asarray(a, dtype=np.int64) - b),
-    "mul": (None, _fold(lambda a, b: np.asarray(a, dtype=np.int64) * b)),
-    "div": (2, _div),
-    "mod": (2, _mod),
-    "sqr": (1, lambda a: np.asarray(a, dtype=np.int64) ** 2),
-    "pow": (2, lambda a, b: np.asarray(a, dtype=np.int64) ** np.asarray(b, dtype=np.int64)),
-    "min": (None, _fold(np.minimum)),
-    "max": (None, _fold(np.maximum)),
-    "dist": (2, lambda a, b: np.abs(np.asarray(a, dtype=np.int64) - b)),
-    "lt": (2, lambda a, b: np.asarray(a) < b),
-    "le": (2, lambda a, b: np.asarray(a) <= b),
-    "ge": (2, lambda a, b: np.asarray(a) >= b),
-    "gt": (2, lambda a, b: np.asarray(a) > b),
-    "ne": (2, lambda a, b: np.asarray(a) != b),
-    "eq": (None, _chain(lambda a, b: np.asarray(a) == b)),
-    "not": (1, lambda a: ~_b(a)),
-    "and": (None, _fold(lambda a, b: _b(a) & _b(b))),
-    "or": (None, _fold(lambda a, b: _b(a) | _b(b))),
-    "xor": (None, _fold(lambda a, b: _b(a) ^ _b(b))),
-    "iff": (None, _chain(lambda a, b: _b(a) == _b(b))),
-    "imp": (2, lambda a, b: ~_b(a) | _b(b)),
-    "if": (3, lambda c, a, b: np.where(_b(c), a, b)),
-}
