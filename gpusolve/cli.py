@@ -178,18 +178,29 @@ class Failure(Exception):
 
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
                stop=None, fmt: str | None = None) -> Result:
-    """Read and solve one file; every expected failure becomes a Failure with its exit code."""
+    """Read and solve one file; every expected failure becomes a Failure with its exit code. The time
+    limit and `stop` (Ctrl-C, SIGTERM) apply while the file is read too."""
     from . import parsers
-    from .parsers.errors import OverBudget, ParseError
+    from .parsers.errors import OverBudget, ParseError, Stopped
 
+    from .anytime import Stop
     from .model import ModelError
     from .solve import BudgetError, TimeLimit, solve
+    t0 = time.perf_counter()
+    stop = stop or Stop()
+    if options.time_limit is not None:
+        stop.deadline = t0 + options.time_limit
     try:
-        t0 = time.perf_counter()
-        problem = parsers.read(path, evidence, fmt, options.mem_limit)
+        problem = parsers.read(path, evidence, fmt, options.mem_limit, stop)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop)
+    except Stopped as e:
+        if e.interrupted == signal.SIGINT:
+            raise Failure(f"{path}: interrupted while reading, before any bound", EXIT_INTERRUPT,
+                          status="timeout") from None
+        why = "stopped by SIGTERM" if e.interrupted else "time limit reached"
+        raise Failure(f"{path}: {why} while reading, before any bound", EXIT_TIME, status="timeout") from None
     except OverBudget as e:
         raise Failure(str(e), EXIT_MEMORY) from None
     except (ParseError, OrderError, DeviceError) as e:
