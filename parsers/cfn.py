@@ -24,12 +24,12 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import assign_tuples, too_large
 
 TOKEN = re.compile(r'"([^"]*)"|([{}\[\]])|([^\s{}\[\]",:]+)')
-NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)")
+NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")  # linear: no two ways to split the digits
 MAX_DECIMALS = 18
 
 
@@ -91,7 +91,7 @@ class _Reader:
             out = {}
             for k, v in zip(items[::2], items[1::2]):
                 if not isinstance(k, Atom) or k.text not in keys:
-                    raise self.error(k, f"{what}: unexpected field {getattr(k, 'text', '{...}')!r} "
+                    raise self.error(k, f"{what}: unexpected field {quote(getattr(k, 'text', '{...}'))} "
                                         f"(expected {', '.join(keys)})")
                 out[k.text] = v
             return out
@@ -128,7 +128,7 @@ class _Reader:
         self.maximize = mustbe.text[0] == ">"
         number = mustbe.text[1:]
         if not NUMBER.fullmatch(number):
-            raise self.error(mustbe, f"mustbe bound {number!r} is not a decimal number")
+            raise self.error(mustbe, f"mustbe bound {quote(number)} is not a decimal number")
         self.precision = len(number.partition(".")[2])
         if self.precision > MAX_DECIMALS:
             raise self.error(mustbe, f"mustbe has {self.precision} decimals (at most {MAX_DECIMALS})")
@@ -138,7 +138,7 @@ class _Reader:
         """A file cost (utility when maximising) as an internal integer at the file's precision."""
         if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
             text = atom.text if isinstance(atom, Atom) else "{...}"
-            raise self.error(atom, f"expected a {what} (a decimal number), found {text!r}")
+            raise self.error(atom, f"expected a {what} (a decimal number), found {quote(text)}")
         try:
             scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_DOWN)  # toulbar2 truncates
         except InvalidOperation:
@@ -182,7 +182,7 @@ class _Reader:
     def _int(self, atom, what: str) -> int:
         if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d+", atom.text):
             raise self.error(atom, f"expected {what} (an integer), found "
-                                   f"{atom.text if isinstance(atom, Atom) else '{...}'!r}")
+                                   f"{quote(atom.text if isinstance(atom, Atom) else '{...}')}")
         return int(atom.text)
 
     def _functions(self, group: Group) -> tuple[list[CostFunction], int]:
@@ -221,9 +221,9 @@ class _Reader:
             functions.append(CostFunction(scope, table))
         for scope, ref, before in shared:
             if ref.text not in tables:
-                raise self.error(ref, f"shared cost table {ref.text!r} is not a cost function of this file")
+                raise self.error(ref, f"shared cost table {quote(ref.text)} is not a cost function of this file")
             if ref.text in before:
-                raise self.error(ref, f"shared cost table {ref.text!r} must be defined after the function "
+                raise self.error(ref, f"shared cost table {quote(ref.text)} must be defined after the function "
                                       "using it, as toulbar2 requires")
             _, table = tables[ref.text]
             shape = tuple(self.variables[v].domain for v in scope)

@@ -23,7 +23,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines
 from .tables import COMPARE, constraint_problem, linear_sum, too_large
 
@@ -118,7 +118,7 @@ class _Reader:
             return
         sizes = tuple(int(s) for s in re.findall(r"\[(\d+)\]", v.get("size", "")))
         if not sizes:
-            raise self.error(f"array {ident}: size {v.get('size')!r} is not like [3][4]")
+            raise self.error(f"array {ident}: size {quote(v.get('size'))} is not like [3][4]")
         cells: dict[tuple, int] = {}
         parts = [d for d in v if d.tag == "domain"]
         if not parts:
@@ -139,7 +139,7 @@ class _Reader:
         alias = v.get("as")
         if alias is not None:
             if alias not in self.index:
-                raise self.error(f"unknown variable {alias} in as={alias!r}")
+                raise self.error(f"unknown variable {alias} in as={quote(alias)}")
             return self.values[self.index[alias]]
         return self._domain_text(v.text or "")
 
@@ -155,7 +155,7 @@ class _Reader:
                 else:
                     vals.append(int(word))
             except ValueError:
-                raise self.error(f"domain value {word!r} is not an integer or an interval") from None
+                raise self.error(f"domain value {quote(word)} is not an integer or an interval") from None
         if not vals:
             raise self.error("empty domain")
         return np.unique(np.array(vals, dtype=np.int64))
@@ -171,10 +171,10 @@ class _Reader:
     def _cells(self, word: str, ident: str, sizes) -> list[tuple]:
         m = REF.fullmatch(word)
         if not m or m[1] != ident:
-            raise self.error(f"{word!r} is not a part of array {ident}")
+            raise self.error(f"{quote(word)} is not a part of array {ident}")
         parts = re.findall(r"\[([^\]]*)\]", m[2])
         if len(parts) != len(sizes):
-            raise self.error(f"{word!r}: array {ident} has {len(sizes)} dimensions")
+            raise self.error(f"{quote(word)}: array {ident} has {len(sizes)} dimensions")
         ranges = []
         for part, size in zip(parts, sizes):
             if part == "":
@@ -364,7 +364,7 @@ class _Reader:
     def _condition(self, text: str) -> tuple[str, object]:
         m = re.fullmatch(r"\s*\(\s*(\w+)\s*,\s*([^)]*?)\s*\)\s*", text)
         if not m or m[1] not in ("lt", "le", "ge", "gt", "eq", "ne", "in", "notin"):
-            raise self.error(f"condition {text.strip()!r} is not (op, value) with op lt, le, ge, gt, eq, ne, in")
+            raise self.error(f"condition {quote(text.strip())} is not (op, value) with op lt, le, ge, gt, eq, ne, in")
         if m[1] in ("in", "notin"):
             return m[1], self._domain_text(m[2].replace(",", " ").strip("{} "))
         if m[2] in self.index:
@@ -394,7 +394,7 @@ class _Reader:
             scope, value = self._evaluate(self._expression(text))
             self._table(scope, self.sense * np.asarray(value, dtype=np.int64))
         else:
-            raise self.error(f"objective type {kind!r} is not supported (sum or an expression)")
+            raise self.error(f"objective type {quote(kind)} is not supported (sum or an expression)")
 
     # --- expressions --------------------------------------------------------------------------
     def _expression(self, text: str | None):
@@ -409,7 +409,7 @@ class _Reader:
             pos = m.end()
         tree, at = self._parse_expr(tokens, 0)
         if at != len(tokens):
-            raise self.error(f"unexpected {tokens[at]!r} after the expression")
+            raise self.error(f"unexpected {quote(tokens[at])} after the expression")
         return tree
 
     def _parse_expr(self, tokens, at):
@@ -490,7 +490,7 @@ class _Reader:
         try:
             return int(text)
         except ValueError:
-            raise self.error(f"expected an integer, found {text!r}") from None
+            raise self.error(f"expected an integer, found {quote(text)}") from None
 
 
 def _name(ident: str, cell: tuple) -> str:

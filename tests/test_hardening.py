@@ -226,3 +226,28 @@ def test_lines_are_cut_as_open_cuts_them(tmp_path_factory, data, chunk, binary):
         with open(path, encoding="utf-8", errors="replace") as f:
             assert got == list(f)
 
+
+LONG = "9" * 100_000
+
+
+@pytest.mark.parametrize("name, text, quoted", [
+    ("tuple.wcsp", f"p 2 2 1 10\n2 2\n1 0 0 1\n0 {LONG}x\n", True),
+    ("wide.wcsp", f"p 2 2 1 10\n2 2\n1 0 0 1\n0 {LONG[:4000]}\n", True),
+    ("net.uai", f"{LONG}\n2\n2 2\n", True),
+    ("f.cfn", f'{{"problem": {{"name": "x", "mustbe": "<{LONG}x"}}, "variables": {{}}, "functions": {{}}}}\n', True),
+    ("p.xml", f'<instance><presentation name="x" format="{LONG}"/></instance>\n', True),
+    ("p3.xml", f'<instance format="XCSP3" type="CSP"><variables><var id="x"> 0 {LONG}x </var></variables></instance>\n',
+     True),
+    ("d.yaml", f"name: x\nobjective: {LONG}x\n", True),
+    ("m.fzn", f"var 0..1: x;\nconstraint int_le(x, {LONG}x);\n", False),  # a name: the message is cut
+])
+def test_errors_quote_at_most_80_characters_of_a_token(tmp_path, name, text, quoted):
+    """A bad token is quoted cut to 80 characters; a message echoing a name whole is cut to 400."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ParseError) as e:
+        read(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:") and "\n" not in message
+    assert len(message) - len(str(path)) < (200 if quoted else 450), message[:500]
+    assert ("9" * 81 not in message) == quoted and "9" * 80 in message
