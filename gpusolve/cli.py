@@ -21,7 +21,7 @@ import click
 from . import __version__, graph
 from . import csg as csg_names
 from .engines import DEVICES, DeviceError
-from .generate import TOPOLOGIES, GenerateError
+from .generate import TOPOLOGIES, GenerateBudget, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 
@@ -105,6 +105,19 @@ class Seconds(click.ParamType):
         return seconds
 
 
+# A solving process holds about BASELINE_MIB before its first table (Python, NumPy, rich, gpusolve:
+# the peak RSS of a CPU solve of the bundled instance); a budget below MEM_FLOOR cannot be kept.
+BASELINE_MIB, MEM_FLOOR = 48, 64 << 20
+
+
+def above_floor(ctx, param, value: int | None) -> int | None:
+    """--mem-limit below MEM_FLOOR is refused (exit 2) rather than promised and exceeded."""
+    if value is not None and value < MEM_FLOOR:
+        raise click.BadParameter(f"{fmt_bytes(value)} is below the floor of {fmt_bytes(MEM_FLOOR)}: the process "
+                                 f"alone takes about {BASELINE_MIB} MiB before any table")
+    return value
+
+
 def solve_options(f):
     """Options shared by `solve` and `batch`."""
     for opt in reversed([
@@ -117,8 +130,10 @@ def solve_options(f):
                      help="Per mini-bucket: dense tables, or sparse ones holding only feasible rows; "
                           "auto picks from the predicted feasible share."),
         click.option("--time-limit", type=Seconds(), default=None, help="Seconds."),
-        click.option("--mem-limit", type=SizeParam(), default=None,
-                     help="Memory budget (e.g. 8G); default: available RAM."),
+        click.option("--mem-limit", type=SizeParam(), default=None, callback=above_floor,
+                     help=f"Memory budget (e.g. 8G), at least {MEM_FLOOR >> 20}M: the process alone takes "
+                          f"about {BASELINE_MIB} MiB (Python, NumPy, gpusolve; CUDA adds its own); "
+                          "default: available RAM."),
         click.option("--gpu-mem-limit", type=SizeParam(), default=None,
                      help="Device memory the GPU engine may hold before it streams tables through "
                           "host memory (e.g. 2G); default: free device memory."),
@@ -303,7 +318,8 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 
-    problem = check_outputs(file, fmt, solution, uai_output)  # before any work
+    problem = check_outputs(file, fmt, solution, uai_output, (evidence, options.order)) \
+        or clear_outputs(("--solution", solution), ("--uai-output", uai_output))  # before any work
     if problem:
         fail(problem, EXIT_INPUT)
     try:
@@ -327,18 +343,49 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         sys.exit(EXIT_INTERRUPT)
 
 
-def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: str | None) -> str | None:
-    """Why the output options cannot work, found before solving; None when they can."""
+def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: str | None,
+                  inputs: tuple = ()) -> str | None:
+    """Why the output options cannot work, found before solving; None when they can. An output
+    naming an input (FILE, `inputs`: the evidence or order file) would overwrite it."""
     from .parsers import format_of
     if uai_output and format_of(file, fmt) != ".uai":
         return f"{file}: --uai-output applies to .uai files"
-    for option, path in (("--solution", solution), ("--uai-output", uai_output)):
-        if path:
-            folder = Path(path).parent
-            if not folder.is_dir():
-                return f"{option} {path}: folder {folder} does not exist"
-            if not os.access(folder, os.W_OK):
-                return f"{option} {path}: folder {folder} is not writable"
+    outputs = [(option, path) for option, path in (("--solution", solution), ("--uai-output", uai_output)) if path]
+    for option, path in outputs:
+        folder = Path(path).parent
+        if not folder.is_dir():
+            return f"{option} {path}: folder {folder} does not exist"
+        if not os.access(folder, os.W_OK):
+            return f"{option} {path}: folder {folder} is not writable"
+        for given in (file, *inputs):
+            if given and _same_file(path, given):
+                return f"{option} {path}: names the input file {given}: it would be overwritten"
+    if len(outputs) == 2 and _same_file(solution, uai_output, existing=False):
+        return f"--solution and --uai-output name the same file {solution}"
+    return None
+
+
+def _same_file(a: str, b: str, existing: bool = True) -> bool:
+    """Whether paths `a` and `b` name one file (through links too); with `existing`, only a file
+    that exists can be."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return not existing and os.path.abspath(a) == os.path.abspath(b)
+
+
+def clear_outputs(*outputs: tuple[str, str | None]) -> str | None:
+    """Remove the regular files the (option, path) outputs will be written to: a run that ends with
+    nothing to write (no assignment, an error, a stop) must not leave an older run's file to be read
+    as its own. The error line when one cannot be removed."""
+    for option, path in outputs:
+        try:
+            if path and os.path.isfile(path):
+                os.remove(path)
+        except OSError as e:
+            return f"{option} {path}: cannot replace the file: {e.strerror or e}"
     return None
 
 
@@ -461,7 +508,7 @@ def serve_cmd(path, device, idle_exit):
 def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot, workers, slice_min):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
     from . import parsers
-    from .parsers.errors import ParseError
+    from .parsers.errors import OverBudget, ParseError
     from rich.table import Table
 
     from .model import ModelError
@@ -476,7 +523,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
             orders[order] = graph.read_order(order, len(problem.variables))
     except (ParseError, OrderError) as e:
         err().print(str(e), markup=False, soft_wrap=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(EXIT_MEMORY if isinstance(e, OverBudget) else EXIT_INPUT)
     except (ModelError, ValueError) as e:
         err().print(f"{file}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -583,7 +630,7 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:
         err().print(f"generate: {e}", markup=False)
-        sys.exit(EXIT_INPUT)
+        sys.exit(EXIT_MEMORY if isinstance(e, GenerateBudget) else EXIT_INPUT)
     path = output or f"{problem.name}.wcsp"
     try:
         write(problem, path)
