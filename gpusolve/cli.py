@@ -1,7 +1,8 @@
 """Command line: solve, info, generate, batch, dcop, csg.
 
 Errors the user can fix print one line and exit 2 (bad input or usage), 3
-(memory budget) or 4 (time limit with no bound); never a traceback.
+(memory budget) or 4 (time limit with no bound); never a traceback (`solve
+--help` lists every exit code).
 """
 from __future__ import annotations
 
@@ -33,17 +34,21 @@ if TYPE_CHECKING:
 # `--help` and `--version` answer without them, and a small solve pays only what it runs.
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
 EXIT_INTERRUPT = 130  # 128 + SIGINT, as shells report it (SIGTERM: 0, a stop as at a time limit)
+EXIT_PIPE = 141  # 128 + SIGPIPE: the reader of the output has gone (`gpusolve solve ... | head -1`)
 
 
 @functools.cache
 def console(stderr: bool):
     """rich's console for stdout or stderr, made on first use. Piped, lines are not wrapped at 80
-    columns nor padded with the blanks rich fills tables with."""
+    columns nor padded with the blanks rich fills tables with; a reader gone ends the command (141)."""
     from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
-        return Console(stderr=stderr, highlight=False)
-    return Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
+        made = Console(stderr=stderr, highlight=False)
+    else:
+        made = Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
+    made.on_broken_pipe = _reader_gone  # rich's own exits 1
+    return made
 
 
 class _Unpadded:
@@ -156,27 +161,53 @@ def solve_options(f):
 
 class Commands(click.Group):
     """Usage errors as one line on stderr (and, with --json, an error object on stdout), exit 2;
-    Ctrl-C outside a solve exits 130 without click's "Aborted!"."""
+    Ctrl-C outside a solve exits 130 without click's "Aborted!"; a reader of stdout gone (`| head`)
+    ends the command quietly with 141."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller that handles click's exceptions itself
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         args = sys.argv[1:] if args is None else list(args)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            ctx = getattr(e, "ctx", None)
-            line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
-            if "--json" in args:
-                from .report import record
-                params = ctx.params if ctx else {}
-                print(json.dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
-                                        message=line)))
-            err().print(line, markup=False, soft_wrap=True)
-            sys.exit(e.exit_code)
-        except click.Abort:
-            sys.exit(EXIT_INTERRUPT)
-        sys.exit(code if isinstance(code, int) else 0)
+            try:
+                code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            except click.ClickException as e:
+                ctx = getattr(e, "ctx", None)
+                line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
+                if "--json" in args:
+                    from .report import record
+                    params = ctx.params if ctx else {}
+                    print(json.dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                            message=line)))
+                err().print(line, markup=False, soft_wrap=True)
+                sys.exit(e.exit_code)
+            except click.Abort:
+                sys.exit(EXIT_INTERRUPT)
+            finally:  # here, not at the interpreter's exit, where a reader gone is reported as an error
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+            sys.exit(code if isinstance(code, int) else 0)
+        except BrokenPipeError:
+            _reader_gone()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handling, which exits 1
+            _reader_gone()
+
+
+def _reader_gone():
+    """The reader of stdout (or stderr) has gone: what is left to print goes nowhere, and the command
+    exits as a process killed by SIGPIPE would, without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, OSError, ValueError):  # not a file (`gpusolve serve` runs the command)
+            pass
+    os.close(devnull)
+    sys.exit(EXIT_PIPE)
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -304,8 +335,18 @@ def interruptible():
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
-    Exit 0 when solved or bounded (SIGTERM stops it as a time limit does), 130 when Ctrl-C stopped
-    it after printing the best result held."""
+    The time limit, Ctrl-C and SIGTERM apply while the file is read too; SIGTERM stops a solve as the
+    time limit does.
+
+    \b
+    Exit codes:
+      0    solved, or bounds held at the time limit or SIGTERM
+      1    internal error (a bug; GPUSOLVE_DEBUG=1 shows its traceback)
+      2    bad input (FILE:LINE says what) or usage
+      3    the memory budget cannot hold what the file or the plan needs
+      4    time limit or SIGTERM before any bound (while reading; for PR and MAR, before Z)
+      130  Ctrl-C (the best result held printed first)
+      141  the reader of the output has gone (as SIGPIPE)"""
     from dataclasses import asdict
 
     from .report import record

@@ -1,5 +1,6 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,7 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     assert p.stdout.strip().splitlines()[-1] == "[]"
 
 
-# --- outputs, generate, the memory floor ----------------------------------
+# --- outputs, generate, the memory floor, exit codes, a closed pipe ----------------------------------
 
 @pytest.mark.parametrize("option", ["--solution", "--uai-output"])
 def test_an_output_naming_an_input_is_refused(tmp_path, option):
@@ -233,3 +234,28 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
     assert p.returncode == 0 and json.loads(p.stdout)["status"] == "optimal", p.stderr
     assert int(p.stderr.splitlines()[-1].split()[1]) < 64 << 10  # KiB
 
+
+def test_solve_help_lists_every_exit_code():
+    from gpusolve import cli
+    text = run("solve", "--help").stdout
+    listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
+    assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}
+
+
+@pytest.mark.parametrize("args", [
+    ["solve", BUNDLED, "--device", "cpu"],
+    ["solve", BUNDLED, "--device", "cpu", "--json"],
+    ["solve", "missing.wcsp", "--json"],
+    ["info", BUNDLED],
+])
+def test_a_closed_stdout_ends_quietly(args):
+    """The reader of stdout gone before the first byte (`| head -1` a moment later): exit 141 as
+    SIGPIPE, nothing on stderr but what the command says before its output."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    local = ["--no-serve"] if args[0] == "solve" else []
+    p = subprocess.run([sys.executable, "-m", "gpusolve", *map(str, args), *local], stdout=write_end,
+                       stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    os.close(write_end)
+    assert p.returncode == 141, p.stderr
+    assert "Traceback" not in p.stderr and "Exception" not in p.stderr and "Error" not in p.stderr
