@@ -30,7 +30,8 @@ def small(tmp_path):
 def wide(tmp_path):
     """A triangle of 500-value variables: MBE(z=3) needs a 500^3 bucket."""
     path = tmp_path / "wide.wcsp"
-    path.write_text("wide 3 500 3 10\n500 500 500\n" + "".join(f"2 {a} {b} 0 1\n0 0 1\n" for a, b in ((0, 1), (1, 2), (0, 2))))
+    tables = "".join(f"2 {a} {b} 0 1\n0 0 1\n" for a, b in ((0, 1), (1, 2), (0, 2)))
+    path.write_text("wide 3 500 3 10\n500 500 500\n" + tables)
     return path
 
 
@@ -229,8 +230,8 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
     r = run("solve", BUNDLED, "--mem-limit", "32M")
     assert r.exit_code == 2 and "32.0 MiB is below the floor of 64.0 MiB" in r.stderr
     assert "at least 64M" in " ".join(run("solve", "--help").stdout.split())
-    p = subprocess.run([sys.executable, "-c", PEAK, "solve", BUNDLED, "--mem-limit", "64M", "--device", "cpu", "--json"],
-                       capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run([sys.executable, "-c", PEAK, "solve", BUNDLED, "--mem-limit", "64M", "--device", "cpu",
+                        "--json"], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and json.loads(p.stdout)["status"] == "optimal", p.stderr
     assert int(p.stderr.splitlines()[-1].split()[1]) < 64 << 10  # KiB
 

@@ -198,7 +198,8 @@ def test_a_long_line_within_the_share_is_read(tmp_path):
     costs = np.random.default_rng(3).integers(1, 1000, size=d)
     costs[123_456] = 0
     path = tmp_path / "long.wcsp"
-    path.write_text(f"long 1 {d} 1 1000\n{d}\n1 0 1000 {d}\n" + " ".join(f"{v} {c}" for v, c in enumerate(costs)) + "\n")
+    table = " ".join(f"{v} {c}" for v, c in enumerate(costs))
+    path.write_text(f"long 1 {d} 1 1000\n{d}\n1 0 1000 {d}\n{table}\n")
     assert len(path.read_text().splitlines()[3]) > 2 << 20
     code, rec, err, _ = gpusolve(path, "--mem-limit", "128M")
     assert code == 0, err
