@@ -35,17 +35,22 @@ from .model import Problem
 from .plan import Plan, build_plan, choose_plan, place
 from .scaleout import Cluster
 
-# The cheap first bound may take this long; the search heuristic this share of the time limit
-# (at least HEURISTIC_MIN_S).
+# Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
+# never gets a weaker phase. (No limit once meant a 1 s heuristic share and local search after it with
+# a shorter stall: on a 29-variable WCSP, z=6 and over 3 M search nodes, where 30 s took z=7, found
+# the optimum by local search and proved it in 0.33 M nodes.)
+# The cheap first bound may take this long; the search heuristic this share of the time limit, at
+# least HEURISTIC_MIN_S and at most HEURISTIC_MAX_S: a larger z often costs more than the search it
+# saves (that WCSP at z=8: 15 s predicted on two cores, then over 4 M nodes from local search's
+# incumbent; CELAR6-SUB0 at z=5: 15 s, where z=4 proves it in 0.15 M nodes).
 FIRST_BOUND_S = 0.05
-HEURISTIC_SHARE, HEURISTIC_MIN_S = 0.15, 1.0
-# Local search: with a time limit, at most this share of it and at most LOCAL_SEARCH_S (a long limit
-# is for the proof); without one, at most LOCAL_SEARCH_S. Either way it ends once it stalls.
+HEURISTIC_SHARE, HEURISTIC_MIN_S, HEURISTIC_MAX_S = 0.15, 1.0, 10.0
+# Local search: at most this share of the limit and at most LOCAL_SEARCH_S (a long limit is for the
+# proof), right after the first MBE (incumbents early: they prune the search too); it ends once it stalls.
 LOCAL_SEARCH_SHARE, LOCAL_SEARCH_S = 0.4, 10.0
 # Large neighbourhood steps take tens of milliseconds: LNS gives up after (seconds, share of its time)
-# without a gain; with a time limit, later (the incumbent is what the user gets), without one sooner
-# (search proves; on CELAR6-SUB0 the chains' incumbent is already optimal).
-LNS_STALL_TIMED, LNS_STALL = (1.0, 0.5), (0.3, 0.25)
+# without a gain.
+LNS_STALL = (1.0, 0.5)
 # JGLP (cost shifting on the join graph of the tightest MBE run) raises only the lower bound, not the
 # search heuristic: this share of a time limit, and never longer than the eliminations before it took.
 JGLP_SHARE = 0.1
@@ -217,8 +222,9 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     to prove (grid n=64 d=10: 10 s of BE against 2 s), so the phases below run first, search
     for at most BE's predicted time, and BE last. Otherwise: a first cheap
     MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
-    predicted time fits a share of the limit — local search (right after the first MBE with a
-    time limit, before search without one), and AND/OR search until proof or stop.
+    predicted time fits a share of the limit (capped: no limit takes the cap) — local search
+    (right after the first MBE), and AND/OR search until proof or stop. A longer limit, or none,
+    never gets a weaker schedule.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed.
     """
@@ -267,25 +273,21 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         heuristic = choose_plan(problem, order, z, budget, n_components)
     else:
         # Plain and matched MBE at this z cost about three plain runs.
-        heuristic = mbe_within(max(HEURISTIC_SHARE * limit if math.isfinite(limit) else 0, HEURISTIC_MIN_S) / 3,
-                               width + 1)
+        heuristic = mbe_within(max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S) / 3, width + 1)
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
-    # With a deadline, incumbents early: local search follows the first cheap MBE (its messages guide
-    # the rollouts), before the heuristic's larger z takes its share. Without one, the proof matters:
-    # local search follows the tightest MBE, whose messages guide it best, and stops once it stalls.
-    timed = math.isfinite(limit)
-    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL_TIMED) \
-        if timed else Phase("local-search", seconds=LOCAL_SEARCH_S, stall=LNS_STALL)
+    # Local search follows the first cheap MBE (its messages guide the rollouts), before the
+    # heuristic's larger z takes its share.
+    local = Phase("local-search", seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
-        phases += [Phase("mbe", first, cost(first))] + ([local] if timed else [])
+        phases += [Phase("mbe", first, cost(first)), local]
     phases.append(Phase("mbe", heuristic, cost(heuristic)))
     phases.append(Phase("fglp"))
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(Phase("mbe", heuristic, 2 * cost(heuristic), shifted=True))
-    phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if timed else None))
+    phases.append(Phase("jglp", seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
     if local not in phases:
         phases.append(local)
     return Schedule(tuple(phases) + last, engine, threads)
@@ -311,12 +313,16 @@ class Run(NamedTuple):
 class Outcome:
     """What the phases left besides the bounds: for the report."""
 
-    plan: Plan | None = None  # the last elimination plan run
-    messages: dict = field(default_factory=dict)
+    plan: Plan | None = None  # the tightest elimination that completed: its z is the reported bound's
+    messages: dict = field(default_factory=dict)  # ... and its messages
     phase_s: dict[str, float] = field(default_factory=dict)
     search: dict | None = None  # SearchStats.to_json() of the search phase
-    note: str = ""
-    ran: list[str] = field(default_factory=list)  # labels of the phases started, in order
+    note: str = ""  # phases skipped or cut off, among others
+    ran: list[str] = field(default_factory=list)  # labels of the phases that completed, in order
+
+
+# Phases that return, rather than raise, when the stop comes: cut off if it holds when they return.
+RETURN_WHEN_STOPPED = ("fglp", "jglp", "local-search", "bounded-sparse")
 
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
@@ -341,7 +347,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             continue
         t = time.perf_counter()
         on = shifted if phase.shifted else problem
-        out.ran.append(phase.label)
+        cut = False
         try:
             if phase.name in ("be", "mbe"):
                 # The shifted problem has its own function list: the same z, planned again for it.
@@ -354,28 +360,29 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                                                                  match=phase.shifted, matched=matched,
                                                                  dense_step=step)
                     out.note += f"; {step.summary()}" if step else ""
-                out.plan, out.messages = plan, messages
                 label = "BE" if plan.z is None else f"MBE(z={plan.z})" + (" FGLP+MM" if phase.shifted else "")
+                if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
+                    guide = Run(on, plan, tables, messages, lower, matched)
+                    out.plan, out.messages = plan, messages
                 if on.is_forbidden(lower):
                     bounds.raise_lower(problem.top, label)
                     bounds.prove(label)
-                    continue
-                bounds.raise_lower(lower, label)
-                bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
-                if plan.exact and not on.relaxed:
-                    bounds.prove(label)
-                if guide is None or lower >= guide.lower:  # neither plain nor shifted MBE wins everywhere
-                    guide = Run(on, plan, tables, messages, lower, matched)
+                else:
+                    bounds.raise_lower(lower, label)
+                    bounds.offer(eliminate.assign(on, plan, engine, tables, messages), label)
+                    if plan.exact and not on.relaxed:
+                        bounds.prove(label)
             elif phase.name == "fglp":
                 from .shift import fglp
                 candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
-            elif phase.name == "jglp" and guide is not None and shifted is not None:
-                # Where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6).
+            elif phase.name == "jglp":
+                if guide is None or shifted is None:
+                    continue  # where FGLP raised nothing, hard constraints absorb shifts on the join graph too (CELAR6)
                 from .shift import JGLP_BYTES, jglp
-                seconds = min(phase.seconds or math.inf, out.phase_s.get("eliminate", 0.0))
+                seconds = min(math.inf if phase.seconds is None else phase.seconds, out.phase_s.get("eliminate", 0.0))
                 if JGLP_PASSES * predict_s(guide.plan, schedule.engine, schedule.threads) > seconds:
                     out.note += f"; jglp not started (predicted over its {seconds:.3g} s)"
                     continue
@@ -385,10 +392,14 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
             elif phase.name == "search":
+                from .dfbb import supports
+                if guide is None and (cluster is not None or supports(problem) is not None):
+                    out.note += "; search not started (no MBE completed to guide it)"
+                    continue
                 later = schedule.phases[i + 1:]
                 seconds = math.inf if phase.seconds is None else phase.seconds
-                _search(on, order, guide, engine, bounds, stop.within(seconds, sum(p.predicted_s for p in later)),
-                        out, cluster)
+                label = _search(on, order, guide, engine, bounds,
+                                stop.within(seconds, sum(p.predicted_s for p in later)), out, cluster)
             elif phase.name == "mac":
                 _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
@@ -398,13 +409,16 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     lower, assignment, out.plan, out.messages = found
                     bounds.offer(assignment, "bounded sparse BE")
                     bounds.raise_lower(lower, "bounded sparse BE")
-        except eliminate.TimeLimit:
-            pass  # the bounds held stand
-        except search.Stopped:
-            pass
+            cut = phase.name in RETURN_WHEN_STOPPED and stop()
+        except (eliminate.TimeLimit, search.Stopped):
+            cut = True  # the bounds held stand
         finally:
             key = TIMER.get(phase.name, phase.name)
             out.phase_s[key] = out.phase_s.get(key, 0.0) + time.perf_counter() - t
+        if cut:
+            out.note += f"; {phase.label} cut off"
+        else:
+            out.ran.append(label if phase.name == "search" else phase.label)
     return out
 
 
@@ -455,26 +469,48 @@ STALL_S, STALL_SHARE = 0.1, 0.25
 ROLLOUTS = 1024
 
 
-def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> None:
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> str:
+    """AND/OR search with the mini-bucket heuristic and, on integer problems, the compiled depth-first
+    search with soft arc consistency beside it (a portfolio: the first to finish proves, incumbents
+    are shared as they come); without a heuristic the compiled search alone. Returns what ran."""
+    from . import dfbb
     from .globals import propagators
-    from .search import AndOrSearch, Heuristic
+    from .search import AndOrSearch, Heuristic, Stopped
+    beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
-        return
+        beside.run_here(bounds, stop)
+        out.search = {"dfbb": beside.stats(), "complete": beside.complete}
+        if not beside.complete:
+            raise Stopped()
+        return beside.LABEL
     heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
-        return
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=stop, propagators=propagators(guide.problem))
+        return "AND/OR search (Dask)"
+    check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
+    if beside is not None:
+        beside.start()
     try:
         cost, assignment = s.run(target)
+    except Stopped:
+        if beside is None or not beside.complete:
+            raise
+        assignment = None  # the core proved first
     finally:
         out.search = s.stats.to_json()
-    if assignment is not None:
-        bounds.offer(assignment, "AND/OR search")
-    bounds.prove("AND/OR search")
+        if beside is not None:
+            beside.finish(bounds, wait=not stop())
+            out.search["dfbb"] = beside.stats()
+            out.search["complete"] = s.stats.complete or beside.complete  # the phase's proof, by either
+    if s.stats.complete:
+        if assignment is not None:
+            bounds.offer(assignment, "AND/OR search")
+        bounds.prove("AND/OR search")
+    return "AND/OR search" if beside is None else f"AND/OR search + {beside.LABEL}"
 
 
 def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:

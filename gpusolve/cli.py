@@ -25,6 +25,7 @@ from .engines import DEVICES, DeviceError
 from .generate import TOPOLOGIES, GenerateBudget, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
+from .report import dumps
 
 FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
@@ -177,8 +178,8 @@ class Commands(click.Group):
                 if "--json" in args:
                     from .report import record
                     params = ctx.params if ctx else {}
-                    print(json.dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
-                                            message=line)))
+                    print(dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                       message=line)))
                 err().print(line, markup=False, soft_wrap=True)
                 sys.exit(e.exit_code)
             except click.Abort:
@@ -356,7 +357,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
 
     def fail(message: str, code: int, status: str = "error"):
         if as_json:
-            print(json.dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
+            print(dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 
@@ -375,7 +376,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     failed = write_outputs(result, solution, uai_output)
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(dumps(result.to_json()))
     else:
         print_result(result)
     if failed:  # the answer is printed above: only the file is lost
@@ -396,12 +397,13 @@ def write_outputs(result: Result, solution: str | None, uai_output: str | None) 
             write_solution(solution, result)
         if uai_output:
             exact = result.status == "optimal"
-            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact
-                bound = "exact" if exact else "lower" if result.lower_bound is not None else "none"
+            if result.task == "PR":  # one number fits: the lower bound, log10 Z itself when exact (-inf: Z = 0)
+                bound = "exact" if exact or result.status == "infeasible" else \
+                    "lower" if result.lower_bound is not None else "none"
             elif result.task == "MPE":  # an assignment: its value bounds the MPE from below
                 bound = "none" if result.assignment is None else "exact" if exact else "lower"
             else:
-                bound = "exact"
+                bound = "none" if result.marginals is None else "exact"
             write_uai_result(uai_output, result.task, result.lower_bound if result.task == "PR" else None,
                              result.assignment, result.marginals)
             result.uai_output = {"path": str(uai_output), "bound": bound}
@@ -447,8 +449,7 @@ def print_result(r: Result) -> None:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
-        shown = r.values or r.assignment
-        t.add_row("assignment", " ".join(map(str, shown[:200])) + (" ..." if len(shown) > 200 else ""))
+        t.add_row("assignment", _shown(r.values or r.assignment))
     for i, m in enumerate((r.marginals or [])[:20]):
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:
@@ -456,7 +457,12 @@ def print_result(r: Result) -> None:
     if r.uai_output:
         t.add_row("uai output", f"{r.uai_output['path']} ({r.uai_output['bound']} bound)"
                   if r.uai_output["bound"] not in ("exact", "none") else r.uai_output["path"])
-    out().print(t)
+    out().print(t, markup=False)  # cells are text: a bound's or a name's '[' is no style tag
+
+
+def _shown(values: list) -> str:
+    """An assignment on one line: value names where the file gives them, as solve and dcop print it."""
+    return " ".join(map(str, values[:200])) + (" ..." if len(values) > 200 else "")
 
 
 def _fmt(x) -> str:
@@ -475,10 +481,22 @@ def _fmt(x) -> str:
 @click.option("--idle-exit", type=Seconds(), default=None, help="Stop after this many seconds without a request.")
 def serve_cmd(path, device, idle_exit):
     """Keep a warm process: `gpusolve solve` calls hand it their work while it runs, with the output they
-    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C."""
-    from .serve import ServeError, serve, socket_path
+    would print themselves (GPUSOLVE_NO_SERVE=1 or solve --no-serve opt out). Stops on SIGTERM or Ctrl-C.
+
+    It runs one solve at a time. A solve started while another runs is not queued: it runs in its own
+    process, as with no server, so a short solve never waits behind a long one. A request that is
+    malformed is answered with one line and exit 2, one that does not arrive whole within 10 s is left
+    to its client; neither stops the server."""
+    from .serve import socket_path
+    from .server import ServeError, serve
+    stderr = sys.stderr  # the server's own: while a request runs, sys.stderr is its client's
+
+    def log(line: str) -> None:
+        stderr.write(line + "\n")
+        stderr.flush()
+
     try:
-        serve(path or socket_path(), device, idle_exit, lambda line: err().print(line, markup=False, soft_wrap=True))
+        serve(path or socket_path(), device, idle_exit, log)
     except ServeError as e:
         err().print(str(e), markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -527,7 +545,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         err().print(f"{file}: out of memory while reading its tables", markup=False, soft_wrap=True)
         sys.exit(EXIT_MEMORY)
     if plot:
-        draw_profile(problem, orders[order], z, tables, n_comp, mem_limit, gpu_mem_limit, plot)
+        draw_profile(problem, orders[order], graph.induced_width(g, orders[order]), z, tables, n_comp, mem_limit,
+                     gpu_mem_limit, plot)
     arities: dict[int, int] = {}
     for f in problem.functions:
         arities[f.arity] = arities.get(f.arity, 0) + 1
@@ -588,8 +607,8 @@ def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit:
     out().print(plan_slicing(plan, domains, workers, threshold).describe(), markup=False)
 
 
-def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
-    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`."""
+def draw_profile(problem, order, width, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
+    """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`; `width`: the order's."""
     from .plan import build_plan
     from .solve import available_memory
     try:
@@ -601,7 +620,7 @@ def draw_profile(problem, order, z, tables, n_comp, mem_limit, gpu_mem_limit, pa
     plan = build_plan(problem, order, z, n_comp, tables if z is None else "dense")
     budget = mem_limit if mem_limit is not None else available_memory()
     try:
-        plot_profile(plan, path, budget, gpu_mem_limit, problem.name)
+        plot_profile(plan, path, budget, width, gpu_mem_limit, problem.name)
     except (OSError, ValueError) as e:
         err().print(f"--plot {path}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -696,7 +715,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
         _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
     if as_json:
         from .report import of_result
-        print(json.dumps(of_result(result, task="DCOP")))
+        print(dumps(of_result(result, task="DCOP")))
         return
     from rich.table import Table
     r, m = result, result.messages
@@ -706,6 +725,8 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("file", r.file)
     t.add_row("algorithm", "DPOP" if r.max_dim is None else f"ADPOP (max-dim {r.max_dim})")
     t.add_row("status", r.status)
+    if r.message:
+        t.add_row("why", r.message)
     t.add_row("lower bound", _fmt(r.lower_bound))
     t.add_row("upper bound", _fmt(r.upper_bound))
     t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
@@ -714,18 +735,21 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("executor", f"{r.executor}, started in {r.cluster_s:.2f} s; engines {', '.join(r.engines)}")
     t.add_row("time", f"wall {r.wall_s:.3f} s, simulated {r.simulated_s:.6f} s (UTIL phase {r.util_simulated_s:.6f} s, "
                       f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
-                      f"pseudo tree {r.pseudo_tree_s:.3f} s")
+                      f"pseudo tree {r.pseudo_tree_s:.3f} s" + (f", repair {r.repair_s:.3f} s" if r.message else ""))
     if r.assignment is not None:
-        t.add_row("assignment", " ".join(map(str, r.assignment[:200])) + (" ..." if len(r.assignment) > 200 else ""))
-    out().print(t)
+        t.add_row("assignment", _shown(r.values or r.assignment))
+    out().print(t, markup=False)
 
 
 def _fail(file: str, message: str, code: int, as_json: bool):
     if as_json:
         from .report import record
-        print(json.dumps(record(file, "error", message=message)))
+        print(dumps(record(file, "error", message=message)))
     err().print(message, markup=False, soft_wrap=True)
     sys.exit(code)
+
+
+EXIT_BATCH_ERROR = 1  # batch: an instance ended in error (its line and the summary say why)
 
 
 @main.command("batch")
@@ -745,63 +769,78 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
 
     Re-running resumes: an instance is skipped when --out holds its resolved path solved with the
     same options (any options with --resume; error and timeout lines are solved again with
-    --retry-errors). Evidence is looked up per instance (FILE.uai.evid beside it)."""
-    import dataclasses
+    --retry-errors). Evidence is looked up per instance (FILE.uai.evid beside it).
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    Exit 0 when no instance ended in error, 1 when one did (the summary says why), 2 for bad usage,
+    130 after Ctrl-C: the instance under way is dropped, the summary so far is printed, and the same
+    command run again resumes."""
+    import dataclasses
 
     from . import parsers
     from .solve import Options
     if evidence:
         raise click.UsageError("--evidence applies to one file: in batch each FILE.uai.evid beside its "
                                "instance is used")
+    if budget is not None and (workers or scheduler):
+        raise click.UsageError("--budget applies to a batch solved here, not over Dask workers")
     if not Path(out_path).parent.is_dir():
         raise click.UsageError(f"--out {out_path}: folder {Path(out_path).parent} does not exist")
     options = Options(**solve_kw)
     settings = {**dataclasses.asdict(options), "evidence": None}
     files = sorted(str(p.resolve()) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
-    done = {f: rec for f, rec in _already_done(out_path).items()
-            if (resume or rec.get("options") == settings)
-            and not (retry_errors and rec.get("status") in ("error", "timeout"))}
-    todo = [f for f in files if f not in done]
-    records = [done[f] for f in files if f in done]
+    done = _recorded(out_path, files, None if resume else settings)
+    todo = [f for f in files if f not in done or (retry_errors and done[f]["status"] in ("error", "timeout"))]
     err().print(f"{len(files)} instances, {len(files) - len(todo)} already in {out_path}", markup=False)
     start = time.perf_counter()
-    if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
-        if budget is not None:
-            raise click.UsageError("--budget applies to a batch solved here, not over Dask workers")
-        from .scaleout import ClusterError, batch_on_dask
-        try:
-            with _appender(out_path) as sink:
-                records += batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
-        except ClusterError as e:
-            err().print(str(e), markup=False, soft_wrap=True)
-            sys.exit(EXIT_INPUT)
-        print_summary(records, time.perf_counter() - start)
-        if as_csv:
-            write_csv(Path(out_path).with_suffix(".csv"), records)
-        return
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
-    with bar, _appender(out_path) as sink:
-        task = bar.add_task("solving", total=len(todo))
-        for f in todo:
-            left = None if budget is None else budget - (time.perf_counter() - start)
-            if left is not None and left <= 0:
-                err().print(f"budget of {budget:g} s spent: {len(todo) - bar.tasks[0].completed:.0f} "
-                            "instances not started", markup=False)
-                break
-            limit = options.time_limit if left is None else min(options.time_limit or left, left)
-            bar.update(task, description=os.path.basename(f))
-            rec = batch_record(f, dataclasses.replace(options, time_limit=limit), settings)
-            sink.write(json.dumps(rec) + "\n")
-            sink.flush()
-            records.append(rec)
-            bar.advance(task)
+    interrupted = False
+    try:
+        with _appender(out_path) as sink:
+            if workers or scheduler:  # over Dask workers: gpusolve/scaleout.py
+                from .scaleout import ClusterError, batch_on_dask
+                try:
+                    batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
+                except ClusterError as e:
+                    err().print(str(e), markup=False, soft_wrap=True)
+                    sys.exit(EXIT_INPUT)
+            else:
+                _batch_here(todo, options, settings, budget, sink)
+    except KeyboardInterrupt:
+        interrupted = True
+    records = list(_recorded(out_path, files, None if resume else settings).values())
     print_summary(records, time.perf_counter() - start)
     if as_csv:
         write_csv(Path(out_path).with_suffix(".csv"), records)
+    if interrupted:
+        err().print(f"interrupted: {len(records)} of {len(files)} instances are in {out_path}; "
+                    "run the same command again to resume", markup=False, soft_wrap=True)
+        sys.exit(EXIT_INTERRUPT)
+    if any(r["status"] == "error" for r in records):
+        sys.exit(EXIT_BATCH_ERROR)
+
+
+def _batch_here(todo: list[str], options, settings: dict, budget: float | None, sink) -> None:
+    """Solve `todo` in this process, one after another, each line written to `sink` as it ends; with
+    a `budget` (seconds), no instance starts after it and each gets at most what is left."""
+    import dataclasses
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    start = time.perf_counter()
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=err(), transient=True, disable=not err().is_terminal)
+    with bar:
+        task = bar.add_task("solving", total=len(todo))
+        for i, f in enumerate(todo):
+            left = None if budget is None else budget - (time.perf_counter() - start)
+            if left is not None and left <= 0:
+                err().print(f"budget of {budget:g} s spent: {len(todo) - i} instances not started", markup=False)
+                return
+            limit = options.time_limit if left is None else min(options.time_limit or left, left)
+            bar.update(task, description=os.path.basename(f))
+            rec = batch_record(f, dataclasses.replace(options, time_limit=limit), settings)
+            sink.write(dumps(rec) + "\n")
+            sink.flush()
+            bar.advance(task)
 
 
 @contextmanager
@@ -809,19 +848,28 @@ def _appender(path: str):
     """--out opened for appending, a partial last line (a run killed mid-write) cut off first."""
     try:
         with open(path, "ab+") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            if size:
-                f.seek(max(size - (1 << 20), 0))
-                tail = f.read()
-                if not tail.endswith(b"\n"):
-                    cut = tail.rfind(b"\n")
-                    f.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(size - len(tail), 0))
+            _cut_partial_line(f)
         sink = open(path, "a", encoding="utf-8")
     except OSError as e:
         raise click.UsageError(f"--out {path}: {e.strerror or e}") from None
     with sink:
         yield sink
+
+
+def _cut_partial_line(f, block: int = 1 << 20) -> None:
+    """Truncate a binary file after its last newline, read backwards a block at a time: a cut line may
+    be of any length."""
+    end = pos = f.seek(0, os.SEEK_END)
+    while pos > 0:
+        start = max(pos - block, 0)
+        f.seek(start)
+        cut = f.read(pos - start).rfind(b"\n")
+        if cut >= 0:
+            if start + cut + 1 < end:
+                f.truncate(start + cut + 1)
+            return
+        pos = start
+    f.truncate(0)
 
 
 def batch_record(f: str, options, settings: dict) -> dict:
@@ -836,6 +884,13 @@ def batch_record(f: str, options, settings: dict) -> dict:
         rec = record(f, "error", message=f"internal error: {type(e).__name__}: {e}")
     rec["options"] = settings
     return rec
+
+
+def _recorded(path: str, files: list[str], settings: dict | None) -> dict[str, dict]:
+    """The last record in --out of each of `files` (in their order) when solved with `settings`
+    (None: whatever options)."""
+    last = _already_done(path)
+    return {f: last[f] for f in files if f in last and (settings is None or last[f].get("options") == settings)}
 
 
 def _already_done(path: str) -> dict[str, dict]:
@@ -854,19 +909,28 @@ def _already_done(path: str) -> dict[str, dict]:
     return done
 
 
-SUMMARY = ("file", "status", "lower_bound", "upper_bound", "z", "method", "time_s")
+SUMMARY = ("file", "status", "lower_bound", "upper_bound", "z", "method", "time_s", "message")
+SHOWN = 200  # characters of a message in the summary table; --out and the CSV hold it whole
 
 
 def print_summary(records: list[dict], elapsed: float) -> None:
+    """The records as a table, a message column where any has one (why it ended in error or timeout),
+    and the count of each status."""
     from rich.table import Table
+    from rich.text import Text
+    messages = [r.get("message") or "" for r in records]
+    with_messages = any(messages)
     t = Table(title="batch summary")
-    for c in ("file", "status", "lower", "upper", "z", "time s"):
-        t.add_column(c, justify="right" if c != "file" else "left")
+    for c in ("file", "status", "lower", "upper", "z", "time s") + (("message",) if with_messages else ()):
+        t.add_column(c, justify="left" if c in ("file", "message") else "right")
     counts: dict[str, int] = {}
-    for r in records:
+    for r, message in zip(records, messages):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-        t.add_row(os.path.basename(r["file"]), r["status"], _fmt(r.get("lower_bound")),
-                  _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}")
+        row = [Text(os.path.basename(r["file"])), r["status"], _fmt(r.get("lower_bound")),
+               _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}"]
+        if with_messages:
+            row.append(Text(message if len(message) <= SHOWN else message[:SHOWN - 3] + "..."))
+        t.add_row(*row)
     out().print(t)
     statuses = ("optimal", "bounded", "infeasible", "timeout", "error")
     out().print(", ".join(f"{k}: {counts.get(k, 0)}" for k in statuses)
@@ -897,8 +961,10 @@ def write_csv(path: Path, records: list[dict]) -> None:
 @click.option("--algorithm", type=click.Choice(csg_names.ALGORITHMS), default="idp", show_default=True,
               help="idp: only the splits IDP needs (about 40% of dp's); dp: every split.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(tuple(csg_names.PRECISIONS)), default="single", show_default=True,
-              help="f's values: single (float32, 4 bytes a coalition) or double.")
+@click.option("--precision", type=click.Choice(("auto", *csg_names.PRECISIONS)), default="auto", show_default=True,
+              help="f's values: single (float32, 4 bytes a coalition), double, or auto: single on the GPU, double "
+                   "on the CPU engine. A finished double run is optimal; a single one where the values' grid "
+                   "(integers, halves...) proves it, else bounded within float32's rounding.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None,
               help="Seconds; then the best structure found and an upper bound (status bounded).")
 @click.option("--mem-limit", type=SizeParam(), default=None, help="Host memory budget; default: available RAM.")
@@ -960,8 +1026,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         fail(f"{name}: internal error: {type(e).__name__}: {e}", 1)
     if as_json:
         # The schema's peak_bytes is one figure: the larger side; both sides follow as peak_bytes_by_memory.
-        print(json.dumps(of_result(result, peak_bytes=max(result.peak_bytes.values(), default=0),
-                                   peak_bytes_by_memory=result.peak_bytes)))
+        print(dumps(of_result(result, peak_bytes=max(result.peak_bytes.values(), default=0),
+                              peak_bytes_by_memory=result.peak_bytes)))
         return
     from rich.table import Table
     t = Table(show_header=False, box=None, pad_edge=False)
@@ -971,8 +1037,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
     for label, value in [
         ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", _fmt(r.value)),
         ("upper bound", _fmt(r.upper_bound)), ("gap", _fmt(r.upper_bound - r.lower_bound)),
-        ("method", f"{r.algorithm.upper()} over subsets, {r.precision} precision"
-                   + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}")),
+        ("method", r.method + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}"
+                                if r.levels_done < r.n else ", float32 rounding leaves the gap (--precision double)")),
         ("engine", f"{r.engine} ({r.device_note})"),
         *([("workers", f"{r.workers}, each in level steps " + ", ".join(f"{s:.3f}" for s in r.worker_compute_s)
             + " s")] if r.workers > 1 else []),
@@ -982,7 +1048,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         ("structure", " ".join("{" + ",".join(map(str, c)) + "}" for c in r.structure)),
     ]:
         t.add_row(label, value)
-    out().print(t)
+    out().print(t, markup=False)
 
 
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):

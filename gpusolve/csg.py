@@ -18,13 +18,19 @@ optimal structure still has a binary merge tree using only such splits.
 `idp_shapes_reachable` checks that claim by enumerating integer partitions;
 the tests run it and compare IDP with the full DP and brute force.
 
-Storage is f alone (2^n values, float32 by default: 4 GiB at n = 30); the
-argmax split is not stored but found again for the few coalitions of the
-answer, as GPU-CSG's Algorithm 2 does: f(C) is an exactly rounded sum of two
-stored values, so the split that produced it satisfies f(A) + f(B) == f(C)
-bit for bit. float32 sums are rounded; the reported upper bound adds a
-rigorous allowance for that ((n + 1) * 2^-24 * n * max |v|), and
-`--precision double` shrinks it to 2^-53.
+Storage is f alone (2^n values: float32 on the GPU by default, 4 GiB at
+n = 30; float64 on the CPU engine, as fast there); the argmax split is not
+stored but found again for the few coalitions of the answer, as GPU-CSG's
+Algorithm 2 does: f(C) is an exactly rounded sum of two stored values, so the
+split that produced it satisfies f(A) + f(B) == f(C) bit for bit. The answer
+is the recovered structure's value summed again from the input in float64.
+float32 sums are rounded: the DP's value plus a rigorous allowance
+((n + 1) * 2^-24 * n * max |v|) bounds the optimum, and a structure within it
+could be better than the one found, so a float32 run is `optimal` (both
+bounds the structure's value) only where the values lie on a grid of powers
+of two too coarse for that (integers, halves, ...), else `bounded`. float64
+is the arithmetic of real costs throughout gpusolve: a finished double run is
+`optimal`.
 
 The level step is written once against an array module (`level_step`, NumPy
 or CuPy); on the GPU a raw CUDA kernel does the same work (`LEVEL_SOURCE`):
@@ -60,7 +66,7 @@ from typing import Callable
 
 DISTRIBUTIONS = ("uniform", "normal", "ndcs", "modified-uniform", "agent-based")
 ALGORITHMS = ("idp", "dp")
-PRECISIONS = {"single": "float32", "double": "float64"}
+PRECISIONS = {"single": "float32", "double": "float64"}  # f's dtype; "auto": single on the GPU, else double
 MAX_AGENTS = 32  # masks are 32-bit in the kernel
 GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of draws depends on it
 # (coalition, split index) pairs per level-step block: its ~4 int64 temporaries stay in a core's L2
@@ -330,7 +336,9 @@ def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_
         raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
                           f"in float64{'' if on_gpu else ' and f'}), more than the {fmt_bytes(host_budget)} "
                           f"budget; raise --mem-limit on a larger machine"
-                          + ("" if on_gpu else ", or run on a GPU (f then lives on the device)"))
+                          + ("" if on_gpu else ", or run on a GPU (f then lives on the device)")
+                          + (", or use --precision single (f in 4 bytes a coalition)" if precision == "double" and
+                             not on_gpu else ""))
     if on_gpu and device_budget is not None and need["device"] > device_budget:
         other = "single" if precision == "double" else None
         hint = f"use --precision {other} (half the memory), " if other else ""
@@ -665,7 +673,7 @@ def size_maxima(xp, x, n: int, chunk: int = 1 << 24) -> list[float]:
 class Options:
     algorithm: str = "idp"
     device: str = "auto"
-    precision: str = "single"
+    precision: str = "auto"
     time_limit: float | None = None
     mem_limit: int | None = None  # host bytes; None: available RAM
     gpu_mem_limit: int | None = None  # device bytes; None: free device memory
@@ -683,8 +691,9 @@ class Result:
     value: float  # the structure's value, summed from the input in float64
     n: int
     algorithm: str
-    precision: str
+    precision: str  # single or double: what ran
     time_s: float
+    method: str = ""  # as the literature names it, with the precision
     phases: dict[str, float] = field(default_factory=dict)
     engine: str = ""
     device_note: str = ""
@@ -736,9 +745,12 @@ class Table:
         if options.algorithm not in ALGORITHMS:
             raise CSGError(f"unknown algorithm {options.algorithm!r}")
         self.values, self.options, self.n = values, options, n
+        if options.precision not in ("auto", *PRECISIONS):
+            raise CSGError(f"unknown precision {options.precision!r}")
         self.xp, self.engine, self.note = pick_device(options.device, n)
         xp = self.xp
         self.on_gpu = xp is not np
+        self.precision = precision_on(options.precision, self.on_gpu)
         self.threads = options.threads or threads or default_workers()
         if not self.on_gpu:
             self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
@@ -747,9 +759,8 @@ class Table:
             free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
             device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
         host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
-        self.need = check_memory(n, options.precision, self.on_gpu, host_budget, device_budget, self.threads,
-                                 shares)
-        self.dtype = PRECISIONS[options.precision]
+        self.need = check_memory(n, self.precision, self.on_gpu, host_budget, device_budget, self.threads, shares)
+        self.dtype = PRECISIONS[self.precision]
         self.f = xp.empty(1 << n, dtype=self.dtype)
         for lo in range(0, 1 << n, 1 << 26):  # converted and uploaded in slices: no full-size host copy
             self.f[lo:lo + (1 << 26)] = xp.asarray(values[lo:lo + (1 << 26)].astype(self.dtype))
@@ -819,17 +830,40 @@ class Table:
         rounding = (n + 1) * unit * n * float(np.abs(values).max()) * 1.01
         f_full = float(f[full])
         if done == n:
-            status, upper = "optimal", max(value, f_full + rounding)
             if abs(f_full - value) > rounding:
                 raise RuntimeError(f"the structure's value {value!r} differs from the DP's {f_full!r} "
                                    f"by more than the rounding allowance {rounding:.3g}")
+            proven = self.dtype == "float64" or grid_proves(values, masks_best, f_full + rounding)
+            status, upper = ("optimal", value) if proven else ("bounded", max(value, f_full + rounding))
         else:
             status = "bounded"
             # IP's bound over f's per-size maxima: each coalition of the optimum is worth at most f of it
             # (f >= v), and a group of them whose union's size the DP finished is worth at most f of the union
             upper = max(value, partition_bound(size_maxima(xp, f, n), n) + rounding)
-        return {"masks": masks_best, "value": value, "status": status, "upper": upper,
+        return {"masks": masks_best, "value": value, "status": status, "upper": upper, "precision": self.precision,
                 "recover_s": time.perf_counter() - t}
+
+
+def precision_on(precision: str, on_gpu: bool) -> str:
+    """--precision resolved: auto is single on the GPU (half the memory and traffic), double on the CPU
+    engine (as fast there, and a finished run is optimal)."""
+    return precision if precision != "auto" else "single" if on_gpu else "double"
+
+
+def grid_proves(values: np.ndarray, masks: list[int], upper: float) -> bool:
+    """Whether the structure of `masks` is optimal though the optimum may reach `upper`. When every value
+    (the empty coalition's aside) is a multiple of q, so is every structure's: with q a power of two above
+    upper minus the structure's exact value, no structure's value lies strictly between them."""
+    import numpy as np
+    from fractions import Fraction
+    gap = Fraction(upper) - sum(Fraction(float(values[c])) for c in masks)
+    if gap <= 0:
+        return True
+    q = math.ldexp(1.0, math.frexp(float(gap))[1])  # the power of two above float(gap)
+    if q <= gap:
+        q *= 2
+    rest = values[1:]
+    return all(not np.fmod(rest[lo:lo + GEN_CHUNK], q).any() for lo in range(0, rest.size, GEN_CHUNK))
 
 
 def _result(file: str, options: Options, n: int, answer: dict, t0: float, phases: dict, done: int, splits: int,
@@ -837,9 +871,11 @@ def _result(file: str, options: Options, n: int, answer: dict, t0: float, phases
     phases["recover"] = answer["recover_s"]
     value, upper, status = answer["value"], answer["upper"], answer["status"]
     elapsed = time.perf_counter() - t0 + sum(v for k, v in phases.items() if k in ("read", "generate", "cluster"))
+    precision = answer["precision"]
     return Result(file=file, task="CSG", status=status, lower_bound=value, upper_bound=upper,
                   structure=[[i for i in range(n) if c >> i & 1] for c in answer["masks"]], value=value, n=n,
-                  algorithm=options.algorithm, precision=options.precision, time_s=elapsed, phases=phases,
+                  algorithm=options.algorithm, precision=precision, time_s=elapsed, phases=phases,
+                  method=f"{options.algorithm.upper()} over subsets, {precision} precision",
                   levels_done=done, splits=splits, splits_per_s=splits / phases["dp"] if phases["dp"] > 0 else 0.0,
                   trace=[[elapsed, value, upper, "dp" if status == "optimal" else f"dp to size {done}"]], **fields)
 
@@ -905,13 +941,14 @@ def _setup_on_worker(token: str, source: tuple, options: Options, keep_values: b
     t = time.perf_counter()
     options = replace(options, mem_limit=worker_budget(get_worker(), options.mem_limit))
     if options.mem_limit is not None and source[0] == "generate":  # the values alone, before drawing them
-        check_memory(source[2], options.precision, True, options.mem_limit, None)
+        check_memory(source[2], precision_on(options.precision, True), True, options.mem_limit, None)
     table = Table(load_values(source), options, threads=get_worker().state.nthreads, shares=True)
     if not keep_values:  # only the worker that answers reads v again
         table.values = None
     _TABLES.clear()
     _TABLES[token] = table
-    return {"engine": table.engine, "note": table.note, "need": table.need, "seconds": time.perf_counter() - t}
+    return {"engine": table.engine, "note": table.note, "need": table.need, "precision": table.precision,
+            "seconds": time.perf_counter() - t}
 
 
 def worker_budget(worker, mem_limit: int | None) -> int | None:
@@ -995,6 +1032,9 @@ def solve_on_workers(values: np.ndarray, options: Options, client, source: tuple
                                               key=f"{token}-setup-{i}", workers=[a], pure=False)
                                 for i, a in enumerate(addresses)])
         phases["setup"] = time.perf_counter() - t
+        if len({s["precision"] for s in setups}) > 1:  # shares of float32 f would void float64's answer
+            raise CSGError("--precision auto: GPU and CPU workers would run single and double precision; "
+                           "give --precision single or double")
         advance = progress(total_splits(n, options.algorithm)) if progress else None
         t = time.perf_counter()
         compute_s = [0.0] * len(addresses)

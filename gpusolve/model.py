@@ -259,13 +259,14 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
     worst = 0
     for f in problem.functions:
         costs = f.used_costs()
-        finite = costs[costs != FORBIDDEN]
-        low = int(finite.min()) if finite.size else 0
+        finite = costs != FORBIDDEN  # a mask, not a copy of the costs: readers budget two copies of a table
+        if not finite.any():
+            continue
+        low = int(costs.min(where=finite, initial=FORBIDDEN))
         if low < 0:
             f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
             problem.offset += low
-            finite = finite - low
-        worst += int(finite.max()) if finite.size else 0
+        worst += int(costs.max(where=finite, initial=low)) - min(low, 0)
     for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
         worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
     top = worst + 1

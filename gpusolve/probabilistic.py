@@ -138,11 +138,9 @@ def marginals(problem: Problem, plan: Plan, engine: Engine, tables, messages) ->
 
 
 def _normalise(costs) -> list[float]:
-    """-log10 weights -> probabilities summing to one (all zero when the evidence is impossible)."""
+    """-log10 weights -> probabilities summing to one (Z > 0: solve distributes no other case)."""
     c = np.asarray(costs, dtype=float)
     finite = np.isfinite(c)
-    if not finite.any():
-        return [0.0] * len(c)
     w = np.where(finite, 10.0 ** (c[finite].min() - np.where(finite, c, 0.0)), 0.0)
     return (w / w.sum()).tolist()
 

@@ -19,11 +19,16 @@ def table_bytes(plan: Plan, mb) -> int:
     return mb.rows * SPARSE_ROW_BYTES if mb.sparse else mb.out_entries * plan.itemsize
 
 
-def plot_profile(plan: Plan, path: str | Path, budget: int, gpu_budget: int | None = None, title: str = "") -> None:
-    """Write the profile to `path` (any format matplotlib writes: .png, .svg, .pdf)."""
+def plot_profile(plan: Plan, path: str | Path, budget: int, width: int, gpu_budget: int | None = None,
+                 title: str = "") -> None:
+    """Write the profile to `path` (any format matplotlib writes: .png, .svg, .pdf).
+
+    `width` is the order's induced width, as `info` prints it: an MBE plan's own width is that of
+    its mini-buckets, at most z - 1, and the title gives it apart."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     sizes = [max(table_bytes(plan, mb), 1) for mb in plan.minibuckets]
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -39,10 +44,12 @@ def plot_profile(plan: Plan, path: str | Path, budget: int, gpu_budget: int | No
     if gpu_budget is not None:
         ax.axhline(gpu_budget, color="tab:red", linestyle=":", label=f"device budget {fmt_bytes(gpu_budget)}")
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # mini-buckets are counted
     ax.set_xlabel("mini-bucket, in elimination order")
     ax.set_ylabel("output table bytes")
     kind = "exact BE" if plan.z is None else f"MBE(z={plan.z})"
-    ax.set_title(f"{title}: {kind}, induced width {plan.induced_width}, peak {fmt_bytes(plan.peak_bytes)}")
+    messages = "" if plan.z is None else f", messages of at most {plan.induced_width} variables"
+    ax.set_title(f"{title}: {kind}, induced width {width}{messages}, peak {fmt_bytes(plan.peak_bytes)}")
     ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -15,7 +15,6 @@ and a killed batch resumes from the lines written, as the serial batch does.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sys
@@ -173,7 +172,7 @@ def batch_on_dask(files: list[str], options: Options, settings: dict, sink, sche
 
     from dask.distributed import as_completed
 
-    from .report import record as failed
+    from .report import dumps, record as failed
     out: list[dict] = []
     options = replace(options, threads=options.threads or 1)
     with executor(scheduler, workers, gpus=options.device == "gpu") as (client, _, _):
@@ -185,7 +184,7 @@ def batch_on_dask(files: list[str], options: Options, settings: dict, sink, sche
                 rec = future.result()
             except Exception as e:  # KilledWorker (its workers kept dying), or a bug in a worker
                 rec = {**failed(f, "error", message=f"{type(e).__name__}: {e}"), "options": settings}
-            sink.write(json.dumps(rec) + "\n")
+            sink.write(dumps(rec) + "\n")
             sink.flush()
             out.append(rec)
             if progress:

@@ -29,6 +29,10 @@ from .preprocess import preprocess
 from .scaleout import Cluster
 
 PROBABILISTIC = ("PR", "MAR")
+# What `infeasible` means on a probabilistic model, per task (schema.json says the same).
+ZERO_PROBABILITY = {"MPE": "every assignment has probability 0",
+                    "PR": "Z = 0: every assignment has probability 0 (log10 Z = -inf)",
+                    "MAR": "Z = 0: every assignment has probability 0, so no marginal is defined"}
 
 
 @dataclass
@@ -114,7 +118,7 @@ def solve(problem: Problem, options: Options, file: str = "",
         return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
-                      device_note="no engine ran", message="preprocessing emptied a domain",
+                      device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
                       method="preprocessing (node and arc consistency)", options=asdict(options))
     named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
@@ -154,8 +158,9 @@ def solve(problem: Problem, options: Options, file: str = "",
         note += "; time limit reached"
     if engine.compile_s:
         note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
-    plan = out.plan or schedule.heuristic
+    plan = out.plan  # the z reported is that of the bound reported: none before an elimination completes
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
+                  message=_infeasible(problem, None) if infeasible else None,
                   values=_values(named, assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
                   options=asdict(options),
                   z=plan.z if plan is not None else None,
@@ -251,19 +256,21 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
         t3 = time.perf_counter()
         phases["eliminate"] = t3 - t2
         status = "infeasible" if problem.is_forbidden(lower) else "optimal"
-        marg = probabilistic.marginals(problem, plan, engine, tables, messages)
-        phases["distribute"] = time.perf_counter() - t3
+        if status == "optimal":  # Z = 0 conditions on an impossible event: nothing to distribute
+            marg = probabilistic.marginals(problem, plan, engine, tables, messages)
+            phases["distribute"] = time.perf_counter() - t3
     lb, ub = (None, None) if status == "infeasible" else _file_bounds(problem, lower, upper)
     if engine.compile_s:
         note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
     if options.workers or options.scheduler:
         note += f"; {task} ran in this process (--workers and --scheduler slice exact BE of WCSP and MPE only)"
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub,
+                  message=ZERO_PROBABILITY[task] if status == "infeasible" else None,
                   assignment=None, z=plan.z, induced_width=graph.induced_width(g, order),
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
                   device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
                   method=("exact BE" if plan.z is None else f"MBE(z={plan.z})")
-                  + (" + distribute pass" if task == "MAR" else ""), options=asdict(options))
+                  + (" + distribute pass" if marg is not None else ""), options=asdict(options))
 
 
 def check_task(problem: Problem, options: Options) -> str:
@@ -276,6 +283,11 @@ def check_task(problem: Problem, options: Options) -> str:
     if task == "MAR" and options.z is not None:
         raise ValueError("--task MAR computes exact marginals: --z does not apply")
     return task
+
+
+def _infeasible(problem: Problem, how: str | None) -> str | None:
+    """Why there is no solution: on a probabilistic model (task MPE) what it means, else `how`."""
+    return ZERO_PROBABILITY["MPE"] if problem.task == "MPE" else how
 
 
 def _same(lower, upper, problem: Problem) -> bool:

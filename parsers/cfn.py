@@ -10,14 +10,16 @@ domain size; functions are dense cost lists, sparse `defaultcost` + tuples
 (value names or indices), or the table of a function defined later in the
 file, named in place of the costs (toulbar2 reads a reference to an earlier
 one as no function at all; we refuse it).
-Global and arithmetic functions (`type`) are not supported.
+Global and arithmetic functions (`type`) are not supported. What the file
+declares is charged to the reading budget before it is allocated (tables.charge):
+the tokens line by line, the variables, and every table, sparse ones and
+references made dense only once the whole file is charged.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, Decimal, InvalidOperation
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +28,14 @@ from gpusolve.model import FORBIDDEN, MAX_TOP, CostFunction, ModelError, Problem
 
 from .errors import ParseError, quote
 from .source import read_lines, split_compression
-from .tables import assign_tuples, too_large
+from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 
 TOKEN = re.compile(r'"([^"]*)"|([{}\[\]])|([^\s{}\[\]",:]+)')
 NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")  # linear: no two ways to split the digits
 MAX_DECIMALS = 18
+# What the tree keeps per token (the Atom, its text, the list entry: ~150 bytes measured with
+# tracemalloc), and a value name's index entry later.
+TOKEN_BYTES = 192
 
 
 @dataclass
@@ -57,7 +62,8 @@ def _tree(path) -> Group:
     for lineno, text in enumerate(read_lines(path), 1):
         if text.startswith("#"):
             continue
-        for m in TOKEN.finditer(text):
+        count = 0
+        for count, m in enumerate(TOKEN.finditer(text), 1):
             quoted, bracket, word = m.groups()
             if bracket in ("{", "["):
                 stack.append(Group([], lineno))
@@ -68,6 +74,9 @@ def _tree(path) -> Group:
                 stack[-1].items.append(group)
             else:
                 stack[-1].items.append(Atom(quoted if quoted is not None else word, lineno, quoted is not None))
+        message = charge(count * TOKEN_BYTES, f"{count:,} tokens")  # checked line by line: a line's worth late
+        if message:
+            raise ParseError(path, lineno, message)
     if len(stack) > 1:
         raise ParseError(path, stack[-1].line, "unclosed '{' or '[' opened here")
     if len(stack[0].items) != 1 or not isinstance(stack[0].items[0], Group):
@@ -139,13 +148,14 @@ class _Reader:
         if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
             text = atom.text if isinstance(atom, Atom) else "{...}"
             raise self.error(atom, f"expected a {what} (a decimal number), found {quote(text)}")
-        try:
-            scaled = (Decimal(atom.text) * 10 ** self.precision).to_integral_value(ROUND_DOWN)  # toulbar2 truncates
-        except InvalidOperation:
-            raise self.error(atom, f"{what} {atom.text} is out of range") from None
-        if abs(scaled) > MAX_TOP:
+        whole, _, fraction = atom.text.lstrip("+-").partition(".")
+        # the decimals beyond the precision are cut off, as toulbar2 does, on the digits themselves: no
+        # arithmetic that rounds (Decimal keeps 28 digits) or wraps
+        digits = (whole + fraction[:self.precision].ljust(self.precision, "0")).lstrip("0") or "0"
+        if len(digits) > len(str(MAX_TOP)) or int(digits) > MAX_TOP:
             raise self.error(atom, f"{what} {atom.text} out of range (|cost| * 10^precision <= 2^62)")
-        return -int(scaled) if self.maximize else int(scaled)
+        scaled = -int(digits) if atom.text.startswith("-") else int(digits)
+        return -scaled if self.maximize else scaled
 
     def _variables(self, group: Group) -> list[Variable]:
         items = group.items
@@ -153,6 +163,8 @@ class _Reader:
         pairs = zip(items[::2], items[1::2]) if named else ((None, d) for d in items)
         if named and len(items) % 2:
             raise self.error(items[-1], "variable without a domain")
+        count = len(items) // 2 if named else len(items)
+        self._charge(group, count * VARIABLE_BYTES, f"{count:,} variables")
         variables: list[Variable] = []
         seen: set[str] = set()
         for i, (key, domain) in enumerate(pairs):
@@ -180,8 +192,8 @@ class _Reader:
         return atom.text
 
     def _int(self, atom, what: str) -> int:
-        if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d+", atom.text):
-            raise self.error(atom, f"expected {what} (an integer), found "
+        if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d{1,18}", atom.text):
+            raise self.error(atom, f"expected {what} (an integer of at most 18 digits), found "
                                    f"{quote(atom.text if isinstance(atom, Atom) else '{...}')}")
         return int(atom.text)
 
@@ -191,9 +203,9 @@ class _Reader:
         if named and len(items) % 2:
             raise self.error(items[-1], "cost function name without a definition")
         pairs = list(zip(items[::2], items[1::2])) if named else [(None, b) for b in items]
-        tables: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
-        shared: list[tuple[tuple[int, ...], Atom, set]] = []  # (scope, name, tables before)
-        functions: list[CostFunction] = []
+        declared: list[tuple[tuple[int, ...], np.ndarray | Listed]] = []  # (scope, table) in file order
+        by_name: dict[str, int] = {}  # a function's name -> its place in `declared`
+        references: list[tuple[tuple[int, ...], Atom, int]] = []  # (scope, name, functions declared before)
         offset = 0
         for k, (key, body) in enumerate(pairs):
             name = key.text if key is not None else f"f{k}"
@@ -205,9 +217,11 @@ class _Reader:
                 raise self.error(body, f"cost function {name}: global or arithmetic functions "
                                        f"({kind.text if isinstance(kind, Atom) else 'type'}) are not supported")
             scope = self._scope(fields.get("scope"), name, body)
+            self._charge(body, FUNCTION_BYTES, f"cost function {name}")
             costs = fields.get("costs")
             if isinstance(costs, Atom):  # the table of the function of that name, defined later
-                shared.append((scope, costs, set(tables)))
+                self._shape(scope, costs, name)  # charges the copy
+                references.append((scope, costs, len(declared)))
                 continue
             if not isinstance(costs, Group):
                 raise self.error(body, f"cost function {name}: no costs")
@@ -216,22 +230,39 @@ class _Reader:
                     raise self.error(costs, f"cost function {name}: a constant has one cost")
                 offset += self.cost(costs.items[0])
                 continue
-            table = self._table(scope, fields.get("defaultcost"), costs, name)
-            tables[name] = (scope, table)
-            functions.append(CostFunction(scope, table))
-        for scope, ref, before in shared:
-            if ref.text not in tables:
-                raise self.error(ref, f"shared cost table {quote(ref.text)} is not a cost function of this file")
-            if ref.text in before:
-                raise self.error(ref, f"shared cost table {quote(ref.text)} must be defined after the function "
-                                      "using it, as toulbar2 requires")
-            _, table = tables[ref.text]
-            shape = tuple(self.variables[v].domain for v in scope)
-            if table.shape != shape:
-                raise self.error(ref, f"shared cost table {ref.text} has domain sizes {table.shape}, "
-                                      f"this scope {shape}")
-            functions.append(CostFunction(scope, table.copy()))
+            by_name[name] = len(declared)
+            declared.append((scope, self._table(scope, fields.get("defaultcost"), costs, name)))
+        sources = [self._reference(scope, ref, before, by_name, declared) for scope, ref, before in references]
+        # every table is charged: now they are made
+        tables = [table.table() if isinstance(table, Listed) else table for _, table in declared]
+        functions = [CostFunction(scope, table) for (scope, _), table in zip(declared, tables)]
+        functions += [CostFunction(scope, tables[i].copy()) for (scope, _, _), i in zip(references, sources)]
         return functions, offset
+
+    def _reference(self, scope, ref: Atom, before: int, by_name: dict[str, int], declared) -> int:
+        """The place in `declared` of the function whose table `ref` names."""
+        if ref.text not in by_name:
+            raise self.error(ref, f"shared cost table {quote(ref.text)} is not a cost function of this file")
+        place = by_name[ref.text]
+        if place < before:
+            raise self.error(ref, f"shared cost table {quote(ref.text)} must be defined after the function "
+                                  "using it, as toulbar2 requires")
+        shape, table_shape = tuple(self.variables[v].domain for v in scope), declared[place][1].shape
+        if table_shape != shape:
+            raise self.error(ref, f"shared cost table {ref.text} has domain sizes {table_shape}, this scope {shape}")
+        return place
+
+    def _charge(self, where, nbytes: int, what: str) -> None:
+        message = charge(nbytes, what)
+        if message:
+            raise self.error(where, message)
+
+    def _shape(self, scope, where, name: str) -> tuple[int, ...]:
+        shape = tuple(self.variables[v].domain for v in scope)
+        message = too_large(shape)
+        if message:
+            raise self.error(where, f"cost function {name}: {message}")
+        return shape
 
     def _scope(self, group, name: str, body: Group) -> tuple[int, ...]:
         if not isinstance(group, Group):
@@ -242,7 +273,7 @@ class _Reader:
                 raise self.error(group, f"cost function {name}: malformed scope")
             if atom.text in self.names:
                 v = self.names[atom.text]
-            elif re.fullmatch(r"\d+", atom.text) and int(atom.text) < len(self.variables):
+            elif re.fullmatch(r"\d{1,18}", atom.text) and int(atom.text) < len(self.variables):
                 v = int(atom.text)
             else:
                 raise self.error(atom, f"cost function {name}: unknown variable {atom.text}")
@@ -251,22 +282,21 @@ class _Reader:
             scope.append(v)
         return tuple(scope)
 
-    def _table(self, scope, default, costs: Group, name: str) -> np.ndarray:
-        shape = tuple(self.variables[v].domain for v in scope)
-        message = too_large(shape)
-        if message:
-            raise self.error(costs, f"cost function {name}: {message}")
+    def _table(self, scope, default, costs: Group, name: str) -> np.ndarray | Listed:
+        """A dense table as listed, or the default and tuples of a sparse one (made dense once all are
+        charged)."""
+        shape = self._shape(scope, costs, name)
         entries = costs.items
         if default is None:  # dense: every tuple in lexicographic order
             if len(entries) != math.prod(shape):
                 raise self.error(costs, f"cost function {name}: {len(entries)} costs, expected "
                                         f"{math.prod(shape)} for domain sizes {shape}")
-            return np.array([self.cost(a) for a in entries], dtype=np.int64).reshape(shape)
+            return np.fromiter((self.cost(a) for a in entries), dtype=np.int64, count=len(entries)).reshape(shape)
         width = len(scope) + 1
         if len(entries) % width:
             raise self.error(costs, f"cost function {name}: {len(entries)} entries are not tuples of "
                                     f"{len(scope)} values and a cost")
-        table = np.full(shape, self.cost(default, "default cost"), dtype=np.int64)
+        default_cost = self.cost(default, "default cost")
         rows = np.empty((len(entries) // width, len(scope)), dtype=np.intp)
         values = np.empty(len(entries) // width, dtype=np.int64)
         for r in range(len(rows)):
@@ -274,15 +304,14 @@ class _Reader:
             for c, v in enumerate(scope):
                 rows[r, c] = self._value(chunk[c], v, name)
             values[r] = self.cost(chunk[-1])
-        assign_tuples(table, rows, values)
-        return table
+        return Listed(shape, default_cost, rows, values)
 
     def _value(self, atom, v: int, name: str) -> int:
         var = self.variables[v]
         if isinstance(atom, Atom):
             if atom.text in self.positions[v]:
                 return self.positions[v][atom.text]
-            if re.fullmatch(r"\d+", atom.text) and int(atom.text) < var.domain:
+            if re.fullmatch(r"\d{1,18}", atom.text) and int(atom.text) < var.domain:
                 return int(atom.text)
         text = atom.text if isinstance(atom, Atom) else "{...}"
         raise self.error(atom, f"cost function {name}: value {text} is not in the domain of variable {var.name}")

@@ -5,7 +5,8 @@ n domain sizes, the number of functions, one scope per function, then per
 function its entry count and entries (which may span lines), the last scope
 variable changing fastest (C order, like our tables). Lines starting with
 `c` are comments (UAI 2016). MPE becomes minimisation of -log10 p, so
-`sense=-1` reports log10 probabilities; p = 0 is forbidden (+inf).
+`sense=-1` reports log10 probabilities; p = 0 is forbidden (+inf). A model
+whose every assignment has probability 0 (Z = 0) is therefore infeasible.
 """
 from __future__ import annotations
 
@@ -52,10 +53,10 @@ def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
             raise t.error(f"probability must be finite and non-negative, found {p[bad[0]]}", lines[bad[0]])
         with np.errstate(divide="ignore"):
             cost = -np.log10(p) + 0.0  # + 0.0 turns -0.0 into 0.0
-        if scope:
-            functions.append(CostFunction(scope, cost.reshape(shape)))
-        else:
+        if not scope and cost[0] < math.inf:
             offset += float(cost[0])
+        else:  # a constant of probability 0 too: as a 0-d table it forbids every assignment, where
+            functions.append(CostFunction(scope, cost.reshape(shape)))  # the offset (outside top) cannot
     t.expect_end(f"unexpected data after the last table (the preamble announces {m} functions)")
 
     name = split_compression(path)[0].removesuffix(".uai")

@@ -126,14 +126,19 @@ def _global(g, internal_top, top: int) -> str:
 
 
 def write_uai_result(path: str | Path, task: str, log10_value, assignment=None, marginals=None) -> None:
-    """UAI competition result file (MPE: values, PR: log10 Z, MAR: one distribution per variable)."""
+    """UAI competition result file (MPE: values, PR: log10 Z, MAR: one distribution per variable).
+
+    PR with no value writes -inf, log10 of Z = 0 (as C's printf and Python's float() spell it),
+    also a true lower bound when none is known. MPE with no assignment and MAR with no marginals
+    (every assignment of probability 0) write the task line alone: the format has no solution
+    line for them, and its evaluation takes a missing solution as none."""
     if task == "MPE":
-        body = "" if assignment is None else f"{len(assignment)} " + " ".join(map(str, assignment))
+        body = None if assignment is None else f"{len(assignment)} " + " ".join(map(str, assignment))
     elif task == "PR":
         body = "-inf" if log10_value is None else repr(float(log10_value))
     elif task == "MAR":
-        body = f"{len(marginals)} " + " ".join(
+        body = None if marginals is None else f"{len(marginals)} " + " ".join(
             f"{len(m)} " + " ".join(repr(float(p)) for p in m) for m in marginals)
     else:
         raise ValueError(f"no UAI result format for task {task}")
-    Path(path).write_text(f"{task}\n{body}\n")
+    Path(path).write_text(f"{task}\n" + ("" if body is None else f"{body}\n"))

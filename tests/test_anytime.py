@@ -1,15 +1,18 @@
 """The anytime schedule: bounds only tighten, a stop returns what is held, the schedule is printable."""
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import Phase as HypothesisPhase
+from hypothesis import strategies as st
 from helpers import brute_force, random_problem
 
 from gpusolve import graph
@@ -82,25 +85,58 @@ def test_every_stop_point_holds_valid_bounds(seed):
         assert problem.evaluate(r.assignment) < problem.top
 
 
+class StopAt(Stop):
+    """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
+    schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
+    then. Slices of their own (local search, JGLP's) still end on the wall clock. The search asks
+    through `within`, its checks counted (a box for it is not kept: these schedules give it none)."""
+
+    def __init__(self, now, interrupt: bool = False):
+        super().__init__()
+        self.now, self.interrupt, self.passed, self.search_checks = now, interrupt, False, 0
+
+    def __call__(self) -> bool:
+        if not (self.passed or self.interrupted) and self.now():
+            self.interrupted, self.passed = self.interrupt, not self.interrupt
+        return self.passed or bool(self.interrupted)
+
+    def remaining(self) -> float:
+        return 0.0 if self.passed else math.inf
+
+    def within(self, seconds: float, reserve: float = 0.0) -> Stop:
+        outer = self
+
+        class SearchStop(Stop):
+            def __call__(self) -> bool:
+                outer.search_checks += 1
+                return outer()
+        return SearchStop()
+
+
+SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
+
+
 def test_time_limit_is_honoured_and_bounds_are_reported():
+    """The limit passes at the search's 4th check: the run ends right there, with the bounds held."""
     problem = hard_grid()
-    t = time.perf_counter()
-    r = solve(problem, Options(device="cpu", time_limit=3.0))  # 2 s leave search no time on a busy machine
-    assert time.perf_counter() - t < 4.0
+    stop = StopAt(lambda: stop.search_checks >= 4)
+    r = solve(problem, Options(device="cpu", time_limit=3.0), stop=stop)
+    assert stop.deadline is not None and r.search["nodes"] == 4 * SEARCH_CHECK_NODES  # not one node more
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
     assert r.lower_bound < r.upper_bound and problem.evaluate(r.assignment) == r.upper_bound
     assert_trace_monotone(r.trace)
-    assert "search" in r.schedule[-1] and r.search is not None
+    assert "search" in r.schedule[-1] and not r.search["complete"]
+    assert "time limit reached" in r.device_note and "AND/OR search cut off" in r.device_note
 
 
-def test_interrupt_stops_within_a_second():
+def test_interrupt_stops_at_the_next_check():
+    """Interrupted at the search's 4th check (no time limit), the run ends there with an incumbent."""
     problem = hard_grid()
-    stop = Stop()
-    threading.Timer(1.5, lambda: setattr(stop, "interrupted", True)).start()
-    t = time.perf_counter()
-    r = solve(problem, Options(device="cpu"), stop=stop)
-    assert time.perf_counter() - t < 2.5
+    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    r = solve(problem, Options(device="cpu", z=5), stop=stop)  # z=5: cheap, and its greedy assignment is feasible
+    assert r.search["nodes"] == 4 * SEARCH_CHECK_NODES and not r.search["complete"]
     assert r.status == "bounded" and r.upper_bound is not None and "interrupted" in r.device_note
+    assert problem.evaluate(r.assignment) == r.upper_bound and "time limit" not in r.device_note
 
 
 def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
@@ -116,11 +152,56 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     names = [p.name for p in schedule.phases]
     assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search"]  # a deadline: incumbents first
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
-    assert untimed == ["mbe", "mbe", "fglp", "mbe", "jglp", "local-search", "search"]
+    assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted
     assert "search" in schedule.describe()
+
+
+def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:
+    """`strong` is no weaker than `weak`: exact BE alone beats any schedule; otherwise a heuristic at no
+    smaller z, and each other phase of `weak` in `strong` too, with no shorter slice, stall or box
+    (a search boxed for exact BE after it excepted)."""
+    if [p.name for p in strong.phases] == ["be"]:
+        return
+    assert [p.name for p in weak.phases] != ["be"]
+    z, seconds = (lambda s: s.heuristic.z or math.inf), (lambda p: math.inf if p.seconds is None else p.seconds)
+    assert z(strong) >= z(weak)
+    proof = any(p.name == "be" for p in strong.phases)
+
+    def no_weaker(s: Phase, w: Phase) -> bool:
+        if s.name == "search" and proof:
+            return True
+        return seconds(s) >= seconds(w) and s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+    for w in weak.phases:
+        if w.name != "mbe":
+            assert any(s.name == w.name and no_weaker(s, w) for s in strong.phases), w.describe()
+
+
+LIMITS = [0.5, 10.0, 30.0, 300.0, None]  # each share below, between and beyond the heuristic's caps
+# (topology, variables, domain size, memory budget, engine, its CPU threads, GPU memory budget): problems
+# whose schedules change with the limit (z, exact BE instead of bounds, exact BE after a boxed search)
+CHANGING = [("random", 64, 8, 1 << 30, "numpy", 2, None), ("random", 100, 5, 1 << 24, "cupy", 1, None),
+            ("scalefree", 64, 10, 1 << 30, "numpy", 2, None), ("grid", 64, 5, 1 << 30, "numpy", 2, None),
+            ("random", 36, 5, 1 << 30, "numpy", 16, None), ("grid", 100, 10, 1 << 30, "numpy", 2, None),
+            ("grid", 36, 5, 1 << 30, "cupy", 1, 1 << 10)]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[HypothesisPhase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.sampled_from(CHANGING), seed=st.integers(0, 9))
+def test_a_longer_limit_or_none_never_plans_a_weaker_schedule(config, seed):
+    """No limit once took a 1 s share for the heuristic (z=6, over 3 M search nodes) where 30 s took z=7
+    (0.33 M nodes), and local search after it with a shorter stall. Planning alone, no solving."""
+    topology, n, d, budget, engine, threads, device_budget = config
+    problem = generate(topology, n, d, 0.3, 0.5, seed=seed)
+    order = graph.elimination_order(problem)
+    exact = plan_within(problem, order, None, budget, 1, "auto")
+    schedules = [plan_schedule(problem, order, exact, budget, t, engine, threads=threads, device_budget=device_budget)
+                 for t in LIMITS]
+    for weak, strong in zip(schedules, schedules[1:]):
+        assert_no_weaker(strong, weak)
 
 
 def test_streamed_exact_be_comes_after_a_bounded_search():
@@ -141,8 +222,81 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     boxed = Schedule((first, replace(search, seconds=0.0), be), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, boxed, NumpyEngine(1), bounds, Stop(), 1 << 30)
-    assert out.ran == ["MBE(z=2)", "AND/OR search", "exact BE"] and bounds.proven
+    assert out.ran == ["MBE(z=2)", "exact BE"] and "AND/OR search cut off" in out.note and bounds.proven
     assert bounds.upper == solve(problem, Options(device="cpu", search=False)).upper_bound
+
+
+def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
+    """An MBE cut off halfway is not in `method`, and z is that of the MBE whose bound is reported
+    (the cut MBE was listed)."""
+    problem = hard_grid()
+    done = []  # mini-buckets done by each elimination started
+
+    def progress_factory(total):
+        done.append(0)
+
+        def advance(entries):
+            done[-1] += 1
+        return advance
+    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10)  # 10 mini-buckets into the second elimination
+    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
+              progress_factory=progress_factory, stop=stop)
+    first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]
+    assert first < heuristic and done[1] == 10
+    assert r.method == f"MBE(z={first}) + local search" and f"MBE(z={heuristic}) cut off" in r.device_note
+    assert r.z == first
+    assert r.lower_bound == solve(problem, Options(device="cpu", z=first, search=False)).lower_bound
+
+
+def test_z_is_that_of_the_tightest_elimination():
+    """MBE bounds are not monotone in z: where the later, larger z is looser, its run is not the one
+    reported (nor the one that guides search)."""
+    from gpusolve import eliminate
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    problem = generate("grid", 36, 4, 0.3, 0.3, seed=4)
+    order = graph.elimination_order(problem)
+    plans = {z: build_plan(problem, order, z) for z in (3, 4)}
+    lower = {z: eliminate.run_plan(problem, plan, NumpyEngine(1))[0] for z, plan in plans.items()}
+    assert lower[3] > lower[4]
+    schedule = Schedule((Phase("mbe", plans[3]), Phase("mbe", plans[4])), "numpy")
+    bounds = Bounds.start(problem, time.perf_counter())
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, Stop(), 1 << 30)
+    assert out.ran == ["MBE(z=3)", "MBE(z=4)"] and out.plan is plans[3] and bounds.lower == lower[3]
+
+
+def test_phases_that_did_not_run_are_not_listed():
+    """JGLP with no time for its passes, and search with no MBE run to guide it, were listed as run."""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    plan = build_plan(problem, order, 3)
+    schedule = Schedule((Phase("mbe", plan), Phase("fglp"), Phase("mbe", plan, shifted=True),
+                         Phase("jglp", seconds=0.0)), "numpy")
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
+                       Stop(), 1 << 30)
+    assert out.ran == ["MBE(z=3)", "FGLP", "MBE(z=3)-MM on the FGLP-shifted problem"]  # FGLP raised the bound
+    assert "jglp not started" in out.note
+    floats = random_problem(np.random.default_rng(4), n_max=6, p_hard=0.0, integer=False)  # no compiled search
+    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Phase("search"),), "numpy"),
+                         NumpyEngine(1), Bounds.start(floats, time.perf_counter()), Stop(), 1 << 30)
+    assert alone.ran == [] and "search not started" in alone.note and alone.search is None
+
+
+def test_without_a_guide_the_compiled_search_runs_alone_and_proves():
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    searched = 0
+    for seed in range(60):
+        problem = random_problem(np.random.default_rng(300 + seed), n_max=7, d_max=4, f_max=12, p_hard=0.15)
+        bounds = Bounds.start(problem, time.perf_counter())
+        if bounds.closed:  # a function forbids everything: nothing to search
+            continue
+        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Phase("search"),), "numpy"),
+                           NumpyEngine(1), bounds, Stop(), 1 << 30)
+        optimum, _ = brute_force(problem)
+        assert out.ran == ["DFBB (FDAC*)"] and out.search["complete"] and bounds.proven, seed
+        assert bounds.upper == optimum if optimum < problem.top else bounds.assignment is None, seed
+        searched += 1
+    assert searched >= 20
 
 
 def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
@@ -154,17 +308,31 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
     assert Stop().within(math.inf).deadline is None
 
 
+# The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
+MARKED_SOLVE = """
+import sys
+from gpusolve import anytime, cli
+search = anytime._search
+def started(*args, **kwargs):
+    print("search started", file=sys.stderr, flush=True)
+    return search(*args, **kwargs)
+anytime._search = started
+cli.main(sys.argv[1:])
+"""
+
+
 def test_ctrl_c_reports_the_best_bounds(tmp_path):
     path = tmp_path / "grid.wcsp"
     write_wcsp(hard_grid(), path)
-    proc = subprocess.Popen([sys.executable, "-m", "gpusolve", "solve", str(path), "--json", "--device", "cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)
+    proc = subprocess.Popen([sys.executable, "-c", MARKED_SOLVE, "solve", str(path), "--json", "--device", "cpu",
+                             "--z", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # no limit: without Ctrl-C this search runs for minutes
+        if line.startswith("search started"):
+            break
     proc.send_signal(signal.SIGINT)
-    t = time.perf_counter()
-    out, err = proc.communicate(timeout=30)
-    assert time.perf_counter() - t < 1.5, err
+    out, err = proc.communicate(timeout=120)  # a hang's guard, not a speed: the search stops at 256 nodes
     assert proc.returncode == 130, err  # 128 + SIGINT, after printing the best result held
     r = json.loads(out)
     assert r["status"] == "bounded" and r["lower_bound"] < r["upper_bound"]
     assert r["trace"] and "interrupted" in r["device_note"]
+    assert not r["search"]["complete"] and "AND/OR search" not in r["method"]

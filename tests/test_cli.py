@@ -1,6 +1,7 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,7 +125,7 @@ def test_batch_resumes_and_records_errors(tmp_path):
     (folder / "notes.txt").write_text("ignored\n")
     out = tmp_path / "res.jsonl"
     r = run("batch", folder, "--out", out, "--device", "cpu")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # broken.wcsp ended in error
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 4
     status = {Path(x["file"]).name: x["status"] for x in lines}
@@ -135,7 +136,7 @@ def test_batch_resumes_and_records_errors(tmp_path):
     kept = out.read_text().splitlines()[:2]
     out.write_text("\n".join(kept) + '\n{"file": "trunc')
     r = run("batch", folder, "--out", out, "--device", "cpu")
-    assert r.exit_code == 0
+    assert r.exit_code == 1
     assert "2 already in" in r.stderr
     records = [json.loads(x) for x in out.read_text().splitlines()]  # the cut line was truncated
     assert sorted(Path(x["file"]).name for x in records) == sorted(status)
@@ -260,3 +261,49 @@ def test_a_closed_stdout_ends_quietly(args):
     os.close(write_end)
     assert p.returncode == 141, p.stderr
     assert "Traceback" not in p.stderr and "Exception" not in p.stderr and "Error" not in p.stderr
+
+
+# -- the human report: bounds, the bucket profile (issue 36, items 11 and 12) -----------------------
+
+MAXIMISE_FZN = """\
+var 0..3: x :: output_var;
+var 0..3: y :: output_var;
+var 0..6: s :: output_var;
+constraint int_lin_eq([1,1,-1],[x,y,s],0);
+constraint int_lin_le([1,1],[x,y],5);
+solve maximize s;
+"""
+
+
+def test_bounds_over_time_shows_a_maximisations_bounds(tmp_path):
+    """A maximisation's first bounds are [none, U]: rich took the bracket for markup and dropped it."""
+    path = tmp_path / "max.fzn"
+    path.write_text(MAXIMISE_FZN)
+    data = json.loads(run("solve", path, "--json", "--device", "cpu").stdout)
+    assert data["status"] == "optimal" and data["upper_bound"] == 5  # x + y <= 5 with x, y <= 3
+    r = run("solve", path, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    line = next(row for row in r.stdout.splitlines() if row.startswith("bounds over time"))
+    shown = re.findall(r"s \[([^]]*)\] (\w+)", line)
+    want = [(", ".join("none" if b is None else str(b) for b in (lo, hi)), phase)
+            for _, lo, hi, phase in data["trace"][-6:]]
+    assert shown == want and want[0][0].startswith("none, "), line
+
+
+def test_profile_plot_names_the_orders_width_on_integer_ticks(tmp_path, monkeypatch):
+    """MBE's title said the width of its mini-buckets (z - 1) where `info` says the order's; the
+    mini-bucket axis had ticks at 2.5, 7.5."""
+    figure = pytest.importorskip("matplotlib.figure")
+    drawn = []
+    monkeypatch.setattr(figure.Figure, "savefig", lambda fig, *args, **kw: drawn.append(fig))
+    path = tmp_path / "r.wcsp"
+    assert run("generate", "random", "-n", 7, "-d", 2, "--p1", 0.8, "-o", path).exit_code == 0
+    for z in (None, 2, 3):
+        r = run("info", path, "--plot", tmp_path / "p.png", *(("--z", z) if z else ()))
+        assert r.exit_code == 0, r.output
+        width = int(re.search(r"induced width \(minfill\): (\d+)", r.stdout).group(1))
+        ax = drawn.pop().axes[0]
+        assert f"induced width {width}," in ax.get_title() and ("MBE(z=" in ax.get_title()) == bool(z)
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks

@@ -38,6 +38,8 @@ def check_answer(r, v, n, optimum):
     assert r.value == pytest.approx(math.fsum(v[sum(1 << a for a in c)] for c in r.structure), abs=1e-12)
     assert r.lower_bound == r.value
     assert r.lower_bound <= optimum + 1e-9 and optimum <= r.upper_bound + 1e-9
+    if r.status == "optimal":  # proven: the bounds meet at the structure's value
+        assert r.upper_bound == r.lower_bound == pytest.approx(optimum, rel=1e-13, abs=1e-13)
 
 
 @pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
@@ -49,9 +51,41 @@ def test_optimal_against_brute_force(distribution):
             for algorithm in csg.ALGORITHMS:
                 for precision in ("single", "double"):
                     r = csg.solve(v, csg.Options(algorithm=algorithm, device="cpu", precision=precision))
-                    assert r.status == "optimal"
+                    assert r.status == "optimal" or precision == "single"  # real values: within float32 rounding
                     check_answer(r, v, n, optimum)
                     assert r.value == pytest.approx(optimum, rel=1e-5 if precision == "single" else 1e-12)
+
+
+@pytest.mark.parametrize("algorithm", csg.ALGORITHMS)
+def test_float32_ties_never_pass_for_optimal(algorithm):
+    """Every structure worth n plus a perturbation of 1e-9: all tie in float32, so the single-precision
+    DP picks one at random. It may say `optimal` only with bounds equal to the brute-force optimum;
+    else `bounded`, bracketing it. Double precision separates them."""
+    for n in range(2, 9):
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            v = csg.popcount(np, np.arange(1 << n)) + 1e-9 * rng.uniform(0, 1, 1 << n)
+            optimum = brute_force(v, n)
+            statuses = {}
+            for precision in ("single", "double", "auto"):
+                r = csg.solve(v, csg.Options(algorithm=algorithm, device="cpu", precision=precision))
+                check_answer(r, v, n, optimum)
+                statuses[precision] = r.status
+            assert statuses["double"] == statuses["auto"] == "optimal", (n, seed)  # auto: double on the CPU
+
+
+def test_single_precision_proves_games_on_a_grid():
+    """Values that are multiples of 2^-k: structures differ by 2^-k at least, so an upper bound within
+    2^-k of the structure's value proves it optimal; large integers leave the rounding allowance above 1."""
+    for n in (3, 6, 9):
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            for scale, step in ((100, 1.0), (100, 0.25), (3e9, 1.0)):
+                v = np.round(rng.uniform(0, scale, 1 << n) / step) * step
+                optimum = brute_force(v, n)
+                r = csg.solve(v, csg.Options(device="cpu", precision="single"))
+                check_answer(r, v, n, optimum)
+                assert (r.status == "optimal") == (scale < 1e9), (n, seed, scale, r.upper_bound - r.lower_bound)
 
 
 @pytest.mark.parametrize("n", range(1, 13))
@@ -171,6 +205,8 @@ def test_memory_prediction_and_refusal():
         csg.check_memory(30, "double", True, 1 << 40, 6 << 30)
     with pytest.raises(csg.BudgetError, match="host memory"):
         csg.check_memory(20, "single", False, 1 << 20, None)
+    with pytest.raises(csg.BudgetError, match="--precision single"):
+        csg.check_memory(20, "double", False, 1 << 20, None)
     csg.check_memory(20, "single", False, 1 << 33, None)
 
 
@@ -203,6 +239,7 @@ def test_cli_generate_write_and_read_back(tmp_path):
         for key in ("file", "task", "status", "lower_bound", "upper_bound", "structure", "time_s", "phases", "engine"):
             assert key in read
         assert read["status"] == "optimal" and "read" in read["phases"] and "generate" in made["phases"]
+        assert read["method"] == "IDP over subsets, double precision"  # auto: double on the CPU engine
 
 
 def test_cli_human_output_and_time_limit():
@@ -282,7 +319,7 @@ def test_gpu_equals_cpu_up_to_22_agents(cupy):
     for n, distribution in ((12, "normal"), (18, "agent-based"), (20, "modified-uniform"), (22, "uniform")):
         v = csg.generate_values(distribution, n, 1)
         gpu = csg.solve(v, csg.Options(device="gpu"))
-        assert gpu.engine == "cupy" and gpu.status == "optimal"
+        assert gpu.engine == "cupy" and gpu.precision == "single" and gpu.levels_done == n  # auto on the GPU
         if n <= 18:  # the NumPy engine itself
             cpu = csg.solve(v, csg.Options(device="cpu"))
         else:  # the reference level step on CuPy arrays: the same code, faster
@@ -292,6 +329,23 @@ def test_gpu_equals_cpu_up_to_22_agents(cupy):
                 csg.level_step(cupy, f, csg.level_masks(cupy, sizes, k), n, k, "idp")
             cpu = csg.Result(**{**gpu.to_json(), "value": float(f[-1])})
         assert gpu.value == pytest.approx(cpu.value, rel=1e-6), n
+
+
+@pytest.mark.gpu
+def test_gpu_float32_ties_never_pass_for_optimal(cupy):
+    """As on the CPU: structures tied in float32 make a single-precision answer bounded unless proven;
+    double precision on the device is optimal at the brute-force optimum."""
+    for n in (4, 7, 9):
+        v = csg.popcount(np, np.arange(1 << n)) + 1e-9 * np.random.default_rng(n).uniform(0, 1, 1 << n)
+        optimum = brute_force(v, n)
+        for precision in ("single", "double"):
+            r = csg.solve(v, csg.Options(device="gpu", precision=precision))
+            assert r.engine == "cupy" and (r.status == "optimal") == (precision == "double")
+            check_answer(r, v, n, optimum)
+        w = np.round(v * 100)  # integers: the grid proves the float32 answer
+        r = csg.solve(w, csg.Options(device="gpu", precision="single"))
+        assert r.status == "optimal"
+        check_answer(r, w, n, brute_force(w, n))
 
 
 @pytest.mark.gpu

@@ -1,5 +1,6 @@
 """DPOP and ADPOP (gpusolve/dcop.py): optima against brute force and solve, bounds, pseudo tree,
 simulated runtime, Dask clusters of processes, the pyDCOP reader and the `dcop` command."""
+import itertools
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ from gpusolve.generate import generate
 from gpusolve.model import CostFunction, Problem, Variable
 from gpusolve.solve import Options, solve
 
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
 COLORING = """\
 name: graph coloring
@@ -242,3 +243,63 @@ def test_util_computations_on_the_gpu_engine_match_the_cpu(cupy):
         a_gpu = dcop.solve_dcop(problem, "adpop", 3, device="gpu", scheduler="inline")
         a_cpu = inline(problem, "adpop", 3)
         assert (a_gpu.lower_bound, a_gpu.upper_bound) == (a_cpu.lower_bound, a_cpu.upper_bound)
+
+
+def test_dcop_names_values_as_solve_does(tmp_path):
+    """The assignment in the file's value names (R G B), text and JSON, as `solve` prints it."""
+    path = tmp_path / "col.yaml"
+    path.write_text(CLEAN.format(objective="min"))
+    problem = parsers.read(path)
+    r = inline(problem)
+    assert r.values == [v.labels[a] for v, a in zip(problem.variables, r.assignment)]
+    assert problem.to_file_value(problem.evaluate(r.assignment)) == file_optimum(problem)
+    data = json.loads(run("dcop", path, "--scheduler", "inline", "--json").stdout)
+    assert data["values"] == r.values and data["assignment"] == r.assignment
+    line = next(row for row in run("dcop", path, "--scheduler", "inline").stdout.splitlines()
+                if row.startswith("assignment"))
+    assert line.split()[1:] == r.values
+
+
+def generated_with_optimum(count, tmp_path):
+    """(problem, toulbar2's optimum or None when infeasible): grids, random and scale-free networks of
+    domain 3 tight enough that ADPOP's values often break a hard constraint, until `count` are feasible."""
+    feasible = 0
+    for seed in itertools.count():
+        topology, n = [("grid", 16), ("grid", 25), ("random", 12), ("scalefree", 14), ("grid", 9)][seed % 5]
+        problem = generate(topology, n, 3, 0.25, 0.25 + 0.05 * (seed % 3), seed)
+        optimum = toulbar2_optimum(problem, tmp_path / "p.wcsp")
+        yield problem, optimum
+        feasible += optimum is not None
+        if feasible == count:
+            return
+
+
+def test_adpop_repairs_its_values_into_a_feasible_upper_bound(tmp_path):
+    """ADPOP's VALUE pass follows mini-bucket messages, which lose hard constraints: on a feasible problem
+    the reported upper bound must still be finite and the cost of the reported assignment."""
+    repaired = infeasible = 0
+    for problem, optimum in generated_with_optimum(50, tmp_path):
+        for k in (1, 2):
+            r = inline(problem, "adpop", k)
+            if optimum is None:  # MAC's exhausted search proves it
+                assert r.status == "infeasible" and r.upper_bound is None, (problem.name, k)
+                infeasible += 1
+                continue
+            assert r.upper_bound is not None, (problem.name, k, r.message)
+            assert problem.to_file_value(problem.evaluate(r.assignment)) == r.upper_bound
+            assert r.lower_bound <= optimum <= r.upper_bound
+            repaired += r.message is not None
+    assert repaired >= 10 and infeasible >= 5  # both paths ran
+
+
+def test_adpop_says_when_the_repair_finds_nothing(tmp_path, monkeypatch):
+    problem = generate("grid", 25, 3, 0.25, 0.3, seed=1)  # ADPOP(2)'s values break a hard constraint
+    assert toulbar2_optimum(problem, tmp_path / "p.wcsp") is not None
+    assert inline(problem, "adpop", 2).message is not None
+    monkeypatch.setattr(dcop, "REPAIR_SWEEPS", 0)
+    monkeypatch.setattr(dcop, "REPAIR_NODES", 0)
+    r = inline(problem, "adpop", 2)
+    assert r.status == "bounded" and r.upper_bound is None and r.assignment is None
+    assert "no upper bound" in r.message
+    out = run("dcop", tmp_path / "p.wcsp", "--algo", "adpop", "--max-dim", 2, "--scheduler", "inline").stdout
+    assert ["why", r.message] in [line.split(None, 1) for line in out.splitlines()]

@@ -1,5 +1,7 @@
 """What the user reads: one JSON schema for every status, the text printout, usage errors, signals, plots."""
+import ast
 import json
+import math
 import re
 import signal
 import subprocess
@@ -11,13 +13,15 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 from helpers import bounded_case
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import gpusolve
 from gpusolve import cli
 from gpusolve.generate import markov_grid
 from gpusolve.cli import main
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.report import SCHEMA_PATH, fields
+from gpusolve.report import SCHEMA_PATH, dumps, fields, record
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -74,9 +78,9 @@ def test_batch_lines_follow_the_schema(files, tmp_path):
     assert {line["status"] for line in lines} >= {"infeasible", "optimal"}
 
 
-def test_readme_documents_every_field():
-    readme = (ROOT / "README.md").read_text()
-    missing = [f for f in fields() if f"`{f}`" not in readme]
+def test_the_api_page_documents_every_field():
+    page = (ROOT / "docs" / "api.md").read_text()
+    missing = [f for f in fields() if f"`{f}`" not in page]
     assert not missing, missing
 
 
@@ -189,3 +193,69 @@ def test_info_plot_draws_the_bucket_profile(files, tmp_path):
 def test_missing_output_folders_are_one_line(files, tmp_path):
     r = run("batch", files["grid"].parent, "--out", tmp_path / "no" / "r.jsonl")
     assert r.exit_code == 2 and "Traceback" not in r.output and re.search("no.r.jsonl", r.stderr)
+
+
+def strict(text: str):
+    """json.loads that refuses Infinity and NaN, as strict parsers (RFC 8259) do."""
+    def reject(constant):
+        raise AssertionError(f"JSON holds {constant}")
+    return json.loads(text, parse_constant=reject)
+
+
+def test_solve_and_batch_json_stay_strict_with_an_infinite_time_limit(files, tmp_path):
+    """`--time-limit inf` is accepted; its options field was written as Infinity."""
+    r = run("solve", files["infeasible"], "--time-limit", "inf", "--json")
+    assert r.exit_code == 0, r.output
+    assert valid(strict(r.stdout))["options"]["time_limit"] is None
+    out = tmp_path / "r.jsonl"
+    assert run("batch", files["grid"].parent, "--out", out, "--time-limit", "inf").exit_code == 0
+    for line in out.read_text().splitlines():
+        assert valid(strict(line))["options"]["time_limit"] is None
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from([math.inf, -math.inf, math.nan])
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4), max_leaves=20)
+
+
+@given(json_values)
+@example({"z": [math.inf, (-math.inf, math.nan)], "n": 1.5})
+@settings(max_examples=200, deadline=None)
+def test_dumps_writes_strict_json_and_nulls_only_what_json_cannot_hold(value):
+    text = dumps({"lower_bound": value, "extra": [value]})
+    got = strict(text)
+
+    def same(a, b):  # `a` as written, `b` as read back
+        if isinstance(a, float) and not math.isfinite(a):
+            return b is None
+        if isinstance(a, (list, tuple)):
+            return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
+        if isinstance(a, dict):
+            return b.keys() == a.keys() and all(same(a[k], b[k]) for k in a)
+        return a == b
+
+    assert same(value, got["lower_bound"]) and same([value], got["extra"])
+
+
+def test_records_hold_no_infinite_number():
+    rec = record("f", "bounded", lower_bound=-math.inf, upper_bound=math.nan, trace=[[0.0, -math.inf, 1.5, "BE"]],
+                 options={"time_limit": math.inf})
+    valid(strict(json.dumps(rec)))
+    assert rec["lower_bound"] is None and rec["upper_bound"] is None and rec["trace"] == [[0.0, None, 1.5, "BE"]]
+
+
+def test_every_command_writes_its_json_through_report_dumps():
+    """The one place that keeps JSON strict: no other module serialises a record itself (serve's
+    client request, its own wire format with no numbers from a solve, aside)."""
+    writers = []
+    for path in sorted((ROOT / "gpusolve").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and ast.unparse(node.func) in ("json.dumps", "json.dump"):
+                    writers.append(f"{path.name}:{fn.name}")
+    assert sorted(set(writers)) == ["report.py:dumps", "serve.py:_request"], writers

@@ -1,5 +1,7 @@
 """PR and MAR against brute-force enumeration and an independent contraction (opt_einsum)."""
+import functools
 import itertools
+import json
 import math
 
 import numpy as np
@@ -192,3 +194,139 @@ def test_contract_in_blocks(op):
             got = contract(np, hosted, keep, dom, op, block=block)
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+# -- Models of probability 0: every route to Z = 0, through the command line's JSON and UAI files --
+
+def reject(constant):
+    raise AssertionError(f"JSON holds {constant}, which strict parsers reject")
+
+
+@functools.cache
+def schema_validator():
+    """gpusolve/schema.json's validator, checked once (jsonschema.validate checks it every call)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from gpusolve.report import schema
+    jsonschema.Draft202012Validator.check_schema(schema())
+    return jsonschema.Draft202012Validator(schema())
+
+
+def zero_network(rng):
+    """(domains, factors, evidence): random_network plus, each at random, the routes to Z = 0 of
+    issue 32: a constant (scope 0) factor, of probability 0 or not, a factor all zeros, evidence
+    on a value of probability 0 (and evidence elsewhere)."""
+    dom, factors = random_network(rng, bool(rng.integers(2)))
+    if rng.random() < 0.5:
+        factors.append(((), np.array(0.0 if rng.random() < 0.4 else float(rng.random() * 3 + 0.1))))
+    if factors and rng.random() < 0.15:
+        k = int(rng.integers(len(factors)))
+        factors[k] = (factors[k][0], np.zeros_like(factors[k][1]))
+    evidence = {}
+    if rng.random() < 0.5:
+        v = int(rng.integers(len(dom)))
+        unary = rng.random(dom[v]) + 0.1
+        evidence[v] = int(rng.integers(dom[v]))
+        if rng.random() < 0.5:
+            unary[evidence[v]] = 0.0
+        factors.append(((v,), unary))
+    return dom, factors, evidence
+
+
+ZERO_SEEDS = 120
+
+
+def test_zero_networks_cover_every_route_to_z_zero():
+    """The family below holds models of Z = 0 by each route alone, and models of Z > 0."""
+    routes = {"constant": 0, "all-zero factor": 0, "evidence": 0, "positive": 0}
+    for seed in range(ZERO_SEEDS):
+        dom, factors, evidence = zero_network(np.random.default_rng(5000 + seed))
+        z = brute(dom, factors, evidence)[0]
+        constant = any(not s and t == 0 for s, t in factors)
+        all_zero = any(s and not t.any() for s, t in factors)
+        routes["constant"] += constant
+        routes["all-zero factor"] += all_zero
+        routes["evidence"] += z == 0 and not constant and not all_zero and bool(evidence)
+        routes["positive"] += z > 0
+    assert min(routes.values()) >= 10, routes
+
+
+@pytest.mark.parametrize("seed", range(ZERO_SEEDS))
+def test_models_of_probability_zero_on_the_command_line(tmp_path, seed):
+    """MPE, PR (exact and mini-bucket) and MAR: strict JSON valid for the schema, the statuses of
+    schema.json (Z = 0: infeasible, bounds null, no marginals) and --uai-output, against enumeration."""
+    from click.testing import CliRunner
+
+    from gpusolve.cli import main
+    dom, factors, evidence = zero_network(np.random.default_rng(5000 + seed))
+    path = tmp_path / "net.uai"
+    write_uai(path, dom, factors, False, evidence)  # net.uai.evid: the command line's default evidence
+    z, marg, best = brute(dom, factors, evidence)
+    log10_z = math.log10(z) if z > 0 else None
+    z_max = max([len(s) for s, _ in factors] + [1])
+
+    def solve_json(task, *args):
+        out = tmp_path / f"r.{task}"
+        r = CliRunner().invoke(main, ["solve", str(path), "--task", task, "--json", "--device", "cpu",
+                                      "--uai-output", str(out), *map(str, args)])
+        assert r.exit_code == 0, r.output
+        obj = json.loads(r.stdout, parse_constant=reject)
+        schema_validator().validate(obj)
+        if obj["status"] == "infeasible":
+            assert obj["lower_bound"] is None and obj["upper_bound"] is None and obj["marginals"] is None
+            assert "probability 0" in obj["message"]
+        return obj, out.read_text().splitlines()
+
+    for args in ([], ["--z", z_max]):
+        mpe, lines = solve_json("MPE", *args)
+        if best == 0:
+            assert mpe["status"] == "infeasible" and mpe["assignment"] is None and lines == ["MPE"]
+        else:
+            a = mpe["assignment"]
+            assert mpe["status"] == "optimal" and all(a[v] == x for v, x in evidence.items())
+            assert mpe["lower_bound"] == pytest.approx(math.log10(best), abs=1e-9) == mpe["upper_bound"]
+            weight = math.prod(float(t[tuple(a[u] for u in s)]) for s, t in factors)
+            assert math.log10(weight) == pytest.approx(math.log10(best), abs=1e-9)
+            assert lines == ["MPE", " ".join(map(str, [len(dom)] + a))]
+
+    pr, lines = solve_json("PR")
+    assert lines[0] == "PR" and pr["uai_output"]["bound"] == "exact"
+    if z == 0:
+        assert pr["status"] == "infeasible" and "Z = 0" in pr["message"] and lines[1] == "-inf"
+    else:
+        assert pr["status"] == "optimal" and pr["lower_bound"] == pytest.approx(log10_z, abs=1e-9)
+        assert float(lines[1]) == pytest.approx(log10_z, abs=1e-9)
+
+    bounds, lines = solve_json("PR", "--z", z_max)  # mini-buckets may not see Z = 0, never claim it wrongly
+    assert bounds["status"] in (("infeasible", "bounded") if z == 0 else ("optimal", "bounded"))
+    if z == 0:
+        assert bounds["lower_bound"] is None
+    else:
+        assert bounds["upper_bound"] >= log10_z - 1e-9
+        assert bounds["lower_bound"] is None or bounds["lower_bound"] <= log10_z + 1e-9
+
+    mar, lines = solve_json("MAR")
+    if z == 0:
+        assert mar["status"] == "infeasible" and lines == ["MAR"] and mar["uai_output"]["bound"] == "none"
+    else:
+        assert mar["status"] == "optimal"
+        values = [float(x) for x in lines[1].split()]
+        assert values[0] == len(dom)
+        pos = 1
+        for v, m in enumerate(mar["marginals"]):
+            np.testing.assert_allclose(m, marg[v], atol=1e-9)
+            assert values[pos] == dom[v]
+            np.testing.assert_allclose(values[pos + 1:pos + 1 + dom[v]], m)
+            pos += 1 + dom[v]
+
+
+@pytest.mark.parametrize("task", ["MPE", "PR", "MAR"])
+def test_a_constant_factor_of_probability_zero(tmp_path, task):
+    """Issue 32's reproducer, a scope-0 factor of probability 0: every task said optimal with bounds
+    of -Infinity, though each assignment has probability 0.5 * 0 = 0."""
+    import gpusolve
+    path = tmp_path / "zero.uai"
+    path.write_text("MARKOV\n1\n2\n2\n0\n1 0\n\n1\n0.0\n\n2\n0.5 0.5\n")
+    r = gpusolve.solve(path, task=task, device="cpu")
+    assert (r.status, r.lower_bound, r.upper_bound, r.assignment, r.marginals) == ("infeasible",) + (None,) * 4
+    obj = json.loads(json.dumps(r.to_json()), parse_constant=reject)
+    assert "probability 0" in obj["message"]

@@ -1,0 +1,163 @@
+"""Search speed: the compiled depth-first core, the whole solve, and toulbar2, side by side in one run.
+
+For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
+RLFAP-like networks, generated grids), three fresh processes under the same
+time limit:
+- `core`: the depth-first search with FDAC* alone (gpusolve.dfbb), no upper
+  bound given: nodes, nodes per second (the first slice, which loads or
+  compiles the core, left out), nodes and seconds to the proof;
+- `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user
+  runs it: status, bounds, seconds;
+- `toulbar2`: pytoulbar2 with default options: optimum, nodes, seconds.
+Writes bench/results/search-<cpu>-<date>.json.
+
+RLFAP-like networks imitate the CELAR radio link problems: links in duplex
+pairs whose frequencies must differ by a fixed gap (hard), interference between
+nearby links penalised when frequencies are closer than a separation (costs 1
+to 1000 or hard), and a mobility cost for leaving a preferred frequency.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from common import SHARED, cpu_name, write_result  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from gpusolve.build import Model  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
+from gpusolve.parsers.write import write_wcsp  # noqa: E402
+
+
+def rlfap(links: int, frequencies: int, seed: int, density: int = 4) -> Model:
+    """An RLFAP-like network of `links` links (even), frequencies spaced by 14 as CELAR's are, about
+    `density` interference constraints per link."""
+    rng = np.random.default_rng(seed)
+    values = 14 * np.arange(frequencies)
+    m = Model(f"rlfap-{links}-{frequencies}-s{seed}")
+    for i in range(links):
+        m.add_variable(f"f{i}", [str(v) for v in values])
+    gap = 14 * (frequencies // 2)
+    duplex = np.where(np.abs(values[:, None] - values[None, :]) == gap, 0, np.inf)
+    for i in range(0, links, 2):
+        m.add_function([f"f{i}", f"f{i + 1}"], duplex)
+    for _ in range(density * links):
+        i, j = (int(x) for x in rng.choice(links, 2, replace=False))
+        if i // 2 == j // 2:
+            continue
+        separation = 14 * int(rng.integers(1, 4))
+        cost = float(rng.choice([1, 10, 100, 1000, np.inf], p=[0.3, 0.3, 0.2, 0.1, 0.1]))
+        m.add_function([f"f{i}", f"f{j}"], np.where(np.abs(values[:, None] - values[None, :]) < separation,
+                                                    cost, 0.0))
+    for i in rng.choice(links, links // 3, replace=False):
+        preferred = int(rng.integers(frequencies))
+        m.add_function([f"f{int(i)}"], np.where(np.arange(frequencies) == preferred, 0, int(rng.integers(1, 50))))
+    return m
+
+
+def instances(folder: Path, quick: bool) -> list[Path]:
+    out = []
+    celar = SHARED / "CELAR6-SUB0.wcsp"
+    if celar.is_file() and not quick:
+        out.append(celar)
+    for links, freq, seed, density in ([(8, 8, 1, 2)] if quick else
+                                       [(30, 16, 1, 4), (40, 20, 3, 6), (60, 24, 4, 5), (80, 24, 5, 6)]):
+        path = folder / f"rlfap-{links}-{freq}-s{seed}-x{density}.wcsp"
+        rlfap(links, freq, seed, density).write(path)
+        out.append(path)
+    for n, d, seed in ([(16, 4, 1)] if quick else [(49, 5, 1), (64, 5, 2)]):
+        path = folder / f"grid-n{n}-d{d}-s{seed}.wcsp"
+        write_wcsp(generate("grid", n, d, 0.3, 0.3, seed), path)
+        out.append(path)
+    return out
+
+
+def core(path: str, limit: float) -> dict:
+    """The depth-first core alone on `path`, in this process."""
+    from gpusolve import parsers
+    from gpusolve.dfbb import COMPLETE, DepthFirst
+    problem = parsers.read(path)
+    search = DepthFirst(problem)
+    t0 = time.perf_counter()
+    search.run(0)  # loads (or compiles) the core, propagates the root
+    load = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    while time.perf_counter() - t1 < limit and search.run(1 << 13) != COMPLETE:
+        pass
+    took = time.perf_counter() - t1
+    upper = problem.to_file_value(search.ub) if search.ub < problem.top else None
+    return {"complete": search.complete, "upper": upper, "nodes": search.nodes, "search_s": took,
+            "nodes_per_s": search.nodes / took if took else None, "load_s": load}
+
+
+def toulbar2(path: str, limit: float) -> dict:
+    import pytoulbar2
+    cfn = pytoulbar2.CFN(verbose=-1)
+    t = time.perf_counter()
+    try:
+        cfn.Read(path)
+        cfn.CFN.timer(max(int(limit), 1))  # whole seconds, as bench/anytime.py gives it
+        res = cfn.Solve()
+    except pytoulbar2.pytb2.Contradiction:
+        res = None
+    took = time.perf_counter() - t
+    return {"optimum": None if res is None else res[1], "nodes": cfn.GetNbNodes(), "search_s": took}
+
+
+def child(kind: str, path: Path, limit: float) -> dict:
+    """One measurement in a fresh process: its JSON line, or the failure."""
+    t = time.perf_counter()
+    if kind == "solve":
+        cmd = [sys.executable, "-m", "gpusolve", "solve", str(path), "--json", "--device", "cpu",
+               "--time-limit", str(limit)]
+    else:
+        cmd = [sys.executable, __file__, "--child", kind, str(path), str(limit)]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit * 3 + 120)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1:] or [f"exit {p.returncode}"], "wall_s": wall}
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    if kind == "solve":
+        rec = {"status": rec["status"], "lower": rec["lower_bound"], "upper": rec["upper_bound"],
+               "time_s": rec["time_s"], "search": rec["search"]}
+    return {**rec, "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--quick", action="store_true", help="one small RLFAP-like network and one grid, 5 s")
+    ap.add_argument("--no-toulbar2", action="store_true")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        kind, path, limit = args.child
+        print(json.dumps((core if kind == "core" else toulbar2)(path, float(limit))))
+        return
+    limit = 5.0 if args.quick else args.time_limit
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in instances(Path(tmp), args.quick):
+            row = {"instance": path.name, "core": child("core", path, limit), "solve": child("solve", path, limit)}
+            if not args.no_toulbar2:
+                row["toulbar2"] = child("toulbar2", path, limit)
+            rows.append(row)
+            c, s, t = row["core"], row["solve"], row.get("toulbar2", {})
+            print(f"{path.name:28} core: {'proof' if c.get('complete') else 'open'} {c.get('upper')} "
+                  f"{c.get('nodes')} nodes {c.get('search_s', 0):.3f} s ({c.get('nodes_per_s') or 0:,.0f}/s, "
+                  f"load {c.get('load_s', 0):.2f} s) | solve: {s.get('status')} [{s.get('lower')}, "
+                  f"{s.get('upper')}] {s.get('time_s', 0):.2f} s | toulbar2: {t.get('optimum')} "
+                  f"{t.get('nodes')} nodes {t.get('search_s', 0):.3f} s", flush=True)
+    write_result("search", cpu_name(), time_limit=limit, rows=rows)
+
+
+if __name__ == "__main__":
+    main()

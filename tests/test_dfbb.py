@@ -1,0 +1,137 @@
+"""Depth-first branch and bound with FDAC*: exact optima, valid bounds at every node, reparameterisations
+that keep every assignment's cost, and a search that resumes where a slice ended."""
+import itertools
+
+import numpy as np
+import pytest
+
+from gpusolve import dfbb
+from gpusolve.dfbb import COMPLETE, FOUND, LEFT, PAUSED, DepthFirst
+
+from helpers import brute_force, random_problem
+
+pytest.importorskip("numba")
+
+
+def solve(problem, node_limit=1 << 14, upper=None):
+    search = DepthFirst(problem, upper)
+    while search.run(node_limit) != COMPLETE:
+        pass
+    return search
+
+
+def random_case(seed, arity_max=3, n_max=6):
+    rng = np.random.default_rng(seed)
+    return random_problem(rng, n_max=n_max, d_max=4, f_max=10, arity_max=arity_max,
+                          p_hard=float(rng.uniform(0.0, 0.7)))
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_the_optimum_equals_brute_force(block):
+    for seed in range(block * 60, block * 60 + 60):
+        problem = random_case(seed)
+        optimum, _ = brute_force(problem)
+        search = solve(problem)
+        assert search.complete and search.lower_bound == search.ub
+        if optimum >= problem.top:
+            assert search.ub >= problem.top, seed  # infeasible: no incumbent
+        else:
+            assert search.ub == optimum, seed
+            assert problem.evaluate(search.best) == optimum, seed
+
+
+def current_cost(search, problem, assignment):
+    """c0 + unary + binary costs of the reparameterised problem at this node (binary problems)."""
+    lay, S, d, top = search.lay, search.S, search.lay.d, search.top
+    total = int(S[0])
+    for v, a in enumerate(assignment):
+        total += int(S[lay.unary + v * d + a])
+    for k in range(lay.m):
+        i, j = search.bvar[2 * k], search.bvar[2 * k + 1]
+        a, b = assignment[i], assignment[j]
+        t = int(search.T[search.boff[k] + a * d + b])
+        if t >= top:
+            return top
+        total += t - int(S[lay.proj + 2 * k * d + a]) - int(S[lay.proj + (2 * k + 1) * d + b])
+    return min(total, top)
+
+
+def decisions(search):
+    depth = int(search.ctl[dfbb.DEPTH])
+    return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed):
+    """EPTs keep every live assignment's cost; c0 never exceeds the best assignment under the node's
+    decisions (brute force), and the reported global bound never exceeds the optimum."""
+    problem = random_case(1000 + seed, arity_max=2, n_max=5)
+    optimum, _ = brute_force(problem)
+    search = DepthFirst(problem)
+    lay, d = search.lay, search.lay.d
+    while True:
+        status = search.run(1)
+        assert search.lower_bound <= min(optimum, problem.top)
+        if status == PAUSED and search.ctl[dfbb.MODE] == dfbb.BRANCH:  # a node after propagation
+            taken = decisions(search)
+            best_below = problem.top
+            alive = search.S[lay.alive: lay.size].reshape(lay.n, d)
+            for a in itertools.product(*(range(s) for s in problem.domains)):
+                if all((a[x] == v) == (b == LEFT) for x, v, b in taken):
+                    cost = problem.evaluate(a)
+                    best_below = min(best_below, cost)
+                    if all(alive[v, a[v]] for v in range(lay.n)) and cost < search.ub:
+                        assert current_cost(search, problem, a) == cost, (seed, a)
+            assert search.S[0] <= best_below or best_below >= search.ub
+        if status == COMPLETE:
+            break
+    assert search.ub == min(optimum, problem.top)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_slices_of_any_size_make_the_same_search(seed):
+    problem = random_case(2000 + seed)
+    one, many = solve(problem, node_limit=1), solve(problem, node_limit=1 << 20)
+    assert (one.ub, one.nodes) == (many.ub, many.nodes)
+
+
+def test_each_better_incumbent_is_reported_as_found():
+    problem = random_case(7, n_max=6)
+    search = DepthFirst(problem)
+    seen = []
+    while (status := search.run(1 << 10)) != COMPLETE:
+        if status == FOUND:
+            seen.append(search.ub)
+            assert problem.evaluate(search.best) == search.ub
+    assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen)
+
+
+def test_a_given_upper_bound_prunes_and_an_unreachable_one_finds_nothing():
+    problem = random_case(11)
+    optimum, _ = brute_force(problem)
+    if optimum >= problem.top:
+        pytest.skip("infeasible draw")
+    assert solve(problem, upper=optimum + 1).ub == optimum
+    assert solve(problem, upper=optimum).best[0] == -1  # nothing strictly better than the optimum
+
+
+def test_float_problems_and_kept_globals_are_refused():
+    rng = np.random.default_rng(3)
+    problem = random_problem(rng, integer=False)
+    assert dfbb.supports(problem) == "costs are not integers"
+    with pytest.raises(ValueError):
+        DepthFirst(problem)
+
+
+@pytest.mark.parametrize("block", range(5))
+def test_toulbar2_agrees_on_generated_problems(tmp_path, block):
+    """500 problems: binary and ternary, hard tuples, infeasible ones and ties."""
+    pytest.importorskip("pytoulbar2")
+    from helpers import toulbar2_optimum
+    for seed in range(block * 100, block * 100 + 100):
+        rng = np.random.default_rng(5000 + seed)
+        problem = random_problem(rng, n_max=12, d_max=6, f_max=30, arity_max=3, p_hard=float(rng.uniform(0, 0.5)))
+        expected = toulbar2_optimum(problem, tmp_path / f"p{seed}.wcsp")
+        search = solve(problem)
+        got = None if search.ub >= problem.top else search.ub + problem.offset
+        assert got == expected, seed
