@@ -1,7 +1,8 @@
 """Command line: solve, info, generate, batch, dcop, csg.
 
 Errors the user can fix print one line and exit 2 (bad input or usage), 3
-(memory budget) or 4 (time limit with no bound); never a traceback.
+(memory budget) or 4 (time limit with no bound); never a traceback (`solve
+--help` lists every exit code).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import click
 from . import __version__, graph
 from . import csg as csg_names
 from .engines import DEVICES, DeviceError
-from .generate import TOPOLOGIES, GenerateError
+from .generate import TOPOLOGIES, GenerateBudget, GenerateError
 from .graph import OrderError
 from .plan import TABLES, fmt_bytes
 from .report import dumps
@@ -34,17 +35,21 @@ if TYPE_CHECKING:
 # `--help` and `--version` answer without them, and a small solve pays only what it runs.
 EXIT_INPUT, EXIT_MEMORY, EXIT_TIME = 2, 3, 4
 EXIT_INTERRUPT = 130  # 128 + SIGINT, as shells report it (SIGTERM: 0, a stop as at a time limit)
+EXIT_PIPE = 141  # 128 + SIGPIPE: the reader of the output has gone (`gpusolve solve ... | head -1`)
 
 
 @functools.cache
 def console(stderr: bool):
     """rich's console for stdout or stderr, made on first use. Piped, lines are not wrapped at 80
-    columns nor padded with the blanks rich fills tables with."""
+    columns nor padded with the blanks rich fills tables with; a reader gone ends the command (141)."""
     from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
-        return Console(stderr=stderr, highlight=False)
-    return Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
+        made = Console(stderr=stderr, highlight=False)
+    else:
+        made = Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
+    made.on_broken_pipe = _reader_gone  # rich's own exits 1
+    return made
 
 
 class _Unpadded:
@@ -106,6 +111,19 @@ class Seconds(click.ParamType):
         return seconds
 
 
+# A solving process holds about BASELINE_MIB before its first table (Python, NumPy, rich, gpusolve:
+# the peak RSS of a CPU solve of the bundled instance); a budget below MEM_FLOOR cannot be kept.
+BASELINE_MIB, MEM_FLOOR = 48, 64 << 20
+
+
+def above_floor(ctx, param, value: int | None) -> int | None:
+    """--mem-limit below MEM_FLOOR is refused (exit 2) rather than promised and exceeded."""
+    if value is not None and value < MEM_FLOOR:
+        raise click.BadParameter(f"{fmt_bytes(value)} is below the floor of {fmt_bytes(MEM_FLOOR)}: the process "
+                                 f"alone takes about {BASELINE_MIB} MiB before any table")
+    return value
+
+
 def solve_options(f):
     """Options shared by `solve` and `batch`."""
     for opt in reversed([
@@ -118,8 +136,10 @@ def solve_options(f):
                      help="Per mini-bucket: dense tables, or sparse ones holding only feasible rows; "
                           "auto picks from the predicted feasible share."),
         click.option("--time-limit", type=Seconds(), default=None, help="Seconds."),
-        click.option("--mem-limit", type=SizeParam(), default=None,
-                     help="Memory budget (e.g. 8G); default: available RAM."),
+        click.option("--mem-limit", type=SizeParam(), default=None, callback=above_floor,
+                     help=f"Memory budget (e.g. 8G), at least {MEM_FLOOR >> 20}M: the process alone takes "
+                          f"about {BASELINE_MIB} MiB (Python, NumPy, gpusolve; CUDA adds its own); "
+                          "default: available RAM."),
         click.option("--gpu-mem-limit", type=SizeParam(), default=None,
                      help="Device memory the GPU engine may hold before it streams tables through "
                           "host memory (e.g. 2G); default: free device memory."),
@@ -142,27 +162,53 @@ def solve_options(f):
 
 class Commands(click.Group):
     """Usage errors as one line on stderr (and, with --json, an error object on stdout), exit 2;
-    Ctrl-C outside a solve exits 130 without click's "Aborted!"."""
+    Ctrl-C outside a solve exits 130 without click's "Aborted!"; a reader of stdout gone (`| head`)
+    ends the command quietly with 141."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller that handles click's exceptions itself
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         args = sys.argv[1:] if args is None else list(args)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            ctx = getattr(e, "ctx", None)
-            line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
-            if "--json" in args:
-                from .report import record
-                params = ctx.params if ctx else {}
-                print(dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
-                                   message=line)))
-            err().print(line, markup=False, soft_wrap=True)
-            sys.exit(e.exit_code)
-        except click.Abort:
-            sys.exit(EXIT_INTERRUPT)
-        sys.exit(code if isinstance(code, int) else 0)
+            try:
+                code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            except click.ClickException as e:
+                ctx = getattr(e, "ctx", None)
+                line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
+                if "--json" in args:
+                    from .report import record
+                    params = ctx.params if ctx else {}
+                    print(dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                       message=line)))
+                err().print(line, markup=False, soft_wrap=True)
+                sys.exit(e.exit_code)
+            except click.Abort:
+                sys.exit(EXIT_INTERRUPT)
+            finally:  # here, not at the interpreter's exit, where a reader gone is reported as an error
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+            sys.exit(code if isinstance(code, int) else 0)
+        except BrokenPipeError:
+            _reader_gone()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handling, which exits 1
+            _reader_gone()
+
+
+def _reader_gone():
+    """The reader of stdout (or stderr) has gone: what is left to print goes nowhere, and the command
+    exits as a process killed by SIGPIPE would, without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, OSError, ValueError):  # not a file (`gpusolve serve` runs the command)
+            pass
+    os.close(devnull)
+    sys.exit(EXIT_PIPE)
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -179,18 +225,29 @@ class Failure(Exception):
 
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
                stop=None, fmt: str | None = None) -> Result:
-    """Read and solve one file; every expected failure becomes a Failure with its exit code."""
+    """Read and solve one file; every expected failure becomes a Failure with its exit code. The time
+    limit and `stop` (Ctrl-C, SIGTERM) apply while the file is read too."""
     from . import parsers
-    from .parsers.errors import OverBudget, ParseError
+    from .parsers.errors import OverBudget, ParseError, Stopped
 
+    from .anytime import Stop
     from .model import ModelError
     from .solve import BudgetError, TimeLimit, solve
+    t0 = time.perf_counter()
+    stop = stop or Stop()
+    if options.time_limit is not None:
+        stop.deadline = t0 + options.time_limit
     try:
-        t0 = time.perf_counter()
-        problem = parsers.read(path, evidence, fmt, options.mem_limit)
+        problem = parsers.read(path, evidence, fmt, options.mem_limit, stop)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop)
+    except Stopped as e:
+        if e.interrupted == signal.SIGINT:
+            raise Failure(f"{path}: interrupted while reading, before any bound", EXIT_INTERRUPT,
+                          status="timeout") from None
+        why = "stopped by SIGTERM" if e.interrupted else "time limit reached"
+        raise Failure(f"{path}: {why} while reading, before any bound", EXIT_TIME, status="timeout") from None
     except OverBudget as e:
         raise Failure(str(e), EXIT_MEMORY) from None
     except (ParseError, OrderError, DeviceError) as e:
@@ -279,10 +336,21 @@ def interruptible():
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **solve_kw):
     """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
 
-    Exit 0 when solved or bounded (SIGTERM stops it as a time limit does), 130 when Ctrl-C stopped
-    it after printing the best result held."""
+    The time limit, Ctrl-C and SIGTERM apply while the file is read too; SIGTERM stops a solve as the
+    time limit does.
+
+    \b
+    Exit codes:
+      0    solved, or bounds held at the time limit or SIGTERM
+      1    internal error (a bug; GPUSOLVE_DEBUG=1 shows its traceback)
+      2    bad input (FILE:LINE says what) or usage
+      3    the memory budget cannot hold what the file or the plan needs
+      4    time limit or SIGTERM before any bound (while reading; for PR and MAR, before Z)
+      130  Ctrl-C (the best result held printed first)
+      141  the reader of the output has gone (as SIGPIPE)"""
     from dataclasses import asdict
 
+    from .outputs import check_outputs, clear_outputs
     from .report import record
     from .solve import Options
     options = Options(**solve_kw)
@@ -293,7 +361,8 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 
-    problem = check_outputs(file, fmt, solution, uai_output)  # before any work
+    problem = check_outputs(file, fmt, solution, uai_output, (evidence, options.order)) \
+        or clear_outputs(("--solution", solution), ("--uai-output", uai_output))  # before any work
     if problem:
         fail(problem, EXIT_INPUT)
     try:
@@ -315,21 +384,6 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
         sys.exit(EXIT_INPUT)
     if stop.interrupted == signal.SIGINT:  # SIGTERM (a batch system's stop) ends as a time limit does: 0
         sys.exit(EXIT_INTERRUPT)
-
-
-def check_outputs(file: str, fmt: str | None, solution: str | None, uai_output: str | None) -> str | None:
-    """Why the output options cannot work, found before solving; None when they can."""
-    from .parsers import format_of
-    if uai_output and format_of(file, fmt) != ".uai":
-        return f"{file}: --uai-output applies to .uai files"
-    for option, path in (("--solution", solution), ("--uai-output", uai_output)):
-        if path:
-            folder = Path(path).parent
-            if not folder.is_dir():
-                return f"{option} {path}: folder {folder} does not exist"
-            if not os.access(folder, os.W_OK):
-                return f"{option} {path}: folder {folder} is not writable"
-    return None
 
 
 def write_outputs(result: Result, solution: str | None, uai_output: str | None) -> str | None:
@@ -468,7 +522,7 @@ def serve_cmd(path, device, idle_exit):
 def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_limit, plot, workers, slice_min):
     """Sizes, induced widths, predicted memory of BE and MBE(z), and the anytime schedule solve would run."""
     from . import parsers
-    from .parsers.errors import ParseError
+    from .parsers.errors import OverBudget, ParseError
     from rich.table import Table
 
     from .model import ModelError
@@ -483,7 +537,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
             orders[order] = graph.read_order(order, len(problem.variables))
     except (ParseError, OrderError) as e:
         err().print(str(e), markup=False, soft_wrap=True)
-        sys.exit(EXIT_INPUT)
+        sys.exit(EXIT_MEMORY if isinstance(e, OverBudget) else EXIT_INPUT)
     except (ModelError, ValueError) as e:
         err().print(f"{file}: {e}", markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -591,7 +645,7 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:
         err().print(f"generate: {e}", markup=False)
-        sys.exit(EXIT_INPUT)
+        sys.exit(EXIT_MEMORY if isinstance(e, GenerateBudget) else EXIT_INPUT)
     path = output or f"{problem.name}.wcsp"
     try:
         write(problem, path)

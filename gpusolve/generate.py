@@ -15,10 +15,17 @@ if TYPE_CHECKING:
 
 TOPOLOGIES = ("random", "scalefree", "grid")
 MAX_COST = 100
+# Memory per table entry: the int64 table and its random draws, and the entry as .wcsp text while
+# written (about 100 bytes measured at d = 300 and 600, the most of the three formats).
+ENTRY_BYTES = 128
 
 
 class GenerateError(ValueError):
-    pass
+    """Parameters that cannot give a problem (exit 2)."""
+
+
+class GenerateBudget(GenerateError):
+    """A problem whose tables would not fit in memory (exit 3)."""
 
 
 def random_edges(n: int, p1: float, rng) -> list[tuple[int, int]]:
@@ -73,6 +80,7 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
         edges = grid_edges(n)
     else:
         raise GenerateError(f"unknown topology {topology!r} (choose {', '.join(TOPOLOGIES)})")
+    check_size(len(edges), d)
     functions = []
     for a, b in edges:
         table = rng.integers(0, MAX_COST + 1, size=(d, d)).astype(np.int64)
@@ -81,6 +89,20 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
     name = f"{topology}-n{n}-d{d}-s{seed}"
     problem = Problem(name, [Variable(f"x{i}", d) for i in range(n)], functions)
     return finalize_integer(problem, len(edges) * MAX_COST + 1)
+
+
+def check_size(tables: int, d: int) -> None:
+    """Refuse, before any allocation, tables the readers would refuse or memory could not hold."""
+    from .memory import available_memory
+    from .parsers.tables import MAX_TABLE
+    entries = d * d
+    if entries > MAX_TABLE:
+        raise GenerateError(f"-d {d}: each binary table would hold {entries:,} entries, more than a file may "
+                            f"declare (2^31): lower -d")
+    need, free = tables * entries * ENTRY_BYTES, available_memory()
+    if need > free:
+        raise GenerateBudget(f"{tables} tables of {entries:,} entries need about {need / 2**30:,.1f} GiB to generate "
+                             f"and write, more than the {free / 2**30:,.1f} GiB available: lower -d or -n")
 
 
 def markov_grid(side: int, d: int = 2, seed: int = 0, p_zero: float = 0.0) -> Problem:

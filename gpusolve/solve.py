@@ -107,8 +107,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     t0 = time.perf_counter()
     task = check_task(problem, options)
     stop = stop or Stop()
-    if options.time_limit is not None:
-        stop.deadline = t0 + options.time_limit
+    if options.time_limit is not None:  # counted from the start of reading
+        stop.deadline = t0 - read_time + options.time_limit
     phases = {"read": read_time}
     if task in PROBABILISTIC:
         return _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases)

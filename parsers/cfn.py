@@ -26,12 +26,12 @@ import numpy as np
 
 from gpusolve.model import MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 
 TOKEN = re.compile(r'"([^"]*)"|([{}\[\]])|([^\s{}\[\]",:]+)')
-NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)")
+NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")  # linear: no two ways to split the digits
 MAX_DECIMALS = 18
 # What the tree keeps per token (the Atom, its text, the list entry: ~150 bytes measured with
 # tracemalloc), and a value name's index entry later.
@@ -100,7 +100,7 @@ class _Reader:
             out = {}
             for k, v in zip(items[::2], items[1::2]):
                 if not isinstance(k, Atom) or k.text not in keys:
-                    raise self.error(k, f"{what}: unexpected field {getattr(k, 'text', '{...}')!r} "
+                    raise self.error(k, f"{what}: unexpected field {quote(getattr(k, 'text', '{...}'))} "
                                         f"(expected {', '.join(keys)})")
                 out[k.text] = v
             return out
@@ -137,7 +137,7 @@ class _Reader:
         self.maximize = mustbe.text[0] == ">"
         number = mustbe.text[1:]
         if not NUMBER.fullmatch(number):
-            raise self.error(mustbe, f"mustbe bound {number!r} is not a decimal number")
+            raise self.error(mustbe, f"mustbe bound {quote(number)} is not a decimal number")
         self.precision = len(number.partition(".")[2])
         if self.precision > MAX_DECIMALS:
             raise self.error(mustbe, f"mustbe has {self.precision} decimals (at most {MAX_DECIMALS})")
@@ -147,7 +147,7 @@ class _Reader:
         """A file cost (utility when maximising) as an internal integer at the file's precision."""
         if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
             text = atom.text if isinstance(atom, Atom) else "{...}"
-            raise self.error(atom, f"expected a {what} (a decimal number), found {text!r}")
+            raise self.error(atom, f"expected a {what} (a decimal number), found {quote(text)}")
         whole, _, fraction = atom.text.lstrip("+-").partition(".")
         # the decimals beyond the precision are cut off, as toulbar2 does, on the digits themselves: no
         # arithmetic that rounds (Decimal keeps 28 digits) or wraps
@@ -194,7 +194,7 @@ class _Reader:
     def _int(self, atom, what: str) -> int:
         if not isinstance(atom, Atom) or not re.fullmatch(r"[-+]?\d{1,18}", atom.text):
             raise self.error(atom, f"expected {what} (an integer of at most 18 digits), found "
-                                   f"{atom.text if isinstance(atom, Atom) else '{...}'!r}")
+                                   f"{quote(atom.text if isinstance(atom, Atom) else '{...}')}")
         return int(atom.text)
 
     def _functions(self, group: Group) -> tuple[list[CostFunction], int]:
@@ -242,10 +242,10 @@ class _Reader:
     def _reference(self, scope, ref: Atom, before: int, by_name: dict[str, int], declared) -> int:
         """The place in `declared` of the function whose table `ref` names."""
         if ref.text not in by_name:
-            raise self.error(ref, f"shared cost table {ref.text!r} is not a cost function of this file")
+            raise self.error(ref, f"shared cost table {quote(ref.text)} is not a cost function of this file")
         place = by_name[ref.text]
         if place < before:
-            raise self.error(ref, f"shared cost table {ref.text!r} must be defined after the function "
+            raise self.error(ref, f"shared cost table {quote(ref.text)} must be defined after the function "
                                   "using it, as toulbar2 requires")
         shape, table_shape = tuple(self.variables[v].domain for v in scope), declared[place][1].shape
         if table_shape != shape:

@@ -1,9 +1,22 @@
 """The one error every reader raises: it prints as `FILE:LINE: what is wrong`."""
 from __future__ import annotations
 
+QUOTE_CHARS = 80  # input echoed in a message is cut to this many characters
+MESSAGE_CHARS = 400  # ... and a whole message to this many (a name echoed without `quote`)
+
+
+def quote(value) -> str:
+    """repr(value) for a message, cut to QUOTE_CHARS characters: a token may be megabytes long."""
+    if isinstance(value, str) and len(value) > QUOTE_CHARS:  # cut before repr copies it whole
+        return f"{value[:QUOTE_CHARS]!r}... ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= QUOTE_CHARS else f"{text[:QUOTE_CHARS]}... ({len(text):,} characters)"
+
 
 class ParseError(Exception):
     def __init__(self, path, line: int | None, message: str):
+        if len(message) > MESSAGE_CHARS:
+            message = f"{message[:MESSAGE_CHARS]}... ({len(message):,} characters)"
         super().__init__(message)
         self.path = str(path)
         self.line = line
@@ -16,4 +29,13 @@ class ParseError(Exception):
 
 
 class OverBudget(ParseError):
-    """A table the file declares would not fit the memory budget (exit 3, not bad input)."""
+    """What the file declares or holds (a table, a line) would not fit the memory budget (exit 3, not bad input)."""
+
+
+class Stopped(Exception):
+    """Reading was asked to stop (time limit, Ctrl-C, SIGTERM): not a fault of the input.
+    `interrupted` is the signal's number, or False for the deadline."""
+
+    def __init__(self, interrupted: int | bool = False):
+        super().__init__("stopped while reading")
+        self.interrupted = interrupted

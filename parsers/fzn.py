@@ -17,7 +17,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines
 from .tables import COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem, \
     exact_costs, linear_sum
@@ -166,7 +166,7 @@ class _Reader:
         try:
             return int(text)
         except ValueError:
-            raise self.error(f"expected an integer, found {text!r}") from None
+            raise self.error(f"expected an integer, found {quote(text)}") from None
 
     def _term(self, text: str):
         text = text.strip()

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from .errors import quote
 from .tables import INT64_MAX, entry_bytes
 
 MAX_DEPTH = 100  # nesting refused beyond this: evaluation recurses once per level
@@ -44,16 +45,16 @@ def parse(text: str, variables: dict[str, int]):
         m = _token(text, pos)
         pos, token = m.end(), m[0].strip()
         if not stack and tree is not None:
-            raise ExpressionError(f"unexpected {token!r} after the expression")
+            raise ExpressionError(f"unexpected {quote(token)} after the expression")
         if token in (",", ")"):
             if want_argument or not stack:
-                raise ExpressionError(f"unexpected {token!r}")
+                raise ExpressionError(f"unexpected {quote(token)}")
             want_argument = token == ","
             if token == ",":
                 continue
             node = stack.pop()
         elif not want_argument or token == "(":
-            raise ExpressionError(f"unexpected {token!r}")
+            raise ExpressionError(f"unexpected {quote(token)}")
         elif m[2] is not None and pos < len(text) and _token(text, pos)[0].strip() == "(":
             if len(stack) == MAX_DEPTH:
                 raise ExpressionError(f"the expression is nested more than {MAX_DEPTH} levels deep")

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .errors import ParseError
+from .errors import ParseError, quote
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -85,7 +85,7 @@ class Tokens:
         try:
             value = int(text)
         except ValueError:
-            raise self.error(f"expected {what} (an integer), found {text!r}") from None
+            raise self.error(f"expected {what} (an integer), found {quote(text)}") from None
         if low is not None and value < low:
             raise self.error(f"{what} must be at least {low}, found {value}")
         return value
@@ -140,7 +140,7 @@ class Tokens:
                 try:
                     float(text)
                 except ValueError:
-                    raise ParseError(self.path, lines[i], f"expected {what} (a number), found {text!r}") from None
+                    raise ParseError(self.path, lines[i], f"expected {what} (a number), found {quote(text)}") from None
             raise
 
 
@@ -153,7 +153,7 @@ def parse_ints(path, words: list[str], lines: Lines, what: str) -> np.ndarray:
             try:
                 value = int(text)
             except ValueError:
-                raise ParseError(path, lines[i], f"expected {what} (an integer), found {text!r}") from None
+                raise ParseError(path, lines[i], f"expected {what} (an integer), found {quote(text)}") from None
             if abs(value) > INT64_MAX:
-                raise ParseError(path, lines[i], f"{what} {value} does not fit in 64 bits") from None
+                raise ParseError(path, lines[i], f"{what} {quote(text)} does not fit in 64 bits") from None
         raise

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpusolve.model import CostFunction, Problem, Variable, condition
 
+from .errors import quote
 from .source import read_lines, split_compression
 from .tables import too_large
 from .tokens import Tokens, parse_ints
@@ -29,7 +30,7 @@ def read(path: str | Path, evidence: str | Path | None = None) -> Problem:
     t = Tokens(path, read_lines(path), comment="c")
     kind = t.word("network type")
     if kind.upper() not in NETWORK_TYPES:
-        raise t.error(f"unknown network type {kind!r} (expected MARKOV or BAYES)")
+        raise t.error(f"unknown network type {quote(kind)} (expected MARKOV or BAYES)")
     n = t.int("number of variables", low=0)
     domains = [t.int(f"domain size of variable {i}", low=1) for i in range(n)]
     m = t.int("number of functions", low=0)

@@ -31,7 +31,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens
@@ -205,7 +205,7 @@ def _alldiff(t: Tokens, keyword: str, scope, domains, ub: int) -> AllDifferent:
         return AllDifferent(scope, values, FORBIDDEN, "var", exempt)
     metric = t.word("salldiff metric (var, dec or decbi)")
     if metric not in ("var", "dec", "decbi"):
-        raise t.error(f"salldiff metric {metric!r} is none of var, dec, decbi")
+        raise t.error(f"salldiff metric {quote(metric)} is none of var, dec, decbi")
     cost = _cost(t, "salldiff cost")
     return AllDifferent(scope, values, FORBIDDEN if cost >= ub else cost, "var" if metric == "var" else "dec")
 

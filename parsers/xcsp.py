@@ -31,7 +31,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import assign_tuples, too_large
 
@@ -173,7 +173,7 @@ class _Reader:
             if fmt is not None and fmt.replace(" ", "").upper() == "XCSP3":
                 raise _Xcsp3
             if fmt is not None:
-                raise self.error(line, f"unknown XCSP format {fmt!r} (XCSP 2.1 or XCSP3 are read)")
+                raise self.error(line, f"unknown XCSP format {quote(fmt)} (XCSP 2.1 or XCSP3 are read)")
         elif tag in ("predicates", "functions"):
             raise self.error(line, f"intensional constraints (<{tag}>) are not supported")
         elif tag == "presentation":
@@ -195,7 +195,7 @@ class _Reader:
         try:
             return int(text)
         except ValueError:
-            raise self.error(line, f"{name}={text!r} is not an integer") from None
+            raise self.error(line, f"{name}={quote(text)} is not an integer") from None
 
     def _check_count(self, section: str) -> None:
         announced, line = self.declared.pop(section)
@@ -209,10 +209,10 @@ class _Reader:
             raise self.error(line, "<presentation> must come before the relations")
         fmt = elem.get("format")
         if fmt is not None and not fmt.replace(" ", "").upper().startswith("XCSP2.1"):
-            raise self.error(line, f"<presentation format={fmt!r}>: only XCSP 2.1 (or XCSP3) is read")
+            raise self.error(line, f"<presentation format={quote(fmt)}>: only XCSP 2.1 (or XCSP3) is read")
         maximize = elem.get("maximize", "false").lower()
         if maximize not in ("true", "false"):
-            raise self.error(line, f"maximize={maximize!r} is neither true nor false")
+            raise self.error(line, f"maximize={quote(maximize)} is neither true nor false")
         self.maximize = maximize == "true"
         if elem.get("type", "").upper() == "QCSP":
             raise self.error(line, "quantified CSPs (QCSP) are not supported")
@@ -243,7 +243,7 @@ class _Reader:
         try:
             value = int(text)
         except ValueError:
-            raise self.error(line, f"cost {text!r} is not an integer") from None
+            raise self.error(line, f"cost {quote(text)} is not an integer") from None
         if abs(value) > MAX_COST:
             raise self.error(line, f"cost {value} out of range (|cost| <= 2^62)")
         return -value if self.maximize else value
@@ -306,7 +306,7 @@ class _Reader:
             listed = 0 if semantics == "supports" else FORBIDDEN
             default = FORBIDDEN if semantics == "supports" else 0
         else:
-            raise self.error(line, f"relation {name}: unknown semantics {semantics!r}")
+            raise self.error(line, f"relation {name}: unknown semantics {quote(semantics)}")
         tuples, costs = self._tuples(elem.text or "", line, name, arity, listed)
         if "nbTuples" in elem.attrib and self._int(elem, "nbTuples", line) != len(tuples):
             raise self.error(line, f"relation {name} announces {elem.get('nbTuples')} tuples, found {len(tuples)}")

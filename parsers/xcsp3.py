@@ -26,7 +26,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .intension import Evaluation, ExpressionError, parse, scope_of
 from .source import read_lines
 from .tables import (COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem,
@@ -151,7 +151,7 @@ class _Reader:
             return
         sizes = tuple(int(s) for s in re.findall(r"\[(\d+)\]", v.get("size", "")))
         if not sizes:
-            raise self.error(f"array {ident}: size {v.get('size')!r} is not like [3][4]")
+            raise self.error(f"array {ident}: size {quote(v.get('size'))} is not like [3][4]")
         self._charge(math.prod(sizes) * CP_VARIABLE_BYTES, f"array {ident} of {math.prod(sizes):,} variables")
         cells: dict[tuple, int] = {}
         parts = [d for d in v if d.tag == "domain"]
@@ -173,7 +173,7 @@ class _Reader:
         alias = v.get("as")
         if alias is not None:
             if alias not in self.index:
-                raise self.error(f"unknown variable {alias} in as={alias!r}")
+                raise self.error(f"unknown variable {alias} in as={quote(alias)}")
             return self.values[self.index[alias]]
         return self._domain_text(v.text or "")
 
@@ -186,7 +186,7 @@ class _Reader:
             try:
                 low, high = (int(x) for x in m[0].split("..")) if ".." in m[0] else (int(m[0]),) * 2
             except ValueError:
-                raise self.error(f"domain value {m[0]!r} is not an integer or an interval") from None
+                raise self.error(f"domain value {quote(m[0])} is not an integer or an interval") from None
             if not -INT64_MAX - 1 <= min(low, high) <= max(low, high) <= INT64_MAX:
                 raise self.error(f"domain value {m[0]} beyond 64-bit integers")
             count += max(high - low + 1, 0)
@@ -214,10 +214,10 @@ class _Reader:
     def _cells(self, word: str, ident: str, sizes) -> list[tuple]:
         m = REF.fullmatch(word)
         if not m or m[1] != ident:
-            raise self.error(f"{word!r} is not a part of array {ident}")
+            raise self.error(f"{quote(word)} is not a part of array {ident}")
         parts = re.findall(r"\[([^\]]*)\]", m[2])
         if len(parts) != len(sizes):
-            raise self.error(f"{word!r}: array {ident} has {len(sizes)} dimensions")
+            raise self.error(f"{quote(word)}: array {ident} has {len(sizes)} dimensions")
         ranges = []
         for part, size in zip(parts, sizes):
             if part == "":
@@ -226,7 +226,7 @@ class _Reader:
             low, dots, high = part.partition("..")
             low, high = self._int(low), self._int(high if dots else low)
             if not 0 <= low <= high < size:
-                raise self.error(f"{word!r} is outside array {ident} (size {''.join(f'[{s}]' for s in sizes)})")
+                raise self.error(f"{quote(word)} is outside array {ident} (size {''.join(f'[{s}]' for s in sizes)})")
             ranges.append(range(low, high + 1))
         return list(itertools.product(*ranges))
 
@@ -402,7 +402,7 @@ class _Reader:
     def _condition(self, text: str) -> tuple[str, object]:
         m = re.fullmatch(r"\s*\(\s*(\w+)\s*,\s*([^)]*?)\s*\)\s*", text)
         if not m or m[1] not in ("lt", "le", "ge", "gt", "eq", "ne", "in", "notin"):
-            raise self.error(f"condition {text.strip()!r} is not (op, value) with op lt, le, ge, gt, eq, ne, in")
+            raise self.error(f"condition {quote(text.strip())} is not (op, value) with op lt, le, ge, gt, eq, ne, in")
         if m[1] in ("in", "notin"):
             return m[1], self._domain_text(m[2].replace(",", " ").strip("{} "))
         if m[2] in self.index:
@@ -430,7 +430,7 @@ class _Reader:
             scope, value = self._evaluate(self._expression(text))
             self._table(scope, self._costs(value, self.sense))
         else:
-            raise self.error(f"objective type {kind!r} is not supported (sum or an expression)")
+            raise self.error(f"objective type {quote(kind)} is not supported (sum or an expression)")
 
     def _costs(self, values: np.ndarray, factor: int) -> np.ndarray:
         costs = exact_costs(values, factor)
@@ -476,7 +476,7 @@ class _Reader:
         try:
             return int(text)
         except ValueError:
-            raise self.error(f"expected an integer, found {text!r}") from None
+            raise self.error(f"expected an integer, found {quote(text)}") from None
 
 
 def _name(ident: str, cell: tuple) -> str:

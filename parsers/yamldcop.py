@@ -27,7 +27,7 @@ import numpy as np
 
 from gpusolve.model import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
 
-from .errors import ParseError
+from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import too_large
 
@@ -86,7 +86,7 @@ class _Reader:
         objective = doc.get("objective")
         if objective not in ("min", "max"):
             raise self.error(doc, "objective" if "objective" in doc else None,
-                             f"objective must be min or max, not {objective!r}")
+                             f"objective must be min or max, not {quote(objective)}")
         self.maximize = objective == "max"
         self.domains: dict[str, list] = {}
         self.variables: list[Variable] = []
@@ -125,7 +125,7 @@ class _Reader:
             try:
                 values = list(range(int(low), int(high) + 1))
             except ValueError:
-                raise self.error(sec, name, f"domain {name}: {values[0]!r} is not a range like 0..9") from None
+                raise self.error(sec, name, f"domain {name}: {quote(values[0])} is not a range like 0..9") from None
         if len(set(map(str, values))) != len(values):
             raise self.error(sec, name, f"domain {name} lists a value twice")
         if not values:
@@ -137,7 +137,7 @@ class _Reader:
         name = str(name)
         domain = v.get("domain") if isinstance(v, dict) else None
         if domain not in self.domains:
-            raise self.error(sec, name, f"variable {name}: unknown domain {domain!r}")
+            raise self.error(sec, name, f"variable {name}: unknown domain {quote(domain)}")
         if "noise_level" in v:
             raise self.error(sec, name, f"variable {name}: noisy cost functions are not supported")
         values = self.domains[domain]
@@ -157,13 +157,13 @@ class _Reader:
         elif kind == "extensional":
             self._extension(sec, name, c)
         else:
-            raise self.error(sec, name, f"constraint {name}: type must be intention or extensional, not {kind!r}")
+            raise self.error(sec, name, f"constraint {name}: type must be intention or extensional, not {quote(kind)}")
 
     def _intention(self, sec, key, expression: str, what: str) -> None:
         try:
             tree = ast.parse(expression.strip(), mode="eval")
         except SyntaxError as e:
-            raise self.error(sec, key, f"{what}: syntax error in {expression!r}: {e.msg}") from None
+            raise self.error(sec, key, f"{what}: syntax error in {quote(expression)}: {e.msg}") from None
         names = set()
         for node in ast.walk(tree):
             if not isinstance(node, SAFE_NODES):
@@ -188,7 +188,7 @@ class _Reader:
             try:
                 table[idx] = eval(code, env, local)  # checked above: no attribute, subscript or other call
             except Exception as e:
-                raise self.error(sec, key, f"{what}: evaluating {expression!r} at {local}: {e}") from None
+                raise self.error(sec, key, f"{what}: evaluating {quote(expression)} at {local}: {e}") from None
         self.costs.append((scope, self._numbers(sec, key, table, what)))
 
     def _extension(self, sec, name, c) -> None:
@@ -215,7 +215,7 @@ class _Reader:
             for t in str(tuples).split("|"):
                 tokens = t.split()
                 if len(tokens) != len(scope):
-                    raise self.error(sec, name, f"constraint {name}: assignment {t.strip()!r} has {len(tokens)} "
+                    raise self.error(sec, name, f"constraint {name}: assignment {quote(t.strip())} has {len(tokens)} "
                                                 f"values for {len(scope)} variables")
                 try:
                     table[tuple(lab[tok] for lab, tok in zip(labels, tokens))] = cost
@@ -229,7 +229,7 @@ class _Reader:
     def _numbers(self, sec, key, table: np.ndarray, what: str) -> np.ndarray:
         for x in table.flat:
             if isinstance(x, bool) or not isinstance(x, (int, float)) or isinstance(x, float) and math.isnan(x):
-                raise self.error(sec, key, f"{what}: cost {x!r} is not a number")
+                raise self.error(sec, key, f"{what}: cost {quote(x)} is not a number")
         return table
 
     def _agents(self) -> None:

@@ -1,5 +1,6 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_hardening import PEAK
 
 from gpusolve.cli import main
 
@@ -22,6 +24,15 @@ def run(*args):
 def small(tmp_path):
     path = tmp_path / "r.wcsp"
     assert run("generate", "random", "-n", 8, "-d", 4, "--seed", 3, "-o", path).exit_code == 0
+    return path
+
+
+@pytest.fixture
+def wide(tmp_path):
+    """A triangle of 500-value variables: MBE(z=3) needs a 500^3 bucket."""
+    path = tmp_path / "wide.wcsp"
+    tables = "".join(f"2 {a} {b} 0 1\n0 0 1\n" for a, b in ((0, 1), (1, 2), (0, 2)))
+    path.write_text("wide 3 500 3 10\n500 500 500\n" + tables)
     return path
 
 
@@ -59,13 +70,12 @@ def test_human_output_names_bounds_and_phases(small):
     (["solve", "{small}", "--z", "1"], 2, "largest arity"),
     (["solve", "{small}", "--order", "nosuchfile"], 2, "nosuchfile"),
     (["solve", "{small}", "--order", "random"], 2, "random"),
-    (["solve", "{small}", "--mem-limit", "1K"], 3, "memory budget"),
-    (["solve", str(BUNDLED), "--z", "4", "--mem-limit", "200K", "--tables", "dense"], 3, "largest bucket"),
+    (["solve", "{small}", "--mem-limit", "1K"], 2, "below the floor of 64.0 MiB"),
     (["solve", "{small}", "--mem-limit", "lots"], 2, "not a size"),
     (["solve", "{small}", "--gpu-mem-limit", "lots"], 2, "not a size"),
 ])
-def test_errors_are_one_line_with_exit_code(small, args, code, pattern):
-    args = [a.replace("{small}", str(small)) for a in args]
+def test_errors_are_one_line_with_exit_code(small, wide, args, code, pattern):
+    args = [a.replace("{small}", str(small)).replace("{wide}", str(wide)) for a in args]
     r = run(*args)
     assert r.exit_code == code, (r.output, r.stderr)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -88,6 +98,14 @@ def test_subprocess_bad_input_prints_file_line_and_exits_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "gpusolve", "solve", str(bad)], capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip().startswith(f"{bad}:4:") and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_info_over_the_memory_budget_exits_3_as_solve_does(tmp_path):
+    big = tmp_path / "big.wcsp"
+    big.write_text("t 1 268435456 1 10\n268435456\n1 0 0 0\n")  # 2^28 entries: 2 GiB of int64
+    for command in ("info", "solve"):
+        r = run(command, big, "--mem-limit", "100M")
+        assert r.exit_code == 3 and "memory budget" in r.stderr, (command, r.output)
 
 
 def test_info_reports_widths_and_memory(small):
@@ -155,6 +173,95 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     assert p.stdout.strip().splitlines()[-1] == "[]"
 
 
+# --- outputs, generate, the memory floor, exit codes, a closed pipe ----------------------------------
+
+@pytest.mark.parametrize("option", ["--solution", "--uai-output"])
+def test_an_output_naming_an_input_is_refused(tmp_path, option):
+    """--solution or --uai-output naming FILE (itself or through a link) or the evidence file would
+    overwrite it: refused before any work, the input left as it was."""
+    net = tmp_path / "net.uai"
+    net.write_text("MARKOV\n1\n2\n1\n1 0\n2\n0.25 0.75\n")
+    evid = tmp_path / "net.evid"
+    evid.write_text("0\n")
+    link = tmp_path / "link.uai"
+    link.symlink_to(net)
+    for target, extra in ((net, ()), (link, ()), (evid, ("--evidence", evid))):
+        r = run("solve", net, option, target, *extra)
+        assert r.exit_code == 2 and "names the input file" in r.stderr, r.output
+    assert net.read_text().startswith("MARKOV") and evid.read_text() == "0\n"
+
+
+def test_solution_and_uai_output_naming_one_file_are_refused(tmp_path):
+    net = tmp_path / "net.uai"
+    net.write_text("MARKOV\n1\n2\n1\n1 0\n2\n0.25 0.75\n")
+    r = run("solve", net, "--solution", tmp_path / "out", "--uai-output", tmp_path / "." / "out")
+    assert r.exit_code == 2 and "name the same file" in r.stderr
+
+
+@pytest.mark.parametrize("text, code", [
+    ("p 1 2 1 10\n2\n1 0 10 0\n", 0),  # infeasible: no assignment
+    ("p 1 2 1 10\n2\n1 0 0 x\n", 2),  # bad input
+])
+def test_a_run_without_an_assignment_leaves_no_older_solution(small, tmp_path, text, code):
+    sol = tmp_path / "s.txt"
+    assert run("solve", small, "--solution", sol).exit_code == 0 and sol.read_text().strip()
+    bad = tmp_path / "bad.wcsp"
+    bad.write_text(text)
+    r = run("solve", bad, "--solution", sol, "--json")
+    assert r.exit_code == code, r.output
+    assert json.loads(r.stdout)["status"] in ("infeasible", "error") and not sol.exists()
+
+
+@pytest.mark.parametrize("args, code, pattern", [
+    (["-n", 5, "-d", 100_000], 2, "more than a file may declare (2^31)"),
+    (["-n", 10, "-d", 46_000], 3, "available: lower -d or -n"),  # 13 tables of 2.1e9 entries: terabytes
+])
+def test_generate_refuses_tables_too_large_before_allocating(tmp_path, args, code, pattern):
+    p = subprocess.run([sys.executable, "-c", PEAK, "generate", "random", *map(str, args), "-o", tmp_path / "g.wcsp"],
+                       capture_output=True, text=True, cwd=ROOT)
+    *err, peak = p.stderr.splitlines()
+    assert p.returncode == code and len(err) == 1 and pattern in err[0], p.stderr
+    assert int(peak.split()[1]) < 100 << 10 and not (tmp_path / "g.wcsp").exists()  # KiB: nothing allocated
+
+
+def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
+    """--mem-limit below the floor is refused, the floor stated (exit 2); --help states it; a small
+    CPU solve given the floor stays under it (peak RSS of the whole process)."""
+    r = run("solve", BUNDLED, "--mem-limit", "32M")
+    assert r.exit_code == 2 and "32.0 MiB is below the floor of 64.0 MiB" in r.stderr
+    assert "at least 64M" in " ".join(run("solve", "--help").stdout.split())
+    p = subprocess.run([sys.executable, "-c", PEAK, "solve", BUNDLED, "--mem-limit", "64M", "--device", "cpu",
+                        "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and json.loads(p.stdout)["status"] == "optimal", p.stderr
+    assert int(p.stderr.splitlines()[-1].split()[1]) < 64 << 10  # KiB
+
+
+def test_solve_help_lists_every_exit_code():
+    from gpusolve import cli
+    text = run("solve", "--help").stdout
+    listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
+    assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}
+
+
+@pytest.mark.parametrize("args", [
+    ["solve", BUNDLED, "--device", "cpu"],
+    ["solve", BUNDLED, "--device", "cpu", "--json"],
+    ["solve", "missing.wcsp", "--json"],
+    ["info", BUNDLED],
+])
+def test_a_closed_stdout_ends_quietly(args):
+    """The reader of stdout gone before the first byte (`| head -1` a moment later): exit 141 as
+    SIGPIPE, nothing on stderr but what the command says before its output."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    local = ["--no-serve"] if args[0] == "solve" else []
+    p = subprocess.run([sys.executable, "-m", "gpusolve", *map(str, args), *local], stdout=write_end,
+                       stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    os.close(write_end)
+    assert p.returncode == 141, p.stderr
+    assert "Traceback" not in p.stderr and "Exception" not in p.stderr and "Error" not in p.stderr
+
+
 # -- the human report: bounds, the bucket profile (issue 36, items 11 and 12) -----------------------
 
 MAXIMISE_FZN = """\
@@ -199,3 +306,12 @@ def test_profile_plot_names_the_orders_width_on_integer_ticks(tmp_path, monkeypa
         low, high = ax.get_xlim()
         ticks = [t for t in ax.get_xticks() if low <= t <= high]
         assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_a_z_over_the_memory_budget_runs_the_largest_that_fits(wide):
+    """Where MBE(z=3) needs 1 GB, --mem-limit 100M runs z=2 and says so (it exited 3: issue 36.1)."""
+    r = run("solve", wide, "--z", "3", "--mem-limit", "100M", "--tables", "dense", "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)
+    assert rec["z"] == 2 and rec["status"] in ("optimal", "bounded")
+    assert "MBE(z=3) needs" in rec["device_note"] and "running z=2" in rec["device_note"]

@@ -53,7 +53,7 @@ def files(tmp_path):
     ("ok", ["{grid}", "--z", 2, "--search"], 0, None),
     ("infeasible", ["{infeasible}"], 0, "infeasible"),
     ("missing", ["nope.wcsp"], 2, "error"),
-    ("budget", ["{grid}", "--mem-limit", "1K"], 3, "error"),
+    ("below-floor", ["{grid}", "--mem-limit", "1K"], 2, "error"),
     ("mar", ["{uai}", "--task", "MAR"], 0, "optimal"),
     ("pr-bounds", ["{uai}", "--task", "PR", "--z", 2], 0, "bounded"),
     ("usage", ["{grid}", "--mem-limit", "lots"], 2, "error"),

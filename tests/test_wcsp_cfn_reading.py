@@ -107,12 +107,13 @@ def child(code: str, *args) -> tuple[int, str, str, float]:
 
 
 def test_many_variables_are_charged_before_they_are_made(tmp_path):
-    """Each declared variable costs ~200 bytes once read: 200,000 of them do not fit 40 MiB."""
+    """Each declared variable costs ~200 bytes once read: 400,000 of them do not fit 64 MiB (the
+    smallest --mem-limit solve takes)."""
     path = tmp_path / "vars.wcsp"
-    path.write_text("p 200000 2 0 10\n" + "2 " * 200000 + "\n")
-    code, out, err, rss = child(SOLVE, path, "--mem-limit", "40M")
+    path.write_text("p 400000 2 0 10\n" + "2 " * 400000 + "\n")
+    code, out, err, rss = child(SOLVE, path, "--mem-limit", "64M")
     assert code == 3 and err.count("\n") == 1, err
-    assert f"{path}:1: 200,000 variables" in err and "memory budget" in err
+    assert f"{path}:1: 400,000 variables" in err and "memory budget" in err
     assert rss < 80  # MiB (~50 of them the interpreter's): refused from the header, domains never split
 
 

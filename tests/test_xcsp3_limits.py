@@ -142,7 +142,7 @@ INSTANCE = '<instance format="XCSP3" type="CSP"><variables>{}</variables><constr
     ("evaluation.xml", INSTANCE.format('<var id="x"> 0..3999 </var><var id="y"> 0..3999 </var>',
                                        "<intension> eq(add(mul(x,y),mul(x,x)),y) </intension>"),
      "the evaluation of an expression"),
-    ("tree.xml", INSTANCE.format('<var id="x"> 0..1 </var>', "<block>" + "<annotations/>" * 300_000 + "</block>"),
+    ("tree.xml", INSTANCE.format('<var id="x"> 0..1 </var>', "<block>" + "<annotations/>\n" * 300_000 + "</block>"),
      "the XML tree"),
     ("array.fzn", "array [1..1000000] of var 0..1: x;\nsolve satisfy;\n", "array x of 1,000,000 variables"),
 ])
