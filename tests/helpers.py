@@ -10,6 +10,9 @@ from gpusolve import graph
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan import MiniBucket, build_plan
 
+# CUDA runtime errors that mean no GPU here, not a broken one
+CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE = 35, 100
+
 
 def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,
                    n_components=1) -> Problem:
@@ -119,3 +122,28 @@ def random_bucket(rng, max_arity=5, integer=True):
     out = math.prod(domains[u] for u in sep)
     mb = MiniBucket(0, var, (), (), sep, out, out * domains[var])
     return mb, inputs, domains, top
+
+
+def cuda_absent() -> str | None:
+    """Why GPU tests cannot run here (no CuPy, no driver, no device), None when a device is
+    present. Anything else (a driver that fails, a broken CUDA install) raises: GPU tests then
+    fail instead of skipping, so a GPU host with a broken CUDA is not green."""
+    import ctypes
+    try:
+        from gpusolve.engines import import_cupy
+        cp = import_cupy()
+    except ImportError as e:
+        return f"CuPy is not importable ({e})".splitlines()[0]
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        if e.status == CUDA_ERROR_NO_DEVICE:
+            return f"no CUDA device ({e})"
+        if e.status == CUDA_ERROR_INSUFFICIENT_DRIVER:  # also what no driver at all reads as
+            try:
+                ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return f"no CUDA driver ({e})"
+        raise
+    return None if count > 0 else "no CUDA device"
+
