@@ -94,23 +94,30 @@ def test_peel_without_early_stop_equals_brute_force(monkeypatch):
         np.testing.assert_array_equal(gac_or_empty(dom), gac_or_empty(dom, method="tarjan"), err_msg=f"seed {seed}")
 
 
-def test_gac_equals_arc_consistency_of_the_binary_decomposition_where_that_is_complete():
-    """On domains of size <= 2 plus singletons GAC can prune more, never less, than the != network."""
+def arc_consistency_of_the_binary_decomposition(dom: np.ndarray) -> np.ndarray:
+    """AC of the x != y network: a singleton removes its value from the other domains, to a fixpoint."""
+    ac = dom.copy()
+    while True:
+        singles = {int(np.flatnonzero(r)[0]) for r in ac if r.sum() == 1}
+        new = ac.copy()
+        for x, row in enumerate(ac):
+            if row.sum() > 1:
+                new[x, list(singles)] = False
+        if (new == ac).all():
+            return ac
+        ac = new
+
+
+def test_gac_prunes_at_least_what_arc_consistency_of_the_binary_decomposition_prunes():
+    """filter_domains against AC of the != network, an independent relaxation: GAC keeps no value
+    that AC removes, and prunes strictly more on some domains."""
+    stronger = 0
     for seed in range(200):
         dom = random_domains(seed)
-        ref = brute_force_gac(dom)
-        ac = dom.copy()  # arc consistency of x != y: a singleton removes its value elsewhere, to a fixpoint
-        while True:
-            singles = {int(np.flatnonzero(r)[0]) for r in ac if r.sum() == 1}
-            new = ac.copy()
-            for x, row in enumerate(ac):
-                if row.sum() > 1:
-                    new[x, list(singles)] = False
-            if (new == ac).all():
-                break
-            ac = new
-        if ref.any():
-            assert (ref <= ac).all()
+        gac, ac = gac_or_empty(dom), arc_consistency_of_the_binary_decomposition(dom)
+        assert (gac <= ac).all(), f"seed {seed}"
+        stronger += bool((gac < ac).any())
+    assert stronger >= 20
 
 
 def test_matching_is_incremental():
