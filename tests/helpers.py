@@ -80,10 +80,16 @@ def bounded_case(seed):
 def toulbar2_optimum(problem: Problem, path):
     """pytoulbar2's optimum of `problem` written to `path` (.wcsp), None when infeasible; skips the
     test when pytoulbar2 is not installed."""
-    import pytest
     from gpusolve.parsers.write import write_wcsp
-    pytoulbar2 = pytest.importorskip("pytoulbar2")
     write_wcsp(problem, path)
+    return toulbar2_file_optimum(path)
+
+
+def toulbar2_file_optimum(path):
+    """pytoulbar2's optimum of the file at `path`, None when infeasible; skips the test when
+    pytoulbar2 is not installed."""
+    import pytest
+    pytoulbar2 = pytest.importorskip("pytoulbar2")
     try:
         cfn = pytoulbar2.CFN(verbose=-1)
         cfn.Read(str(path))
@@ -147,3 +153,28 @@ def cuda_absent() -> str | None:
         raise
     return None if count > 0 else "no CUDA device"
 
+
+def _contraction(problem: Problem):
+    """opt_einsum's terms and operands of a probabilistic problem: its tables as probabilities
+    (10^-cost); skips the test when opt_einsum is not installed."""
+    import pytest
+    oe = pytest.importorskip("opt_einsum")
+    syms = [oe.get_symbol(i) for i in range(len(problem.variables))]
+    operands = [10.0 ** -f.table for f in problem.functions]
+    return oe, syms, ",".join("".join(syms[u] for u in f.scope) for f in problem.functions), operands
+
+
+def log10_partition(problem: Problem) -> float:
+    """log10 Z by one opt_einsum contraction of every table, the constant factors (offset) apart."""
+    oe, _, terms, operands = _contraction(problem)
+    return math.log10(oe.contract(f"{terms}->", *operands, optimize="greedy")) - problem.offset
+
+
+def marginals(problem: Problem) -> list:
+    """Each variable's marginal by opt_einsum contractions."""
+    oe, syms, terms, operands = _contraction(problem)
+    out = []
+    for v in range(len(problem.variables)):
+        m = oe.contract(f"{terms}->{syms[v]}", *operands, optimize="greedy")
+        out.append(m / m.sum())
+    return out
