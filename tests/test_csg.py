@@ -377,24 +377,31 @@ def test_cli_scheduler_and_workers(cluster, tmp_path):
 
 @pytest.mark.gpu
 def test_kernel_shares_equal_the_whole_level(cupy):
-    """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit."""
+    """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit, the
+    NumPy level step's."""
     for n in (11, 16):
-        f = cupy.asarray(csg.generate_values("uniform", n, n).astype(np.float32))
+        h = csg.generate_values("uniform", n, n).astype(np.float32)
+        f = cupy.asarray(h)
         g = f.copy()
+        sizes = csg.popcount(np, np.arange(1 << n, dtype=np.int64))
         for k in range(2, n + 1):
             assert csg.cuda_level(f, n, k, "idp")
             cut = math.comb(n, k) // 3
             assert csg.cuda_level(g, n, k, "idp", hi=cut) and csg.cuda_level(g, n, k, "idp", lo=cut)
-            assert cupy.array_equal(f, g), (n, k)
+            csg.level_step(np, h, csg.level_masks(np, sizes, k), n, k, "idp")
+            assert cupy.array_equal(f, g) and np.array_equal(cupy.asnumpy(g), h), (n, k)
 
 
 @pytest.mark.gpu
 def test_gpu_workers_equal_one_process(cupy, cluster):
-    """Two worker processes, each with its own f on the device (the same GPU here), exchanging shares."""
+    """Two worker processes, each with its own f on the device (the same GPU here), exchanging shares:
+    one process's structure, and the NumPy engine's value."""
     _, client = cluster
     for n, distribution in ((12, "ndcs"), (19, "agent-based")):
         v = csg.generate_values(distribution, n, 1)
         one = csg.solve(v, csg.Options(device="gpu"))
         two = csg.solve_on_workers(v, csg.Options(device="gpu"), client, ("generate", distribution, n, 1))
+        cpu = csg.solve(v, csg.Options(device="cpu"))
         assert two.engine == "cupy" and (two.value, two.structure) == (one.value, one.structure)
-        check_answer(two, v, n, one.value)
+        assert two.value == pytest.approx(cpu.value, rel=1e-6)
+        check_answer(two, v, n, cpu.value)
