@@ -25,7 +25,7 @@ GPU = ("gpu_kernel", "gpu_largest", "gpu_streaming", "gpu_end_to_end", "gpube", 
 def run(script, *args, results: Path):
     env = dict(os.environ, GPUSOLVE_BENCH_RESULTS=str(results))
     return subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+                          env=env, timeout=900)  # a guard against a hang, not a speed
 
 
 def check_quick(script, tmp_path, *args, bench=None):
