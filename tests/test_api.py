@@ -101,6 +101,7 @@ def test_random_problems_round_trip_through_every_format(tmp_path, seed):
             assert back.to_file_value(got) == problem.to_file_value(best)
 
 
+@pytest.mark.slow
 def test_parsers_belong_to_gpusolve_in_the_wheel(tmp_path):
     """The readers are installed as gpusolve.parsers, so `import parsers` stays free for others."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],

@@ -41,16 +41,19 @@ def check_quick(script, tmp_path, *args, bench=None):
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", CPU)
 def test_cpu_bench_quick_mode_writes_its_record(script, tmp_path):
     check_quick(script, tmp_path)
 
 
+@pytest.mark.slow
 def test_csg_workers_quick_mode_writes_its_record(tmp_path):
     pytest.importorskip("dask.distributed")
     check_quick("csg", tmp_path, "--workers", "2", bench="csg-workers")
 
 
+@pytest.mark.slow
 def test_local_search_sweeps_quick_mode_writes_its_record(tmp_path):
     check_quick("local_search", tmp_path, "--sweeps", "2", bench="local_search-sweeps")
 

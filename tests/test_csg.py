@@ -316,6 +316,7 @@ def cluster():
         yield c, client
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
 def test_workers_equal_one_process(cluster, distribution):
     """Levels cut across two worker processes: the same f entry by entry, so the same value and structure."""
@@ -330,6 +331,7 @@ def test_workers_equal_one_process(cluster, distribution):
         check_answer(two, v, n, brute_force(v, n) if n <= 9 else one.value)
 
 
+@pytest.mark.slow
 def test_worker_too_small_for_the_values_refuses_before_drawing_them():
     """A worker past 80% of its memory limit stops taking tasks: the run must be refused, not hang."""
     distributed = pytest.importorskip("dask.distributed")
@@ -341,6 +343,7 @@ def test_worker_too_small_for_the_values_refuses_before_drawing_them():
         assert r.status == "optimal"
 
 
+@pytest.mark.slow
 def test_workers_stopped_runs_bound_the_optimum(cluster):
     _, client = cluster
     n = 9
@@ -356,6 +359,7 @@ def test_workers_stopped_runs_bound_the_optimum(cluster):
     check_answer(r, v, n, optimum)
 
 
+@pytest.mark.slow
 def test_cli_scheduler_and_workers(cluster, tmp_path):
     c, _ = cluster
     path = tmp_path / "g.npy"

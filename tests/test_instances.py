@@ -16,6 +16,7 @@ def optima(root):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_every_listed_instance_is_solved_or_bracketed(shared_instances):
     rows = optima(shared_instances)
     assert len(rows) >= 15
@@ -43,6 +44,7 @@ def test_water_mpe_log10_probability(shared_instances):
     assert r.lower_bound == pytest.approx(best, abs=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["network.uai", "water.uai"])
 def test_partition_function_and_marginals(shared_instances, name):
     """log10 Z to 1e-6 and marginals against an independent contraction by opt_einsum."""
@@ -55,7 +57,7 @@ def test_partition_function_and_marginals(shared_instances, name):
         np.testing.assert_allclose(mar.marginals[v], m, atol=1e-9)
 
 
-@pytest.mark.parametrize("name, by", [("404.wcsp", "BE"), ("CELAR6-SUB0.wcsp", "search")])
+@pytest.mark.parametrize("name, by", [("404.wcsp", "BE"), pytest.param("CELAR6-SUB0.wcsp", "search", marks=pytest.mark.slow)])
 def test_instances_reach_their_proven_optima(shared_instances, name, by):
     """404 by exact BE; CELAR6-SUB0, whose exact plan needs 1.6 TiB, by AND/OR search."""
     optimum = next(int(row["optimum"]) for row in optima(shared_instances) if row["file"] == name)

@@ -167,7 +167,8 @@ INSTANCES = ("404.wcsp", "CELAR6-SUB0.wcsp", "pedigree1.wcsp", "warehouse.wcsp")
 REACHED, SWEEPS = ("CELAR6-SUB0.wcsp", "warehouse.wcsp"), 20
 
 
-@pytest.mark.parametrize("name", INSTANCES)
+@pytest.mark.parametrize("name", [n if n == "warehouse.wcsp" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in INSTANCES])
 def test_instances_local_search_alone(shared_instances, name):
     """A sweep count, not a time: what a loaded machine reaches is what any machine reaches."""
     problem = preprocess(parsers.read(shared_instances / name)).problem

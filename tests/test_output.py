@@ -199,6 +199,7 @@ def test_sigint_exits_130_sigterm_0_with_the_best_result(tmp_path, sig, code):
     assert r["status"] == "bounded" and "interrupted" in r["device_note"]
 
 
+@pytest.mark.slow
 def test_info_plot_draws_the_bucket_profile(files, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "profile.png"

@@ -140,6 +140,7 @@ def test_larger_grids_against_opt_einsum(tmp_path, side, d, seed):
         np.testing.assert_allclose(mar.marginals[v], m / m.sum(), atol=1e-9)
 
 
+@pytest.mark.slow
 def test_uai_result_files(tmp_path, shared_instances):
     import csv
 

@@ -37,6 +37,7 @@ def generate(folder, topology, n, d, seeds):
         assert run("generate", topology, "-n", n, "-d", d, "--seed", s, "-o", folder / f"{topology}-{s}.wcsp").exit_code == 0
 
 
+@pytest.mark.slow
 def test_batch_on_a_local_cluster_matches_the_serial_batch(tmp_path):
     generate(tmp_path / "in", "random", 10, 4, range(5))
     serial, spread = tmp_path / "serial.jsonl", tmp_path / "spread.jsonl"
@@ -71,6 +72,7 @@ class KillFirstInstance(distributed.WorkerPlugin):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_killing_a_worker_mid_instance_loses_no_line(tmp_path):
     generate(tmp_path / "in", "grid", 16, 3, range(4))
     out, marks = tmp_path / "out.jsonl", tmp_path / "marks"
@@ -90,6 +92,7 @@ def test_killing_a_worker_mid_instance_loses_no_line(tmp_path):
     assert all(r["status"] in ("optimal", "infeasible") for r in records), records
 
 
+@pytest.mark.slow
 def test_search_subproblems_on_workers_find_the_optimum(tmp_path):
     engine = NumpyEngine()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
