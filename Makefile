@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTANCE ?= instances/random-n14-d10-s1.wcsp
 
-.PHONY: run test gpu-test cubins bench clean
+.PHONY: run test test-all gpu-test cubins bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/activate
 run: $(VENV)/.installed
 	$(BIN)/gpusolve solve $(INSTANCE)
 
+# What CI runs: every test but those marked slow (see pyproject.toml's markers). `make test-all`
+# runs the slow ones too.
 test: $(VENV)/.dev-installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q
 
 # On a machine with a GPU and CuPy: only the gpu-marked tests, with the project's .venv when there

@@ -10,6 +10,9 @@ from gpusolve import graph
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan import MiniBucket, build_plan
 
+# CUDA runtime errors that mean no GPU here, not a broken one
+CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE = 35, 100
+
 
 def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,
                    n_components=1) -> Problem:
@@ -77,10 +80,16 @@ def bounded_case(seed):
 def toulbar2_optimum(problem: Problem, path):
     """pytoulbar2's optimum of `problem` written to `path` (.wcsp), None when infeasible; skips the
     test when pytoulbar2 is not installed."""
-    import pytest
     from gpusolve.parsers.write import write_wcsp
-    pytoulbar2 = pytest.importorskip("pytoulbar2")
     write_wcsp(problem, path)
+    return toulbar2_file_optimum(path)
+
+
+def toulbar2_file_optimum(path):
+    """pytoulbar2's optimum of the file at `path`, None when infeasible; skips the test when
+    pytoulbar2 is not installed."""
+    import pytest
+    pytoulbar2 = pytest.importorskip("pytoulbar2")
     try:
         cfn = pytoulbar2.CFN(verbose=-1)
         cfn.Read(str(path))
@@ -119,3 +128,53 @@ def random_bucket(rng, max_arity=5, integer=True):
     out = math.prod(domains[u] for u in sep)
     mb = MiniBucket(0, var, (), (), sep, out, out * domains[var])
     return mb, inputs, domains, top
+
+
+def cuda_absent() -> str | None:
+    """Why GPU tests cannot run here (no CuPy, no driver, no device), None when a device is
+    present. Anything else (a driver that fails, a broken CUDA install) raises: GPU tests then
+    fail instead of skipping, so a GPU host with a broken CUDA is not green."""
+    import ctypes
+    try:
+        from gpusolve.engines import import_cupy
+        cp = import_cupy()
+    except ImportError as e:
+        return f"CuPy is not importable ({e})".splitlines()[0]
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        if e.status == CUDA_ERROR_NO_DEVICE:
+            return f"no CUDA device ({e})"
+        if e.status == CUDA_ERROR_INSUFFICIENT_DRIVER:  # also what no driver at all reads as
+            try:
+                ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return f"no CUDA driver ({e})"
+        raise
+    return None if count > 0 else "no CUDA device"
+
+
+def _contraction(problem: Problem):
+    """opt_einsum's terms and operands of a probabilistic problem: its tables as probabilities
+    (10^-cost); skips the test when opt_einsum is not installed."""
+    import pytest
+    oe = pytest.importorskip("opt_einsum")
+    syms = [oe.get_symbol(i) for i in range(len(problem.variables))]
+    operands = [10.0 ** -f.table for f in problem.functions]
+    return oe, syms, ",".join("".join(syms[u] for u in f.scope) for f in problem.functions), operands
+
+
+def log10_partition(problem: Problem) -> float:
+    """log10 Z by one opt_einsum contraction of every table, the constant factors (offset) apart."""
+    oe, _, terms, operands = _contraction(problem)
+    return math.log10(oe.contract(f"{terms}->", *operands, optimize="greedy")) - problem.offset
+
+
+def marginals(problem: Problem) -> list:
+    """Each variable's marginal by opt_einsum contractions."""
+    oe, syms, terms, operands = _contraction(problem)
+    out = []
+    for v in range(len(problem.variables)):
+        m = oe.contract(f"{terms}->{syms[v]}", *operands, optimize="greedy")
+        out.append(m / m.sum())
+    return out

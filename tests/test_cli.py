@@ -66,7 +66,6 @@ def test_human_output_names_bounds_and_phases(small):
 
 @pytest.mark.parametrize("args, code, pattern", [
     (["solve", "missing.wcsp"], 2, "missing.wcsp"),
-    (["solve", "{small}", "--device", "gpu"], 2, "--device gpu"),
     (["solve", "{small}", "--z", "1"], 2, "largest arity"),
     (["solve", "{small}", "--order", "nosuchfile"], 2, "nosuchfile"),
     (["solve", "{small}", "--order", "random"], 2, "random"),
@@ -81,6 +80,23 @@ def test_errors_are_one_line_with_exit_code(small, wide, args, code, pattern):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert any(pattern in line for line in lines), r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_device_gpu_solves_on_the_device_or_exits_2_without_one(small):
+    """Exit 2 and one line only where no GPU is usable; on a GPU host the brute-force optimum, from the device."""
+    from gpusolve import parsers
+    from gpusolve.engines import gpu_unavailable_reason
+    from helpers import brute_force
+    r = run("solve", small, "--device", "gpu", "--host-max", 0, "--json")
+    if gpu_unavailable_reason() is None:
+        assert r.exit_code == 0, r.output
+        data = json.loads(r.stdout)
+        problem = parsers.read(small)
+        assert data["engine"] == "cupy" and data["status"] == "optimal"
+        assert data["lower_bound"] == data["upper_bound"] == problem.to_file_value(brute_force(problem)[0])
+    else:
+        assert r.exit_code == 2, r.output
+        assert any("--device gpu" in line for line in r.stderr.splitlines()) and "Traceback" not in r.output
 
 
 def test_time_limit_reports_the_bounds_held(small):
@@ -142,9 +158,10 @@ def test_batch_resumes_and_records_errors(tmp_path):
 
 
 def test_bundled_instance_solves():
+    from helpers import toulbar2_file_optimum
     r = run("solve", BUNDLED, "--json", "--device", "cpu")
     data = json.loads(r.stdout)
-    assert data["status"] == "optimal" and data["lower_bound"] == 701
+    assert data["status"] == "optimal" and data["lower_bound"] == data["upper_bound"] == toulbar2_file_optimum(BUNDLED)
 
 
 def test_import_and_help_load_no_heavy_module():

@@ -370,6 +370,7 @@ def cluster():
         yield c, client
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
 def test_workers_equal_one_process(cluster, distribution):
     """Levels cut across two worker processes: the same f entry by entry, so the same value and structure."""
@@ -384,6 +385,7 @@ def test_workers_equal_one_process(cluster, distribution):
         check_answer(two, v, n, brute_force(v, n) if n <= 9 else one.value)
 
 
+@pytest.mark.slow
 def test_worker_too_small_for_the_values_refuses_before_drawing_them():
     """A worker past 80% of its memory limit stops taking tasks: the run must be refused, not hang."""
     distributed = pytest.importorskip("dask.distributed")
@@ -395,6 +397,7 @@ def test_worker_too_small_for_the_values_refuses_before_drawing_them():
         assert r.status == "optimal"
 
 
+@pytest.mark.slow
 def test_workers_stopped_runs_bound_the_optimum(cluster):
     _, client = cluster
     n = 9
@@ -410,6 +413,7 @@ def test_workers_stopped_runs_bound_the_optimum(cluster):
     check_answer(r, v, n, optimum)
 
 
+@pytest.mark.slow
 def test_cli_scheduler_and_workers(cluster, tmp_path):
     c, _ = cluster
     path = tmp_path / "g.npy"
@@ -431,24 +435,31 @@ def test_cli_scheduler_and_workers(cluster, tmp_path):
 
 @pytest.mark.gpu
 def test_kernel_shares_equal_the_whole_level(cupy):
-    """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit."""
+    """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit, the
+    NumPy level step's."""
     for n in (11, 16):
-        f = cupy.asarray(csg.generate_values("uniform", n, n).astype(np.float32))
+        h = csg.generate_values("uniform", n, n).astype(np.float32)
+        f = cupy.asarray(h)
         g = f.copy()
+        sizes = csg.popcount(np, np.arange(1 << n, dtype=np.int64))
         for k in range(2, n + 1):
             assert csg.cuda_level(f, n, k, "idp")
             cut = math.comb(n, k) // 3
             assert csg.cuda_level(g, n, k, "idp", hi=cut) and csg.cuda_level(g, n, k, "idp", lo=cut)
-            assert cupy.array_equal(f, g), (n, k)
+            csg.level_step(np, h, csg.level_masks(np, sizes, k), n, k, "idp")
+            assert cupy.array_equal(f, g) and np.array_equal(cupy.asnumpy(g), h), (n, k)
 
 
 @pytest.mark.gpu
 def test_gpu_workers_equal_one_process(cupy, cluster):
-    """Two worker processes, each with its own f on the device (the same GPU here), exchanging shares."""
+    """Two worker processes, each with its own f on the device (the same GPU here), exchanging shares:
+    one process's structure, and the NumPy engine's value."""
     _, client = cluster
     for n, distribution in ((12, "ndcs"), (19, "agent-based")):
         v = csg.generate_values(distribution, n, 1)
         one = csg.solve(v, csg.Options(device="gpu"))
         two = csg.solve_on_workers(v, csg.Options(device="gpu"), client, ("generate", distribution, n, 1))
+        cpu = csg.solve(v, csg.Options(device="cpu"))
         assert two.engine == "cupy" and (two.value, two.structure) == (one.value, one.structure)
-        check_answer(two, v, n, one.value)
+        assert two.value == pytest.approx(cpu.value, rel=1e-6)
+        check_answer(two, v, n, cpu.value)

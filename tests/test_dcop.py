@@ -154,6 +154,7 @@ def cluster():
         yield c.scheduler_address
 
 
+@pytest.mark.slow
 def test_dask_processes_give_the_inline_result(cluster, shared_instances):
     problem = parsers.read(shared_instances / "gpube-rep_0_x_10.xml")
     ref = inline(problem)
@@ -166,6 +167,7 @@ def test_dask_processes_give_the_inline_result(cluster, shared_instances):
     assert ref.lower_bound == 124 and ref.agents == 10
 
 
+@pytest.mark.slow
 def test_embedded_cluster_of_processes_for_larger_problems(monkeypatch):
     monkeypatch.setattr(dcop, "THREADS_BELOW", 0)
     problem = generate("scalefree", 12, 4, seed=2)

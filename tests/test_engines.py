@@ -49,7 +49,8 @@ def test_cpu_threads_count_in_the_prediction():
     assert predict_s(entries, 10, "cupy", 16) == predict_s(entries, 10, "cupy", 1)
 
 
-@pytest.mark.parametrize("op", ["min", "max", "lse"])
+@pytest.mark.parametrize("op", ["min", pytest.param("max", marks=pytest.mark.slow),
+                                pytest.param("lse", marks=pytest.mark.slow)])
 def test_threaded_dense_step_equals_one_thread(op):
     """Blocks computed by several threads: the same message, bit for bit."""
     import numpy as np

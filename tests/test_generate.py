@@ -72,6 +72,7 @@ def journal_scalefree(n, rng):
     return edges
 
 
+@pytest.mark.slow
 def test_scalefree_has_the_journals_degree_distribution():
     """networkx's Barabasi-Albert from a 2-node path draws what the journal describes: same edge
     count, and the same mean degrees of the first nodes and largest degree over 2000 graphs

@@ -44,7 +44,7 @@ def test_fused_kernel_equals_eliminate_dense(cupy, seed):
 
 def test_prebuilt_kernels_are_loaded_and_equal_compiled_ones(cupy, monkeypatch):
     """On an architecture engines/cubins.py ships, the shape-generic kernels come from their cubins
-    (no NVRTC); compiled from source instead, every message is the same."""
+    (no NVRTC); compiled from source instead, every message is the same: the NumPy reference's."""
     from gpusolve.engines import cubins, cupy_engine
     from gpusolve.engines.kernels import shape_generic_specs
     rng = np.random.default_rng(77)
@@ -64,6 +64,9 @@ def test_prebuilt_kernels_are_loaded_and_equal_compiled_ones(cupy, monkeypatch):
     compiled, b = run()
     assert compiled.stats["prebuilt"] == 0 and compiled.stats["compiled"] >= 2
     assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b))
+    ref = [eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, i % 2 == 1)
+           for i, (mb, inputs, domains, top) in enumerate(buckets)]
+    assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, ref))
 
 
 @pytest.mark.parametrize("seed", range(80))
@@ -321,10 +324,27 @@ def test_int64_sums_that_would_overflow_saturate(cupy):
     assert run(problem, plan, engine(fuse_min=0)) == run(problem, plan, NumpyEngine())
 
 
+def matches_reference(eng, seed):
+    """The engine's messages of two random buckets (integer min, float log-sum-exp) equal eliminate_dense's
+    (seeds apart from the other tests', whose kernels a process may hold compiled already)."""
+    import cupy
+    rng = np.random.default_rng(seed)
+    for integer, op in ((True, "min"), (False, "lse")):
+        mb, inputs, domains, top = random_bucket(rng, integer=integer)
+        ref = eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, integer, None, op)
+        got = eng.get(eng.eliminate(mb, [(cupy.asarray(t), s) for t, s in inputs], domains, top, integer, None, op))
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        if op == "lse":  # powers and logarithms may round differently on the device
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+        else:
+            assert np.array_equal(got, ref)
+
+
 def test_select_engine(cupy):
     from gpusolve.engines import AUTO_MIN_JOINT, select_engine
     eng, note = select_engine("gpu")
     assert eng.name == "cupy" and eng.startup_s > 0 and "gpu requested" in note
+    matches_reference(eng, 4343)
     assert select_engine("auto", 10)[0].name == "numpy"
     assert select_engine("auto", 2 * AUTO_MIN_JOINT)[0].name == "cupy"
     assert select_engine("auto", 2 * AUTO_MIN_JOINT, gpu_mem_limit=1000)[0].budget == 1000
@@ -345,7 +365,7 @@ def small_plan_z(problem, limit=20_000_000):
 
 
 def test_real_instances_gpu_equals_cpu(cupy, shared_instances):
-    parsers = pytest.importorskip("parsers")
+    from gpusolve import parsers
     files = sorted(p for p in shared_instances.rglob("*") if p.suffix in (".wcsp", ".uai"))
     compared = 0
     for path in files:
@@ -366,24 +386,37 @@ def test_engine_turns_off_cub_block_reductions_unless_asked(cupy, monkeypatch):
     from cupy._core import _accelerator
     monkeypatch.delenv("CUPY_ACCELERATORS", raising=False)
     before = _accelerator.get_reduction_accelerators()
+
+    def dense_step_matches(eng):  # the dense step runs CuPy's reductions: right with CUB and without
+        matches_reference(eng, 4242)
+        assert eng.stats["dense"] == 2
     try:
-        engine()
+        eng = engine(stage=False, generic=False)
         assert _accelerator.get_reduction_accelerators() == []
+        dense_step_matches(eng)
         _accelerator.set_reduction_accelerators(["cub"])
         monkeypatch.setenv("CUPY_ACCELERATORS", "cub")
-        engine()
+        eng = engine(stage=False, generic=False)
         assert _accelerator.get_reduction_accelerators() == [_accelerator.ACCELERATOR_CUB]
+        dense_step_matches(eng)
     finally:
         _accelerator.set_reduction_accelerators(before)
 
 
 def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
-    """CuPy reads CUPY_NVRTC_USE_PCH once, when imported: a fresh process shows what gpusolve asks."""
+    """CuPy reads CUPY_NVRTC_USE_PCH once, when imported: a fresh process shows what gpusolve asks,
+    and a kernel compiled there gives the NumPy reference's message."""
     import os
     import subprocess
     import sys
-    probe = "from gpusolve.engines import import_cupy; import_cupy(); from cupy.cuda import compiler; " \
-            "print(compiler._use_pch)"
+    from pathlib import Path
+    probe = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+             "from gpusolve.engines import import_cupy; import_cupy(); from cupy.cuda import compiler\n"
+             "from gpusolve.engines.cupy_engine import CupyEngine; from test_gpu import matches_reference\n"
+             "eng = CupyEngine(fuse_min=0, stage=False)\n"
+             "matches_reference(eng, 4444)\n"
+             "assert eng.stats['fused'] == 2\n"
+             "print(compiler._use_pch)")
     env = {k: v for k, v in os.environ.items() if k != "CUPY_NVRTC_USE_PCH"}
     on = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

@@ -17,13 +17,8 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module", autouse=True)
-def device():
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:
-        pytest.skip(f"no usable CUDA device: {e}")
+def device(cupy):
+    """Every test here needs the device: conftest's `cupy` skips without one, fails on a broken one."""
 
 
 def same(cpu, gpu):

@@ -1,12 +1,30 @@
 """Primal graph, orderings and induced width (networkx as the independent reference)."""
+import itertools
+
 import networkx as nx
 import numpy as np
 import pytest
 from helpers import random_problem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpusolve import graph
 from gpusolve.generate import generate
 from gpusolve.model import CostFunction, Problem, Variable
+
+
+def networkx_induced_width(g, order) -> int:
+    """The induced width of `order` by eliminating on a networkx graph: each variable's neighbours
+    become a clique, then it goes."""
+    h = nx.Graph(g)
+    h.add_nodes_from(g)
+    width = 0
+    for v in order:
+        nb = list(h.neighbors(v))
+        width = max(width, len(nb))
+        h.add_edges_from(itertools.combinations(nb, 2))
+        h.remove_node(v)
+    return width
 
 
 def chain(n, d=3):
@@ -26,8 +44,9 @@ def test_grid_minfill_width_matches_side():
     p = generate("grid", 25, 2, seed=1)
     g = graph.primal_graph(p)
     assert nx.Graph(g).number_of_edges() == 40
-    w = graph.induced_width(g, graph.elimination_order(p, "minfill", g))
-    assert 5 <= w <= 6  # treewidth of a 5x5 grid is 5
+    order = graph.elimination_order(p, "minfill", g)
+    w = graph.induced_width(g, order)
+    assert w == networkx_induced_width(g, order) and 5 <= w <= 6  # treewidth of a 5x5 grid is 5
 
 
 def test_orderings_are_deterministic_and_per_component():
@@ -41,13 +60,41 @@ def test_orderings_are_deterministic_and_per_component():
     assert seen == sorted(seen), "components are eliminated one after another"
 
 
-def test_induced_width_of_order_agrees_with_networkx_treewidth_bound():
+def test_induced_width_of_the_minfill_order_equals_networkx_elimination():
     for seed in range(20):
         p = generate("random", 12, 2, 0.4, 0.5, seed=seed)
         g = graph.primal_graph(p)
-        w = graph.induced_width(g, graph.elimination_order(p, "minfill", g))
-        nx_w, _ = nx.algorithms.approximation.treewidth_min_fill_in(nx.Graph(g))
-        assert w >= 1 and abs(w - nx_w) <= 2
+        order = graph.elimination_order(p, "minfill", g)
+        assert graph.induced_width(g, order) == networkx_induced_width(g, order) >= 1
+
+
+@st.composite
+def graphs(draw):
+    """A graph on 1..12 variables as {variable: neighbours}."""
+    n = draw(st.integers(1, 12))
+    edges = draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda e: e[0] < e[1])))
+    g = {v: set() for v in range(n)}
+    for u, v in edges:
+        g[u].add(v)
+        g[v].add(u)
+    return g
+
+
+@settings(max_examples=100, deadline=None)  # no deadline: a loaded machine is not a failure
+@given(g=graphs(), data=st.data())
+def test_any_order_has_the_width_networkx_finds_and_orderings_are_permutations(g, data):
+    """For any order the induced width is networkx's, never below the graph's degeneracy (a lower
+    bound on treewidth); each ordering method returns a permutation of the variables."""
+    order = data.draw(st.permutations(sorted(g)))
+    degeneracy = max(nx.core_number(nx.Graph(g)).values())
+    assert graph.induced_width(g, order) == networkx_induced_width(g, order) >= degeneracy
+    problem = Problem("g", [Variable(f"x{v}", 2) for v in g],
+                      [CostFunction((u, v), np.zeros((2, 2), np.int64)) for u in g for v in g[u] if u < v], top=10)
+    assert graph.primal_graph(problem) == g
+    for method in graph.ORDERINGS:
+        order = graph.elimination_order(problem, method)
+        assert sorted(order) == sorted(g)
+        assert graph.induced_width(g, order) == networkx_induced_width(g, order) >= degeneracy
 
 
 def test_read_order_file(tmp_path):

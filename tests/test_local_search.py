@@ -1,6 +1,6 @@
 """Rollouts and parallel local search against brute force and the shared instances' optima."""
+import csv
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -157,19 +157,28 @@ def test_rollouts_keep_evidence_and_seed_local_search():
     assert cost <= start and cost >= brute_force(problem)[0]
 
 
-INSTANCES = {"404.wcsp": 114, "CELAR6-SUB0.wcsp": 159, "pedigree1.wcsp": 76911689, "warehouse.wcsp": 328}
-REACHED = ("CELAR6-SUB0.wcsp", "warehouse.wcsp")  # reached from random starts with seed 0 within 3 s
+def optimum(shared_instances, name):
+    with open(shared_instances / "optima.csv") as f:
+        return next(int(row["optimum"]) for row in csv.DictReader(f) if row["file"] == name)
 
 
-@pytest.mark.parametrize("name", sorted(INSTANCES))
+INSTANCES = ("404.wcsp", "CELAR6-SUB0.wcsp", "pedigree1.wcsp", "warehouse.wcsp")
+# reached from random starts with seed 0 within SWEEPS (CELAR6-SUB0 after 8 sweeps, warehouse after 1)
+REACHED, SWEEPS = ("CELAR6-SUB0.wcsp", "warehouse.wcsp"), 20
+
+
+@pytest.mark.parametrize("name", [n if n == "warehouse.wcsp" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in INSTANCES])
 def test_instances_local_search_alone(shared_instances, name):
+    """A sweep count, not a time: what a loaded machine reaches is what any machine reaches."""
     problem = preprocess(parsers.read(shared_instances / name)).problem
-    best, cost = local_search(problem, None, time.perf_counter() + 3, np.random.default_rng(0), n=256)
-    print(f"{name}: local search alone reaches {problem.to_file_value(cost)} in 3 s (optimum {INSTANCES[name]})")
+    best, cost = local_search(problem, None, None, np.random.default_rng(0), n=256, max_sweeps=SWEEPS)
+    best_known = optimum(shared_instances, name)
+    print(f"{name}: local search alone reaches {problem.to_file_value(cost)} in {SWEEPS} sweeps (optimum {best_known})")
     assert best is not None and problem.evaluate(best) == cost < problem.top
-    assert problem.to_file_value(cost) >= INSTANCES[name]
+    assert problem.to_file_value(cost) >= best_known
     if name in REACHED:
-        assert problem.to_file_value(cost) == INSTANCES[name]
+        assert problem.to_file_value(cost) == best_known
 
 
 def test_404_rollouts_from_mini_buckets_then_local_search(shared_instances):
@@ -178,8 +187,8 @@ def test_404_rollouts_from_mini_buckets_then_local_search(shared_instances):
     engine = NumpyEngine()
     lower, tabs, messages = run_plan(problem, plan, engine)
     rows = rollouts(problem, plan, engine, tabs, messages, 256, np.random.default_rng(0))
-    best, cost = local_search(problem, rows, time.perf_counter() + 2, np.random.default_rng(0))
-    assert lower <= 114 == cost == problem.evaluate(best)
+    best, cost = local_search(problem, rows, None, np.random.default_rng(0), max_sweeps=5)
+    assert lower <= optimum(shared_instances, "404.wcsp") == cost == problem.evaluate(best)
 
 
 @pytest.mark.gpu

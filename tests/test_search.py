@@ -70,7 +70,8 @@ WIDE = [(topology, n, d, p2, seed) for seed in range(60)
                                    ("random", 14, 5, 0.25), ("grid", 25, 3, 0.2)]]
 
 
-@pytest.mark.parametrize("topology, n, d, p2, seed", WIDE)
+@pytest.mark.parametrize("topology, n, d, p2, seed", [c if c[-1] < 10 else pytest.param(*c, marks=pytest.mark.slow)
+                                                      for c in WIDE])  # 50 in the fast set
 def test_search_agrees_with_pytoulbar2(tmp_path, topology, n, d, p2, seed):
     """300 generated networks, hard tuples, MBE(z=2) heuristics: exact BE never runs."""
     path = tmp_path / "g.wcsp"
@@ -83,6 +84,7 @@ def test_search_agrees_with_pytoulbar2(tmp_path, topology, n, d, p2, seed):
     assert ours.search is None or ours.search["complete"]
 
 
+@pytest.mark.slow
 def test_the_pytoulbar2_family_needs_search():
     """Most of the networks above are feasible and left open by bounds and local search: search proves them
     (AND/OR search or the depth-first search beside it, whichever finishes first)."""

@@ -81,6 +81,7 @@ def dense_problem(rng, integer: bool) -> Problem:
     return p
 
 
+@pytest.mark.slow
 def test_shifted_and_matched_mbe_bounds_are_valid_and_mostly_tighter():
     """Every variant (MBE on the FGLP problem, MBE-MM, both) stays at or below the optimum (exact
     BE, itself checked against brute force in test_solve) at every z and at or above the FGLP
@@ -119,6 +120,7 @@ def ascended(p, z, match=False, engine=None, **kw):
     return jglp(p, plan, engine, tables, messages, matched, **kw), lower
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", range(3))
 def test_jglp_never_below_the_mbe_run_it_starts_from_and_never_above_the_optimum(block):
     """Block coordinate ascent on the join graph: the acceptance of the anytime issue asks a shifted
@@ -177,6 +179,7 @@ def internal_optimum(problem, value: float) -> float:
     return problem.sense * value - float(problem.offset)
 
 
+@pytest.mark.slow
 def test_instances_bounds_valid(shared_instances):
     with open(shared_instances / "optima.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["file"].endswith((".wcsp", ".uai"))]

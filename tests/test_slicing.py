@@ -93,6 +93,7 @@ def test_a_sliced_message_is_the_unsliced_one(client, integer):
     assert checked > 50
 
 
+@pytest.mark.slow
 def test_solve_with_slicing_is_solve_without(client):
     address = client.scheduler.address
     sliced = 0
@@ -118,6 +119,7 @@ def test_mpe_with_slicing_agrees_to_rounding(client, shared_instances):
     assert spread.lower_bound == pytest.approx(plain.lower_bound, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_solve_and_info_with_workers_on_processes(tmp_path):
     path = tmp_path / "r.wcsp"
     run = CliRunner().invoke
