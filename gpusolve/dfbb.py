@@ -197,7 +197,7 @@ class DepthFirst:
         self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
                                                                     for _ in range(5))
         self.scratch = np.zeros(n, dtype=np.int64)
-        self.tmp = np.zeros(d, dtype=np.int64)
+        self.tmp = np.zeros(2 * d, dtype=np.int64)
 
     @property
     def nodes(self) -> int:

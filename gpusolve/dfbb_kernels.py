@@ -209,55 +209,64 @@ def project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, 
 
 
 @jit
-def full_support(S, lay, k, side, T, boff, bdj, bvar, top, tmp, trail, stamp, ctl):
+def full_support(S, lay, k, side, T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl):
     """Every value a of k's variable on `side` gets a full support b in the other's domain
     (c(a, b) + u(b) = 0): the other's unary costs are extended onto k as far as needed, then k is
     projected onto side's. Returns ROSE when a unary cost of side rose, + FROM_ZERO when one was zero;
-    the extension keeps both sides' simple supports."""
+    the extension keeps both sides' simple supports. tmp: the cost to project onto each value, then
+    the values that get one."""
     d, U, A, P = lay[1], lay[0], lay[2], lay[4]
     i, j = bvar[2 * k + side], bvar[2 * k + 1 - side]
-    rise = False
+    h = 2 * lay[7] * d + (2 * k + side) * d  # full-support residues of i's values
+    rising = 0
     for a in range(d):
         tmp[a] = 0
-        if S[A + i * d + a] == 0:
+        if S[A + i * d + a] == 0 or zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h + a]):
             continue
-        low = top
+        low, arg = top, -1
         for b in range(d):
             if S[A + j * d + b]:
                 c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
                 if c < top and c + S[U + j * d + b] < low:
-                    low = c + S[U + j * d + b]
+                    low, arg = c + S[U + j * d + b], b
                     if low == 0:
                         break
+        hints[h + a] = arg  # a full support once projected
         tmp[a] = low
-        rise = rise or low > 0
-    if not rise:
+        if low > 0:
+            tmp[d + rising] = a
+            rising += 1
+    if rising == 0:
         return 0
     for b in range(d):
-        if S[A + j * d + b] == 0:
+        u = S[U + j * d + b]
+        if S[A + j * d + b] == 0 or u == 0:  # only a positive unary cost extends
             continue
         e = 0
-        for a in range(d):
-            if S[A + i * d + a] and 0 < tmp[a] < top:
+        for t in range(rising):
+            a = tmp[d + t]
+            if tmp[a] < top:
                 c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
                 if c < top and tmp[a] - c > e:
-                    e = tmp[a] - c
+                    e = tmp[a] - c  # at most u, as tmp[a] <= c + u
+                    if e == u:
+                        break
         if e > 0:
             q = P + (2 * k + 1 - side) * d + b
             put(S, q, S[q] - e, trail, stamp, ctl)
-            put(S, U + j * d + b, S[U + j * d + b] - e, trail, stamp, ctl)
+            put(S, U + j * d + b, u - e, trail, stamp, ctl)
     out = ROSE
-    for a in range(d):
-        if S[A + i * d + a] and tmp[a] > 0:
-            u = U + i * d + a
-            if S[u] == 0:
-                out |= FROM_ZERO
-            if tmp[a] >= top:
-                put(S, u, top, trail, stamp, ctl)
-            else:
-                q = P + (2 * k + side) * d + a
-                put(S, q, S[q] + tmp[a], trail, stamp, ctl)
-                put(S, u, min(S[u] + tmp[a], top), trail, stamp, ctl)
+    for t in range(rising):
+        a = tmp[d + t]
+        u = U + i * d + a
+        if S[u] == 0:
+            out |= FROM_ZERO
+        if tmp[a] >= top:
+            put(S, u, top, trail, stamp, ctl)
+        else:
+            q = P + (2 * k + side) * d + a
+            put(S, q, S[q] + tmp[a], trail, stamp, ctl)
+            put(S, u, min(S[u] + tmp[a], top), trail, stamp, ctl)
     return out
 
 
@@ -342,7 +351,7 @@ def enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints
         if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
             continue
         for p in range(adj_ptr[i], adj_ptr[i + 1]):
-            full_support(S, lay, adj_k[p], adj_side[p], T, boff, bdj, bvar, top, tmp, trail, stamp, ctl)
+            full_support(S, lay, adj_k[p], adj_side[p], T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
         raised(qs, i, ctl)
         if not node_consistent(S, lay, i, top, trail, stamp, ctl, qs):
             for p in range(adj_ptr[i], adj_ptr[i + 1]):
@@ -352,7 +361,7 @@ def enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints
 
 
 @jit
-def enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, weight, trail, stamp, ctl, qs, tmp):
+def enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, trail, stamp, ctl, qs, tmp):
     """DAC* down the variable order: every value of i gets a full support in each later neighbour j on the
     DAC queue (whose unary costs rose from zero or domain shrank). False on a wipe-out."""
     while ctl[QLEN + DAC] > 0:
@@ -362,7 +371,7 @@ def enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, weigh
                 continue
             k = adj_k[p]
             i = bvar[2 * k]
-            out = full_support(S, lay, k, 0, T, boff, bdj, bvar, top, tmp, trail, stamp, ctl)
+            out = full_support(S, lay, k, 0, T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
             if out & FROM_ZERO:
                 raised(qs, i, ctl)
             if out and not node_consistent(S, lay, i, top, trail, stamp, ctl, qs):
@@ -432,8 +441,8 @@ def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope
         if not enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, best, trail,
                            stamp, ctl, qs, tmp):
             return False
-        if not enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, weight, trail, stamp, ctl, qs,
-                           tmp):
+        if not enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, trail, stamp, ctl,
+                           qs, tmp):
             return False
         if not enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
                           nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs):
