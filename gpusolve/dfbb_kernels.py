@@ -2,14 +2,17 @@
 
 Imported only when a search runs (numba's import and its on-disk cache cost a
 fraction of a second); `cache=True` makes a second process load rather than
-compile them.
+compile them. The kernels allocate nothing and the caller holds every array,
+so they run without numba's reference counting (`_nrt=False`): with it, each
+call of a small kernel that LLVM does not inline counts references to each of
+its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
 from .dfbb import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST,
                    LEFT, LEVEL, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, TRAIL, UB)
 
-jit = numba.njit(cache=True, nogil=True)
+jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
 
 
@@ -525,7 +528,8 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
                 ctl[MODE] = BACKTRACK
                 if c < ctl[UB]:
                     ctl[UB] = c
-                    best[:] = scratch
+                    for v in range(n):  # not best[:] = scratch, which may allocate a copy
+                        best[v] = scratch[v]
                     return FOUND
                 continue
             ctl[MODE] = BRANCH
