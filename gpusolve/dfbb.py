@@ -37,11 +37,13 @@ N_CTL = QLEN + 4
 PROPAGATE, BRANCH, BACKTRACK = 0, 1, 2  # modes
 PAUSED, FOUND, COMPLETE, GROW = 0, 1, 2, 3  # what a slice ends with
 LEFT, RIGHT = 0, 1
+SLACK = 1
 
 
 @dataclass
 class Layout:
-    """Where each part of the state vector S lives; S[0] is c0."""
+    """Where each part of the state vector S lives; S[0] is c0, S[SLACK] the gap between the upper
+    bound and c0 at the last pass of NC* over every variable."""
 
     n: int
     d: int  # the largest domain
@@ -50,7 +52,7 @@ class Layout:
 
     @property
     def unary(self) -> int:
-        return 1
+        return SLACK + 1
 
     @property
     def alive(self) -> int:
@@ -170,6 +172,7 @@ class DepthFirst:
         self.nadj_k = np.array([j for x in touching for j in x], dtype=np.int64)
         S = np.zeros(lay.length, dtype=np.int64)
         S[0] = const
+        S[SLACK] = top + 1  # no pass yet
         S[lay.unary: lay.alive] = unary.ravel()
         alive = np.zeros((n, d), dtype=np.int64)
         for v, size in enumerate(domains):

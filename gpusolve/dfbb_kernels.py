@@ -10,7 +10,7 @@ its array arguments, atomically, which cost more than the work itself.
 import numba
 
 from .dfbb import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST,
-                   LEFT, LEVEL, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, TRAIL, UB)
+                   LEFT, LEVEL, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, SLACK, TRAIL, UB)
 
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
@@ -421,13 +421,19 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
 
 @jit
 def nc_everywhere(S, lay, trail, stamp, ctl, qs):
-    """Prune every value whose unary cost plus c0 reaches the upper bound; False on a wipe-out."""
+    """Prune every value whose unary cost plus c0 reaches the upper bound; False on a wipe-out. Needed
+    only once the gap between them shrank since the last pass: every unary cost rise is followed by
+    NC* on its variable, so live unary costs stay below the gap of the last pass."""
     n, d = lay[6], lay[1]
+    slack = ctl[UB] - S[0]
+    if slack >= S[SLACK]:
+        return True
     for x in range(n):
         for a in range(d):
-            if S[lay[2] + x * d + a] and S[0] + S[lay[0] + x * d + a] >= ctl[UB]:
+            if S[lay[2] + x * d + a] and S[lay[0] + x * d + a] >= slack:
                 if not remove(S, lay, x, a, trail, stamp, ctl, qs):
                     return False
+    put(S, SLACK, slack, trail, stamp, ctl)
     return True
 
 
