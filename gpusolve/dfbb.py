@@ -75,8 +75,16 @@ class Layout:
         return self.proj + 2 * self.m * self.d
 
     @property
-    def length(self) -> int:
+    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
         return self.left + self.k
+
+    @property
+    def pos(self) -> int:  # where each value stands in dom
+        return self.dom + self.n * self.d
+
+    @property
+    def length(self) -> int:
+        return self.pos + self.n * self.d
 
 
 _RUN = None
@@ -179,11 +187,12 @@ class DepthFirst:
             alive[v, :size] = 1
         S[lay.alive: lay.size] = alive.ravel()
         S[lay.size: lay.fixed] = domains
-        S[lay.left: lay.length] = [f.arity for f in nary]
+        S[lay.left: lay.dom] = [f.arity for f in nary]
+        S[lay.dom: lay.pos] = S[lay.pos: lay.length] = np.tile(np.arange(d), n)
         self.S = S
-        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k
-        self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k],
-                                dtype=np.int64)
+        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos
+        self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k, lay.dom,
+                                 lay.pos], dtype=np.int64)
         # hints, never trailed: simple-support residues, full-support residues, each variable's EAC value
         self.hints = np.full(4 * m * d + n, -1, dtype=np.int64)
         self.weight = np.zeros(m + k, dtype=np.int64)

@@ -95,38 +95,55 @@ def clear_queues(ctl, qs):
 
 
 @jit
+def live(S, lay, x, t):
+    """The t-th live value of x, t < its domain size."""
+    return S[lay[10] + x * lay[1] + t]
+
+
+@jit
 def remove(S, lay, x, a, trail, stamp, ctl, qs):
-    """Prune value a of x; False when x's domain is wiped out."""
-    d = lay[1]
+    """Prune value a of x; False when x's domain is wiped out. a swaps places with the last live value
+    (Briggs & Torczon's sparse set): undoing the size alone brings it back."""
+    d, D, Q = lay[1], lay[10] + x * lay[1], lay[11] + x * lay[1]
+    last = S[lay[3] + x] - 1
+    b, p = S[D + last], S[Q + a]
+    S[D + p], S[Q + b] = b, p
+    S[D + last], S[Q + a] = a, last
     put(S, lay[2] + x * d + a, 0, trail, stamp, ctl)
-    put(S, lay[3] + x, S[lay[3] + x] - 1, trail, stamp, ctl)
+    put(S, lay[3] + x, last, trail, stamp, ctl)
     shrunk(qs, x, ctl)
-    return S[lay[3] + x] > 0
+    return last > 0
 
 
 @jit
 def node_consistent(S, lay, x, top, trail, stamp, ctl, qs):
     """NC* on x: its least unary cost goes to c0, values reaching the bound are pruned."""
-    d, U, A = lay[1], lay[0], lay[2]
+    d, U = lay[1], lay[0]
     low = top
-    for a in range(d):
-        if S[A + x * d + a] and S[U + x * d + a] < low:
-            low = S[U + x * d + a]
+    for t in range(S[lay[3] + x]):
+        low = min(low, S[U + x * d + live(S, lay, x, t)])
     if low >= top:
         return False
     if low > 0:
-        for a in range(d):
-            i = U + x * d + a
-            if S[A + x * d + a] and S[i] < top:
+        for t in range(S[lay[3] + x]):
+            i = U + x * d + live(S, lay, x, t)
+            if S[i] < top:
                 put(S, i, S[i] - low, trail, stamp, ctl)
         put(S, 0, min(S[0] + low, top), trail, stamp, ctl)
     ub = ctl[UB]
     if S[0] >= ub:
         return False
-    for a in range(d):
-        if S[A + x * d + a] and S[0] + S[U + x * d + a] >= ub:
-            if not remove(S, lay, x, a, trail, stamp, ctl, qs):
-                return False
+    return prune(S, lay, x, ub - S[0], trail, stamp, ctl, qs)
+
+
+@jit
+def prune(S, lay, x, slack, trail, stamp, ctl, qs):
+    """Remove x's values whose unary cost reaches `slack` (the upper bound minus c0); False on a wipe-out.
+    Taken from the last live value down, so that each removal swaps in one already seen."""
+    for t in range(S[lay[3] + x] - 1, -1, -1):
+        a = live(S, lay, x, t)
+        if S[lay[0] + x * lay[1] + a] >= slack and not remove(S, lay, x, a, trail, stamp, ctl, qs):
+            return False
     return True
 
 
@@ -138,10 +155,9 @@ def revise(S, lay, k, side, T, boff, bdj, bvar, top, hints, trail, stamp, ctl):
     y = bvar[2 * k + side]
     x = bvar[2 * k + 1 - side]
     out = 0
-    only = value_of(S, lay, x) if S[lay[3] + x] == 1 else -1  # an assigned x: its value is the support
-    for b in range(d):
-        if S[A + y * d + b] == 0:
-            continue
+    only = live(S, lay, x, 0) if S[lay[3] + x] == 1 else -1  # an assigned x: its value is the support
+    for t in range(S[lay[3] + y]):
+        b = live(S, lay, y, t)
         if only >= 0:
             low, arg = pair_cost(S, lay, k, side, T, boff, bdj, top, b, only), only
         else:
@@ -149,13 +165,13 @@ def revise(S, lay, k, side, T, boff, bdj, bvar, top, hints, trail, stamp, ctl):
             if r >= 0 and S[A + x * d + r] and pair_cost(S, lay, k, side, T, boff, bdj, top, b, r) == 0:
                 continue
             low, arg = top, -1
-            for a in range(d):
-                if S[A + x * d + a]:
-                    c = pair_cost(S, lay, k, side, T, boff, bdj, top, b, a)
-                    if c < low:
-                        low, arg = c, a
-                        if c == 0:
-                            break
+            for v in range(S[lay[3] + x]):
+                a = live(S, lay, x, v)
+                c = pair_cost(S, lay, k, side, T, boff, bdj, top, b, a)
+                if c < low:
+                    low, arg = c, a
+                    if c == 0:
+                        break
             hints[(2 * k + side) * d + b] = arg
         if low > 0:
             i = U + y * d + b
@@ -180,34 +196,25 @@ def pair_cost(S, lay, k, side, T, boff, bdj, top, b, a):
 
 
 @jit
-def value_of(S, lay, x):
-    d = lay[1]
-    for a in range(d):
-        if S[lay[2] + x * d + a]:
-            return a
-    return -1
-
-
-@jit
 def project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl):
     """All but one variable of n-ary function k are assigned: its costs given them go onto the
     last one's unary costs (or onto c0 when none is left); the function is then used up."""
-    d, U, A = lay[1], lay[0], lay[2]
+    d, U = lay[1], lay[0]
     base, free = noff[k], -1
     for p in range(nptr[k], nptr[k + 1]):
         v = nscope[p]
         if S[lay[3] + v] == 1 and S[lay[5] + v] == 1:
-            base += value_of(S, lay, v) * nstride[p]
+            base += live(S, lay, v, 0) * nstride[p]
         else:
             free = p
     if free < 0:
         put(S, 0, min(S[0] + NT[base], top), trail, stamp, ctl)
         return -1
     z = nscope[free]
-    for c in range(d):
-        if S[A + z * d + c]:
-            i = U + z * d + c
-            put(S, i, min(S[i] + NT[base + c * nstride[free]], top), trail, stamp, ctl)
+    for t in range(S[lay[3] + z]):
+        c = live(S, lay, z, t)
+        i = U + z * d + c
+        put(S, i, min(S[i] + NT[base + c * nstride[free]], top), trail, stamp, ctl)
     return z
 
 
@@ -218,32 +225,33 @@ def full_support(S, lay, k, side, T, boff, bdj, bvar, top, hints, tmp, trail, st
     projected onto side's. Returns ROSE when a unary cost of side rose, + FROM_ZERO when one was zero;
     the extension keeps both sides' simple supports. tmp: the cost to project onto each value, then
     the values that get one."""
-    d, U, A, P = lay[1], lay[0], lay[2], lay[4]
+    d, U, P = lay[1], lay[0], lay[4]
     i, j = bvar[2 * k + side], bvar[2 * k + 1 - side]
     h = 2 * lay[7] * d + (2 * k + side) * d  # full-support residues of i's values
     rising = 0
-    for a in range(d):
-        tmp[a] = 0
-        if S[A + i * d + a] == 0 or zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h + a]):
+    for t in range(S[lay[3] + i]):
+        a = live(S, lay, i, t)
+        if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h + a]):
             continue
         low, arg = top, -1
-        for b in range(d):
-            if S[A + j * d + b]:
-                c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
-                if c < top and c + S[U + j * d + b] < low:
-                    low, arg = c + S[U + j * d + b], b
-                    if low == 0:
-                        break
+        for v in range(S[lay[3] + j]):
+            b = live(S, lay, j, v)
+            c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
+            if c < top and c + S[U + j * d + b] < low:
+                low, arg = c + S[U + j * d + b], b
+                if low == 0:
+                    break
         hints[h + a] = arg  # a full support once projected
-        tmp[a] = low
         if low > 0:
+            tmp[a] = low
             tmp[d + rising] = a
             rising += 1
     if rising == 0:
         return 0
-    for b in range(d):
+    for v in range(S[lay[3] + j]):
+        b = live(S, lay, j, v)
         u = S[U + j * d + b]
-        if S[A + j * d + b] == 0 or u == 0:  # only a positive unary cost extends
+        if u == 0:  # only a positive unary cost extends
             continue
         e = 0
         for t in range(rising):
@@ -291,12 +299,12 @@ def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
     if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h]):
         return True
     b = hints[4 * m * d + j]
-    if not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
-        b = 0
-        while b < d and not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
-            b += 1
-        if b == d:
+    t = 0
+    while not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
+        if t == S[lay[3] + j]:
             return False
+        b = live(S, lay, j, t)
+        t += 1
     hints[h] = b
     return True
 
@@ -324,7 +332,8 @@ def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hi
     if second != first and existential_value(S, lay, i, second, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side,
                                              top, hints):
         return True
-    for a in range(lay[1]):
+    for t in range(S[lay[3] + i]):
+        a = live(S, lay, i, t)
         if a != first and a != second and existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k,
                                                             adj_side, top, hints):
             return True
@@ -424,15 +433,12 @@ def nc_everywhere(S, lay, trail, stamp, ctl, qs):
     """Prune every value whose unary cost plus c0 reaches the upper bound; False on a wipe-out. Needed
     only once the gap between them shrank since the last pass: every unary cost rise is followed by
     NC* on its variable, so live unary costs stay below the gap of the last pass."""
-    n, d = lay[6], lay[1]
     slack = ctl[UB] - S[0]
     if slack >= S[SLACK]:
         return True
-    for x in range(n):
-        for a in range(d):
-            if S[lay[2] + x * d + a] and S[lay[0] + x * d + a] >= slack:
-                if not remove(S, lay, x, a, trail, stamp, ctl, qs):
-                    return False
+    for x in range(lay[6]):
+        if not prune(S, lay, x, slack, trail, stamp, ctl, qs):
+            return False
     put(S, SLACK, slack, trail, stamp, ctl)
     return True
 
@@ -529,7 +535,7 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
                     break
             if done:
                 for v in range(n):
-                    scratch[v] = value_of(S, lay, v)
+                    scratch[v] = live(S, lay, v, 0)
                 c = cost_of(scratch, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c00, top, n, m, k)
                 ctl[MODE] = BACKTRACK
                 if c < ctl[UB]:
@@ -550,9 +556,9 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
             dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, LEFT, ctl[TRAIL], S[0]
             ctl[DEPTH] = dep + 1
             ctl[LEVEL] += 1
-            for c in range(lay[1]):
-                if c != a and S[lay[2] + x * lay[1] + c]:
-                    remove(S, lay, x, c, trail, stamp, ctl, qs)
+            for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
+                if live(S, lay, x, t) != a:
+                    remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
             ctl[MODE] = PROPAGATE
         else:  # BACKTRACK
             while True:
