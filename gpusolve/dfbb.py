@@ -1,14 +1,18 @@
 """Depth-first branch and bound with soft arc consistency, compiled with numba.
 
-At every node the problem is kept AC* (Larrosa & Schiex, AIJ 2004): binary
-costs are projected onto unary costs until every value has a support, unary
-costs onto the constant c0 (node consistency NC*), and a value is pruned once
-c0 plus its unary cost reaches the upper bound. c0 is then a lower bound of
-every assignment below the node. An n-ary function (arity 3 or more) waits
-until all but one of its variables are assigned and is then projected onto the
-last one. Branching is binary (x = a, then x != a) on dom/wdeg (Boussemart et
-al., ECAI 2004) with last conflict (Lecoutre et al., AIJ 2009), values by least
-unary cost, ties to the incumbent's value.
+At every node the problem is kept EDAC* (de Givry, Heras, Zytnicki & Larrosa,
+IJCAI 2005): binary costs are projected onto unary costs until every value has
+a support (AC*, Larrosa & Schiex, AIJ 2004) and, towards later variables, a
+full support (DAC*); a variable none of whose values of zero cost is fully
+supported by all its neighbours (not EAC) gets full supports from all of them,
+which raises its unary costs. Unary costs go onto the constant c0 (node
+consistency NC*), and a value is pruned once c0 plus its unary cost reaches
+the upper bound. c0 is then a lower bound of every assignment below the node.
+An n-ary function (arity 3 or more) waits until all but one of its variables
+are assigned and is then projected onto the last one. Branching is binary
+(x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
+conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
+else the EAC value.
 
 Every change of the state is written on a trail (once per index and choice
 point) and undone on backtracking; nothing is copied per node. The search
@@ -27,16 +31,19 @@ import numpy as np
 from .model import Problem
 
 # Control slots (ctl): where the resumable search stands.
-TRAIL, DEPTH, MODE, NODES, UB, LEVEL, QLEN, LAST, FAILS = range(9)
-N_CTL = 9
+TRAIL, DEPTH, MODE, NODES, UB, LEVEL, LAST, FAILS, DTOP, QLEN = range(10)
+AC, DAC, EAC, EAC_CHECK = range(4)  # propagation queues (rows of qs); their lengths follow QLEN in ctl
+N_CTL = QLEN + 4
 PROPAGATE, BRANCH, BACKTRACK = 0, 1, 2  # modes
 PAUSED, FOUND, COMPLETE, GROW = 0, 1, 2, 3  # what a slice ends with
 LEFT, RIGHT = 0, 1
+SLACK = 1
 
 
 @dataclass
 class Layout:
-    """Where each part of the state vector S lives; S[0] is c0."""
+    """Where each part of the state vector S lives; S[0] is c0, S[SLACK] the gap between the upper
+    bound and c0 at the last pass of NC* over every variable."""
 
     n: int
     d: int  # the largest domain
@@ -45,7 +52,7 @@ class Layout:
 
     @property
     def unary(self) -> int:
-        return 1
+        return SLACK + 1
 
     @property
     def alive(self) -> int:
@@ -68,8 +75,16 @@ class Layout:
         return self.proj + 2 * self.m * self.d
 
     @property
-    def length(self) -> int:
+    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
         return self.left + self.k
+
+    @property
+    def pos(self) -> int:  # where each value stands in dom
+        return self.dom + self.n * self.d
+
+    @property
+    def length(self) -> int:
+        return self.pos + self.n * self.d
 
 
 _RUN = None
@@ -165,34 +180,36 @@ class DepthFirst:
         self.nadj_k = np.array([j for x in touching for j in x], dtype=np.int64)
         S = np.zeros(lay.length, dtype=np.int64)
         S[0] = const
+        S[SLACK] = top + 1  # no pass yet
         S[lay.unary: lay.alive] = unary.ravel()
         alive = np.zeros((n, d), dtype=np.int64)
         for v, size in enumerate(domains):
             alive[v, :size] = 1
         S[lay.alive: lay.size] = alive.ravel()
         S[lay.size: lay.fixed] = domains
-        S[lay.left: lay.length] = [f.arity for f in nary]
+        S[lay.left: lay.dom] = [f.arity for f in nary]
+        S[lay.dom: lay.pos] = S[lay.pos: lay.length] = np.tile(np.arange(d), n)
         self.S = S
-        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k
-        self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k],
-                                dtype=np.int64)
-        self.res = np.full(2 * m * d, -1, dtype=np.int64)
+        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos
+        self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k, lay.dom,
+                                 lay.pos], dtype=np.int64)
+        # hints, never trailed: simple-support residues, full-support residues, each variable's EAC value
+        self.hints = np.full(4 * m * d + n, -1, dtype=np.int64)
         self.weight = np.zeros(m + k, dtype=np.int64)
         self.trail = np.zeros((4 * lay.length + 1024, 2), dtype=np.int64)
         self.stamp = np.full(lay.length, -1, dtype=np.int64)
         self.ctl = np.zeros(N_CTL, dtype=np.int64)
         self.ctl[LAST] = -1
-        self.queue = np.zeros(n, dtype=np.int64)
-        self.inq = np.zeros(n, dtype=np.int64)
-        for v in range(n):  # the root propagates everything
-            self.queue[v], self.inq[v] = v, 1
-        self.ctl[QLEN] = n
+        self.qs = np.zeros((4, 2 * n), dtype=np.int64)
+        for row in (AC, DAC, EAC):  # the root propagates everything
+            self.qs[row] = np.concatenate([np.arange(n), np.ones(n)])
+            self.ctl[QLEN + row] = n
+        self.ctl[DTOP] = n - 1
         depth = int(sum(domains)) + 1
         self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
                                                                     for _ in range(5))
         self.scratch = np.zeros(n, dtype=np.int64)
-        self.inr = np.zeros(n, dtype=np.int64)
-        self.tmp = np.zeros(d, dtype=np.int64)
+        self.tmp = np.zeros(2 * d, dtype=np.int64)
 
     @property
     def nodes(self) -> int:
@@ -217,9 +234,9 @@ class DepthFirst:
         while True:
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
-                         self.NT, self.nadj_ptr, self.nadj_k, self.top, self.res, self.weight, self.trail,
-                         self.stamp, self.ctl, self.queue, self.inq, self.dvar, self.dval, self.dbranch,
-                         self.dmark, self.dlb, self.best, self.scratch, self.inr, self.tmp, node_limit)
+                         self.NT, self.nadj_ptr, self.nadj_k, self.top, self.hints, self.weight, self.trail,
+                         self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
+                         self.best, self.scratch, self.tmp, node_limit)
             if status == GROW:
                 self.trail = np.concatenate([self.trail, np.zeros_like(self.trail)])
                 continue

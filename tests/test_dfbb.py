@@ -1,4 +1,4 @@
-"""Depth-first branch and bound with FDAC*: exact optima, valid bounds at every node, reparameterisations
+"""Depth-first branch and bound with EDAC*: exact optima, valid bounds at every node, reparameterisations
 that keep every assignment's cost, and a search that resumes where a slice ended."""
 import itertools
 
@@ -7,6 +7,7 @@ import pytest
 
 from gpusolve import dfbb
 from gpusolve.dfbb import COMPLETE, FOUND, LEFT, PAUSED, DepthFirst
+from gpusolve.model import CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
 
@@ -86,6 +87,58 @@ def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed):
         if status == COMPLETE:
             break
     assert search.ub == min(optimum, problem.top)
+
+
+def reparameterised(search):
+    """c0, unary costs, live values and each binary function's (i, j, current table) at this node."""
+    lay, S, d, top = search.lay, search.S, search.lay.d, search.top
+    unary = S[lay.unary: lay.alive].reshape(lay.n, d)
+    alive = S[lay.alive: lay.size].reshape(lay.n, d).astype(bool)
+    proj = S[lay.proj: lay.left].reshape(lay.m, 2, d)
+    tables = []
+    for k in range(lay.m):
+        t = search.T[search.boff[k]: search.boff[k] + d * d].reshape(d, d)
+        cost = np.where(t >= top, top, t - proj[k, 0][:, None] - proj[k, 1][None, :])
+        tables.append((int(search.bvar[2 * k]), int(search.bvar[2 * k + 1]), cost))
+    return int(S[0]), unary, alive, tables
+
+
+def assert_edac(search):
+    """NC*, AC*, DAC* (full supports towards later variables) and EAC (de Givry et al., IJCAI 2005)."""
+    c0, unary, alive, tables = reparameterised(search)
+    for v in range(search.lay.n):
+        assert (unary[v][alive[v]] == 0).any(), ("NC*", v)
+        assert (c0 + unary[v][alive[v]] < search.ub).all(), ("NC", v)
+    full = {v: np.zeros(search.lay.d, bool) for v in range(search.lay.n)}  # values fully supported everywhere
+    for v in full:
+        full[v][:] = alive[v] & (unary[v] == 0)
+    for i, j, cost in tables:
+        live = cost[np.ix_(alive[i], alive[j])]
+        assert (live.min(axis=1) == 0).all() and (live.min(axis=0) == 0).all(), ("AC*", i, j)
+        assert ((live + unary[j][alive[j]][None, :]).min(axis=1) == 0).all(), ("DAC*", i, j)
+        zero_i, zero_j = alive[i] & (unary[i] == 0), alive[j] & (unary[j] == 0)
+        full[i] &= ((cost == 0) & zero_j[None, :]).any(axis=1)
+        full[j] &= ((cost == 0) & zero_i[:, None]).any(axis=0)
+    assert all(values.any() for values in full.values()), "EAC"
+    eac_value = search.hints[len(search.hints) - search.lay.n:]  # the value kept for branching
+    assert all(full[v][eac_value[v]] for v in full), "EAC value"
+
+
+def random_binary(rng):
+    """A dense binary problem, where FDAC* alone often leaves variables that are not EAC."""
+    n = int(rng.integers(5, 11))
+    variables = [Variable(f"x{i}", int(rng.integers(2, 6))) for i in range(n)]
+    functions = [CostFunction((i, j), rng.integers(0, 10, size=(variables[i].domain, variables[j].domain)))
+                 for i, j in itertools.combinations(rng.permutation(n).tolist(), 2) if rng.random() < 0.5]
+    return finalize_integer(Problem("binary", variables, functions, integer=True), int(rng.integers(20, 200)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_node_after_propagation_is_edac(seed):
+    search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)))
+    while (status := search.run(1)) != COMPLETE:
+        if status == PAUSED and search.ctl[dfbb.MODE] == dfbb.BRANCH:
+            assert_edac(search)
 
 
 @pytest.mark.parametrize("seed", range(20))
