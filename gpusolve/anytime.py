@@ -505,6 +505,8 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     from . import dfbb
     from .globals import propagators
     from .search import AndOrSearch, Heuristic, Stopped
+    if stop.remaining() <= 0:  # a box already spent: neither search starts
+        raise Stopped()
     beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
         beside.run_here(bounds, stop)
