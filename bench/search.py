@@ -3,7 +3,7 @@
 For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
 RLFAP-like networks, generated grids), three fresh processes under the same
 time limit:
-- `core`: the depth-first search with FDAC* alone (gpusolve.dfbb), no upper
+- `core`: the depth-first search with EDAC* alone (gpusolve.dfbb), no upper
   bound given: nodes, nodes per second (the first slice, which loads or
   compiles the core, left out), nodes and seconds to the proof;
 - `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user

@@ -252,7 +252,7 @@ class Beside:
     the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
     schedule's Bounds, so that only one thread at a time touches them."""
 
-    LABEL = "DFBB (FDAC*)"
+    LABEL = "DFBB (EDAC*)"
 
     def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12):
         self.search = DepthFirst(problem, bounds.upper)
