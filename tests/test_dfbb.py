@@ -107,11 +107,6 @@ def assert_edac(search):
     """NC*, AC*, DAC* (full supports towards later variables) and EAC (de Givry et al., IJCAI 2005); the
     live values listed first in each domain are the alive ones, and below the gap of the last NC* pass."""
     c0, unary, alive, tables = reparameterised(search)
-    lay, S = search.lay, search.S
-    dom = S[lay.dom: lay.pos].reshape(lay.n, lay.d)
-    for v in range(lay.n):
-        assert sorted(dom[v, : S[lay.size + v]]) == np.flatnonzero(alive[v]).tolist(), ("live", v)
-        assert (unary[v][alive[v]] < S[dfbb.SLACK]).all(), ("slack", v)
     for v in range(search.lay.n):
         assert (unary[v][alive[v]] == 0).any(), ("NC*", v)
         assert (c0 + unary[v][alive[v]] < search.ub).all(), ("NC", v)
@@ -128,6 +123,11 @@ def assert_edac(search):
     assert all(values.any() for values in full.values()), "EAC"
     eac_value = search.hints[len(search.hints) - search.lay.n:]  # the value kept for branching
     assert all(full[v][eac_value[v]] for v in full), "EAC value"
+    lay, S = search.lay, search.S
+    dom = S[lay.dom: lay.pos].reshape(lay.n, lay.d)
+    for v in range(lay.n):
+        assert sorted(dom[v, : S[lay.size + v]]) == np.flatnonzero(alive[v]).tolist(), ("live", v)
+        assert (unary[v][alive[v]] < S[dfbb.SLACK]).all(), ("slack", v)
 
 
 def random_binary(rng):
