@@ -87,17 +87,6 @@ class Layout:
         return self.pos + self.n * self.d
 
 
-_RUN = None
-
-
-def _compiled():
-    global _RUN
-    if _RUN is None:
-        from .dfbb_kernels import run
-        _RUN = run
-    return _RUN
-
-
 def supports(problem: Problem) -> str | None:
     """Why this core cannot search `problem`, or None when it can."""
     if not problem.integer:
@@ -230,7 +219,7 @@ class DepthFirst:
     def run(self, node_limit: int = 1 << 14) -> int:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
-        run = _compiled()
+        from .dfbb_kernels import run  # numba and its cache load with the first search, not at import
         while True:
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,

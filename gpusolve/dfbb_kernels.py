@@ -384,11 +384,21 @@ def enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints
             k = adj_k[p]
             i = bvar[2 * k]
             out = full_support(S, lay, k, 0, T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
-            if out & FROM_ZERO:
-                raised(qs, i, ctl)
-            if out and not node_consistent(S, lay, i, top, trail, stamp, ctl, qs):
-                weight[k] += 1
+            if not after_projection(S, lay, out, i, k, top, weight, trail, stamp, ctl, qs):
                 return False
+    return True
+
+
+@jit
+def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
+    """What follows a projection of function k onto y's unary costs (`out`, as revise and full_support
+    return it): y's EAC may have broken if a zero cost rose, and NC* on y; False (k weighted for
+    dom/wdeg) when y is wiped out or c0 reaches the bound."""
+    if out & FROM_ZERO:
+        raised(qs, y, ctl)
+    if out and not node_consistent(S, lay, y, top, trail, stamp, ctl, qs):
+        weight[k] += 1
+        return False
     return True
 
 
@@ -420,10 +430,7 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
             k, side = adj_k[p], adj_side[p]
             y = bvar[2 * k + 1 - side]
             out = revise(S, lay, k, 1 - side, T, boff, bdj, bvar, top, hints, trail, stamp, ctl)
-            if out & FROM_ZERO:
-                raised(qs, y, ctl)
-            if out and not node_consistent(S, lay, y, top, trail, stamp, ctl, qs):
-                weight[k] += 1
+            if not after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
                 return False
     return True
 
