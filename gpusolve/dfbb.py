@@ -30,14 +30,8 @@ import numpy as np
 
 from .model import Problem
 
-# Control slots (ctl): where the resumable search stands.
-TRAIL, DEPTH, MODE, NODES, UB, LEVEL, LAST, FAILS, DTOP, QLEN = range(10)
-AC, DAC, EAC, EAC_CHECK = range(4)  # propagation queues (rows of qs); their lengths follow QLEN in ctl
-N_CTL = QLEN + 4
-PROPAGATE, BRANCH, BACKTRACK = 0, 1, 2  # modes
-PAUSED, FOUND, COMPLETE, GROW = 0, 1, 2, 3  # what a slice ends with
-LEFT, RIGHT = 0, 1
-SLACK = 1
+from .dfbb_state import (AC, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, N_CTL, NODES, QLEN, SLACK,
+                         UB)
 
 
 @dataclass

@@ -9,7 +9,7 @@ its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
-from .dfbb import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST,
+from .dfbb_state import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST,
                    LEFT, LEVEL, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, SLACK, TRAIL, UB)
 
 jit = numba.njit(cache=True, nogil=True, _nrt=False)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from gpusolve import dfbb
-from gpusolve.dfbb import COMPLETE, FOUND, LEFT, PAUSED, DepthFirst
+from gpusolve.dfbb import DepthFirst
+from gpusolve.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, LEFT, MODE, PAUSED
 from gpusolve.model import CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
@@ -58,7 +59,7 @@ def current_cost(search, problem, assignment):
 
 
 def decisions(search):
-    depth = int(search.ctl[dfbb.DEPTH])
+    depth = int(search.ctl[DEPTH])
     return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
 
 
@@ -73,7 +74,7 @@ def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed):
     while True:
         status = search.run(1)
         assert search.lower_bound <= min(optimum, problem.top)
-        if status == PAUSED and search.ctl[dfbb.MODE] == dfbb.BRANCH:  # a node after propagation
+        if status == PAUSED and search.ctl[MODE] == BRANCH:  # a node after propagation
             taken = decisions(search)
             best_below = problem.top
             alive = search.S[lay.alive: lay.size].reshape(lay.n, d)
@@ -143,7 +144,7 @@ def random_binary(rng):
 def test_every_node_after_propagation_is_edac(seed):
     search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)))
     while (status := search.run(1)) != COMPLETE:
-        if status == PAUSED and search.ctl[dfbb.MODE] == dfbb.BRANCH:
+        if status == PAUSED and search.ctl[MODE] == BRANCH:
             assert_edac(search)
 
 
