@@ -442,7 +442,8 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
         return test
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved)
+                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved,
+                              on_progress=lambda: last.__setitem__(0, time.perf_counter()))  # towards feasibility
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
     if bounds.assignment is not None:  # a feasible incumbent: Bounds takes no other
         last[0] = time.perf_counter()
