@@ -50,7 +50,7 @@ LNS_STALL_TIMED, LNS_STALL = (1.0, 0.5), (0.3, 0.25)
 # search heuristic: this share of a time limit, and never longer than the eliminations before it took.
 JGLP_SHARE = 0.1
 JGLP_PASSES = 10  # its regions' join, then three sweeps of about three passes each: ten MBE runs' time
-FGLP_ITERATIONS = 100
+FGLP_SHARE = 0.25  # FGLP sweeps until its bound converges; with a time limit, this share of the time left
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
@@ -368,7 +368,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     guide = Run(on, plan, tables, messages, lower, matched)
             elif phase.name == "fglp":
                 from .shift import fglp
-                candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
+                candidate = fglp(problem, should_stop=stop.within(FGLP_SHARE * stop.remaining()))
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
