@@ -368,7 +368,8 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     guide = Run(on, plan, tables, messages, lower, matched)
             elif phase.name == "fglp":
                 from .shift import fglp
-                candidate = fglp(problem, should_stop=stop.within(FGLP_SHARE * stop.remaining()))
+                candidate = fglp(problem, deadline=time.perf_counter() + FGLP_SHARE * stop.remaining(),
+                                 should_stop=stop)
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
