@@ -55,7 +55,7 @@ LNS_STALL = (1.0, 0.5)
 # search heuristic: this share of a time limit, and never longer than the eliminations before it took.
 JGLP_SHARE = 0.1
 JGLP_PASSES = 10  # its regions' join, then three sweeps of about three passes each: ten MBE runs' time
-FGLP_ITERATIONS = 100
+FGLP_SHARE = 0.25  # FGLP sweeps until its bound converges; with a time limit, this share of the time left
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
@@ -403,7 +403,8 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                         bounds.prove(label)
             elif phase.name == "fglp":
                 from .shift import fglp
-                candidate = fglp(problem, FGLP_ITERATIONS, stop.deadline)
+                candidate = fglp(problem, deadline=time.perf_counter() + FGLP_SHARE * stop.remaining(),
+                                 should_stop=stop)
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
@@ -485,7 +486,8 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
         return test
 
     local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved)
+                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved,
+                              on_progress=lambda: last.__setitem__(0, time.perf_counter()))  # towards feasibility
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
     if bounds.assignment is not None:  # a feasible incumbent: Bounds takes no other
         last[0] = time.perf_counter()

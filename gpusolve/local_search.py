@@ -23,9 +23,13 @@ sweep every chain takes the exact best values of a random induced tree of
 the primal graph given the rest (min-sum dynamic programming: a large
 neighbourhood, found by a few (n, d, d) gathers per tree member). Stale
 chains restart near their ladder's best or a start, a few values
-perturbed. Hard costs (>= top) count as a finite penalty while searching,
-so hot chains can cross them; feasibility is checked exactly and every
-incumbent with Problem.evaluate.
+perturbed. Feasibility is checked exactly and every incumbent with
+Problem.evaluate. Until a feasible point is known the chains minimise
+(violated hard tuples, cost) lexicographically: a hard entry outweighs
+every feasible cost together, and bests, restarts and progress reports
+go by that rank (RLFAP with top one above the optimum, where only optimal
+assignments are feasible). From the first feasible point on, a hard
+entry costs a finite penalty, so hot chains can cross hard tuples.
 
 Every step is whole-array `xp` code over all chains (NumPy or CuPy).
 """
@@ -118,10 +122,15 @@ class Gathers:
     `pool` holds every table flattened, hard entries replaced by a finite
     penalty (weight times the largest feasible entry), and a trailing 0
     that padded slots point at. A function's entry for an assignment is
-    pool[offset + sum(values[scope] * strides)].
+    pool[offset + sum(values[scope] * strides)]. `span` exceeds the range
+    of the feasible entries' sums: a rank of hard tuples * span + cost is
+    lexicographic.
     """
     pool: object
     hard: object  # pool entries that are forbidden (cost >= top)
+    penalty: float
+    span: float
+    constant: float  # the scope-0 functions' sum, outside the pool
     scope: object  # (functions, arity) variable indices, padded with 0 (stride 0)
     strides: object
     offset: object
@@ -135,7 +144,9 @@ def gathers(problem: Problem, xp=np, weight: float = WEIGHT) -> Gathers:
     """Precompute the pool and, per colour class, the functions touching each of its variables."""
     fs = [f for f in problem.functions if f.scope]
     finite = [f.table[f.table < problem.top] for f in fs]
-    penalty = weight * max((float(t.max()) - min(float(t.min()), 0.0) for t in finite if t.size), default=1.0)
+    spreads = [float(t.max()) - min(float(t.min()), 0.0) for t in finite if t.size]
+    penalty = weight * max(spreads, default=1.0)
+    constant = sum(float(f.table[()]) for f in problem.functions if not f.scope)
     offsets = np.cumsum([0] + [f.table.size for f in fs])
     pad = int(offsets[-1])
     pool = np.concatenate([np.where(f.table < problem.top, f.table, penalty).astype(np.float64).ravel()
@@ -171,8 +182,8 @@ def gathers(problem: Problem, xp=np, weight: float = WEIGHT) -> Gathers:
                 scope[j, s], stride[j, s], offset[j, s] = fscope[i], fstride[i], offsets[i]
                 vstride[j, s], stride[j, s, k] = fstride[i, k], 0
         classes.append(tuple(xp.asarray(a) for a in (np.array(vs), scope, stride, offset, vstride, values, mask)))
-    return Gathers(xp.asarray(pool), xp.asarray(hard), xp.asarray(fscope), xp.asarray(fstride),
-                   xp.asarray(offsets[:-1]), classes, (fscope, fstride, offsets[:-1]), touching,
+    return Gathers(xp.asarray(pool), xp.asarray(hard), penalty, sum(spreads) + 1.0, constant,
+                   xp.asarray(fscope), xp.asarray(fstride), xp.asarray(offsets[:-1]), classes, (fscope, fstride, offsets[:-1]), touching,
                    {v: set(primal.adj[v]) for v in movable})
 
 
@@ -229,11 +240,14 @@ def tree_move(xp, gt: Gathers, x, members: list[int], parent: dict[int, int], do
 
 
 def scores(xp, gt: Gathers, values, top):
-    """(penalised cost, cost) of every row (n,): the cost is inf where infeasible (a hard entry,
-    or a sum reaching top), exact for integer sums below 2^53."""
+    """(penalised cost, rank, feasible) of every row (n,). The rank is violated hard tuples * span
+    + the feasible entries' cost: a feasible row (no hard tuple, cost below top) ranks by its cost,
+    before every infeasible one; exact for integer sums below 2^53."""
     idx = gt.offset + (values[:, gt.scope] * gt.strides).sum(-1)
-    total = gt.pool[idx].sum(1)
-    return total, xp.where(gt.hard[idx].any(1) | (total >= top), xp.inf, total)
+    entries, hard = gt.pool[idx], gt.hard[idx]
+    violated = hard.sum(1)
+    cost = gt.constant + xp.where(hard, 0.0, entries).sum(1)
+    return entries.sum(1), cost + violated * gt.span, (violated == 0) & (cost < top)
 
 
 def sweep(xp, gt: Gathers, x, temp, prev, until, step: int, tenure: int, g) -> None:
@@ -269,6 +283,7 @@ def exchange(xp, energy, temp, parity: int, g):
 def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n: int = 256,
                  should_stop: Callable[[], bool] | None = None,
                  on_improve: Callable[[object, list[int]], None] | None = None,
+                 on_progress: Callable[[], None] | None = None,
                  max_sweeps: int | None = None, rungs: int = 16, tenure: int = 2, hot: float = HOT,
                  cold: float = COLD, weight: float = WEIGHT, trees: int = 1, tree_size: int = 64,
                  patience: int = 50, home: float = 0.5, perturb: float = 0.05):
@@ -276,16 +291,20 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
 
     n chains form n / rungs ladders of temperatures cold..hot (times
     cost_scale) with replica exchange after every sweep; hard entries weigh
-    `weight` times the largest feasible entry; `trees` induced trees of at
-    most `tree_size` variables are optimised exactly per sweep. `starts`
-    (k, variables) seed the chains, cheapest first (repeated; random values
+    more than all feasible entries together until a feasible point is
+    known, then `weight` times the largest feasible entry; `trees` induced
+    trees of at most `tree_size` variables are optimised exactly per sweep.
+    `starts` (k, variables) seed the chains, cheapest first (repeated; random values
     when k = 0 or None); evidence keeps its observed values. A chain that
     has not improved its own best for `patience` sweeps restarts from its
     ladder's best (probability `home`) or a random start, a share `perturb`
     of its values random. Stops at `deadline` (a time.perf_counter()
     value), after `max_sweeps` sweeps, or when should_stop() says so.
     on_improve(cost, assignment) is called for each better feasible
-    assignment, the best start's included.
+    assignment, the best start's included; until the first, on_progress()
+    each time the chains' best comes closer to feasibility (fewer violated
+    hard tuples, or as many at a lower cost): a caller's stall rule should
+    count it as progress, since no incumbent can come before.
     """
     dom = problem.domains
     nv = len(dom)
@@ -297,7 +316,7 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
         x = xp.floor(g.random((n, nv)) * xp.asarray(dom)).astype(xp.int64)
     else:
         starts = xp.asarray(starts, dtype=xp.int64).reshape(-1, nv)
-        starts = starts[xp.lexsort(xp.stack(scores(xp, gt, starts, problem.top)))]  # feasible first, by cost
+        starts = starts[xp.argsort(scores(xp, gt, starts, problem.top)[1])]  # feasible first, by cost
         x = starts[xp.arange(n) % starts.shape[0]]
         x = x.reshape(rungs, -1, nv).transpose(1, 0, 2).reshape(n, nv)  # the cheapest on the coldest rungs
     for var, val in problem.evidence.items():
@@ -306,22 +325,29 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
     temp = xp.broadcast_to(xp.asarray(cost_scale(problem) * np.geomspace(cold, hot, rungs)), (n // rungs, rungs))
     prev = xp.full((n, nv), -1, xp.int64)  # the value a variable left last, tabu until `until`
     until = xp.zeros((n, nv), xp.int64)
-    best_cost, best, best_score = problem.top, None, np.inf
+    best_cost, best, best_rank = problem.top, None, np.inf
     chain_best = xp.full(n, xp.inf)
     since = xp.zeros(n, xp.int64)
     ladders = n // rungs
     ladder = xp.arange(n) // rungs
-    elite, elite_cost = x[::rungs].copy(), xp.full(ladders, xp.inf)  # each ladder's best: its restarts' home
+    elite, elite_rank = x[::rungs].copy(), xp.full(ladders, xp.inf)  # each ladder's best: its restarts' home
 
-    def take(cost):
-        nonlocal best_cost, best, best_score
-        i = int(xp.argmin(cost))
-        if float(cost[i]) >= best_score:
+    def take(rank, feasible):
+        nonlocal best_cost, best, best_rank
+        i = int(xp.argmin(rank))
+        if float(rank[i]) >= best_rank:
+            return
+        if not bool(feasible[i]):  # no feasible point is known: every one ranks lower
+            best_rank = float(rank[i])
+            if on_progress:
+                on_progress()
             return
         a = [int(v) for v in sparse.to_module(np, x[i])]
         c = problem.evaluate(a)
-        if c < best_cost:
-            best_cost, best, best_score = c, a, float(cost[i])
+        if c < best_cost:  # (else a global constraint, unseen by the chains, forbids it)
+            if best is None:  # hot chains may cross hard tuples again
+                gt.pool[gt.hard] = gt.penalty
+            best_cost, best, best_rank = c, a, float(rank[i])
             if on_improve:
                 on_improve(c, a)
 
@@ -329,21 +355,22 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
         return ((max_sweeps is not None and step >= max_sweeps)
                 or (deadline is not None and time.perf_counter() > deadline) or (should_stop and should_stop()))
 
-    take(scores(xp, gt, x, problem.top)[1])
+    gt.pool[gt.hard] = gt.span  # lexicographic until a feasible point is known
+    take(*scores(xp, gt, x, problem.top)[1:])
     step = 0
     while not done():
         step += 1
         sweep(xp, gt, x, temp.reshape(n, 1), prev, until, step, tenure, g)
         for _ in range(trees if gt.neighbours else 0):
             tree_move(xp, gt, x, *induced_tree(gt, rng, tree_size), dom)
-        energy, cost = scores(xp, gt, x, problem.top)
-        take(cost)
-        i = xp.argmin(cost.reshape(ladders, rungs), axis=1) + rungs * xp.arange(ladders)
-        gain = cost[i] < elite_cost
+        energy, rank, feasible = scores(xp, gt, x, problem.top)
+        take(rank, feasible)
+        i = xp.argmin(rank.reshape(ladders, rungs), axis=1) + rungs * xp.arange(ladders)
+        gain = rank[i] < elite_rank
         elite = xp.where(gain[:, None], x[i], elite)
-        elite_cost = xp.where(gain, cost[i], elite_cost)
-        better = cost < chain_best
-        chain_best = xp.minimum(chain_best, cost)
+        elite_rank = xp.where(gain, rank[i], elite_rank)
+        better = rank < chain_best
+        chain_best = xp.minimum(chain_best, rank)
         since = xp.where(better, 0, since + 1)
         stale = since > patience
         if bool(stale.any()):

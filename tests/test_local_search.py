@@ -12,9 +12,10 @@ from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.local_search import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
 from gpusolve.model import condition
+from gpusolve.parsers.write import write_wcsp
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import preprocess
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
 
 def _plan(problem, z=None, tables="dense"):
@@ -222,3 +223,152 @@ def test_chains_run_on_the_device_only_for_problems_with_many_table_entries():
     assert sum(f.entries for f in small.functions) < DEVICE_MIN_ENTRIES <= sum(f.entries for f in large.functions)
     assert chains_module(small, device) is np and chains_module(large, device) is device
     assert chains_module(large, np) is np
+
+
+# Hard-constrained problems: the chains' rank, and feasibility under the schedule's stall rule.
+
+def tight_network(seed, large=False):
+    """A generated binary network of tightness 0.3-0.6, where feasibility ends: 10-25 variables of
+    domain 3-6, or (large) 20-49 of domain 4-6."""
+    rng = np.random.default_rng(seed)
+    topology = ("random", "grid", "scalefree")[seed % 3]
+    sizes = ((36, 49), (20, 41)) if large else ((16, 25), (10, 21))
+    n = sizes[0][seed % 2] if topology == "grid" else int(rng.integers(*sizes[1]))
+    return generate(topology, n, int(rng.integers(4 if large else 3, 7)), 0.15 if large else 0.3,
+                    float(rng.uniform(0.3, 0.6)), seed)
+
+
+class Stall:
+    """The schedule's stall rule counted in sweeps, so that any machine reaches what this one does: stop
+    after `patience` checks without an incumbent or progress towards one, and at the first incumbent."""
+
+    def __init__(self, patience: int):
+        self.patience, self.checks, self.last, self.events = patience, 0, 0, []
+
+    def progress(self):
+        self.last = self.checks
+        self.events.append("progress")
+
+    def improve(self, cost, assignment):
+        self.last = self.checks
+        self.events.append("improve")
+
+    def __call__(self):
+        self.checks += 1
+        return "improve" in self.events or self.checks - self.last > self.patience
+
+    def run(self, problem, seed, xp=np, n=64):
+        best, cost = local_search(problem, None, None, np.random.default_rng(seed), xp=xp, n=n, max_sweeps=300,
+                                  should_stop=self, on_improve=self.improve, on_progress=self.progress)
+        assert "improve" not in self.events[:-1]  # progress is reported only before the first incumbent
+        return best, cost
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_rank_orders_rows_by_violated_hard_tuples_then_cost(seed):
+    rng = np.random.default_rng(700 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, p_hard=0.4)
+    gt = gathers(problem)
+    rows = rng.integers(0, problem.domains, size=(64, len(problem.domains)))
+    _, rank, feasible = scores(np, gt, rows, problem.top)
+    keys = []
+    for row in rows:
+        entries = [int(f.table[tuple(row[list(f.scope)])]) for f in problem.functions]
+        hard = sum(e >= problem.top for e in entries)
+        keys.append((hard, sum(e for e in entries if e < problem.top)))
+        assert feasible[len(keys) - 1] == (problem.evaluate(row) < problem.top)
+    for i, j in itertools.combinations(range(len(rows)), 2):
+        assert np.sign(rank[i] - rank[j]) == np.sign((keys[i] > keys[j]) - (keys[i] < keys[j]))
+
+
+@pytest.mark.parametrize("block", range(5))
+def test_chains_reach_feasibility_before_the_stall_rule_ends_them(tmp_path, block):
+    """240 networks near the threshold, 137 of them feasible (pytoulbar2): each gets a feasible point
+    though the chains stop after 5 sweeps without news; without progress reports 7 got none."""
+    feasible = 0
+    for seed in range(48 * block, 48 * (block + 1)):
+        problem = tight_network(seed, large=True)
+        if toulbar2_optimum(problem, tmp_path / "p.wcsp") is None:
+            continue
+        feasible += 1
+        best, cost = Stall(5).run(problem, seed)
+        assert best is not None and cost == problem.evaluate(best) < problem.top, seed
+    assert feasible >= 20
+
+
+def only_optima_feasible(problem, path):
+    """`problem` written with top one above its optimum (pytoulbar2) and read back, and that optimum;
+    None when infeasible."""
+    optimum = toulbar2_optimum(problem, path)
+    if optimum is None:
+        return None, None
+    write_wcsp(problem.like(problem.functions, top=optimum + 1 - problem.offset), path)
+    return preprocess(parsers.read(path)).problem, optimum
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_chains_find_the_only_feasible_points_when_top_is_one_above_the_optimum(tmp_path, block):
+    """120 small networks, 67 feasible: with top = optimum + 1 each feasible point is optimal."""
+    for seed in range(40 * block, 40 * (block + 1)):
+        problem, optimum = only_optima_feasible(tight_network(seed), tmp_path / "p.wcsp")
+        if problem is not None:
+            best, cost = Stall(5).run(problem, seed)
+            assert best is not None and problem.to_file_value(cost) == optimum, seed
+
+
+def test_celar6_with_top_one_above_its_optimum(shared_instances, tmp_path):
+    """The RLFAP subproblem whose only feasible assignments are optimal: the chains stopped after
+    0.1 s without one, before progress towards feasibility counted."""
+    problem, optimum = only_optima_feasible(preprocess(parsers.read(shared_instances / "CELAR6-SUB0.wcsp")).problem,
+                                            tmp_path / "celar.wcsp")
+    assert problem.top == optimum + 1
+    stall = Stall(5)
+    best, cost = stall.run(problem, 0, n=256)
+    assert problem.to_file_value(cost) == optimum and "progress" in stall.events
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(10))
+def test_chain_steps_on_cupy_equal_numpy(cupy, seed):
+    """Integer costs are exact in float64 on both modules: the rank, a sweep at temperature 0 with hard
+    entries weighed lexicographically, and an exact tree move give the same arrays on CuPy as on NumPy."""
+    from gpusolve.local_search import _rng, sweep
+    problem = tight_network(seed)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, problem.domains, size=(32, len(problem.domains)))
+    host, device = gathers(problem, np), gathers(problem, cupy)
+    for gt in (host, device):
+        gt.pool[gt.hard] = gt.span
+    np.testing.assert_array_equal(host.pool, cupy.asnumpy(device.pool))
+    for a, b in zip(scores(np, host, x, problem.top), scores(cupy, device, cupy.asarray(x), problem.top)):
+        np.testing.assert_array_equal(a, cupy.asnumpy(b))
+    on = {np: [x.copy(), np.full(x.shape, -1), np.zeros(x.shape, np.int64)]}
+    on[cupy] = [cupy.asarray(a) for a in on[np]]
+    for xp, gt in ((np, host), (cupy, device)):
+        sweep(xp, gt, *on[xp][:1], xp.zeros((32, 1)), *on[xp][1:], 1, 2, _rng(xp, rng))
+    np.testing.assert_array_equal(on[np][0], cupy.asnumpy(on[cupy][0]))
+    members, parent = induced_tree(host, rng, 8)
+    for xp, gt in ((np, host), (cupy, device)):
+        tree_move(xp, gt, on[xp][0], members, parent, problem.domains)
+    np.testing.assert_array_equal(on[np][0], cupy.asnumpy(on[cupy][0]))
+
+
+@pytest.mark.gpu
+def test_chains_on_cupy_reach_feasibility_as_on_numpy(cupy, tmp_path):
+    """The guarantees of the NumPy tests above on the device (its random stream differs, hence a
+    patience of 10 sweeps): a feasible point on every feasible network of their first block, an optimal
+    one where top is one above the optimum, and one on the 10x10 grid of domain 10 where the chains
+    found none in 0.85 s on a GPU machine."""
+    for seed in range(48):
+        problem = tight_network(seed, large=True)
+        if toulbar2_optimum(problem, tmp_path / "p.wcsp") is not None:
+            best, cost = Stall(10).run(problem, seed, xp=cupy)
+            assert best is not None and cost == problem.evaluate(best) < problem.top, seed
+    for seed in range(40):
+        problem, optimum = only_optima_feasible(tight_network(seed), tmp_path / "p.wcsp")
+        if problem is not None:
+            best, cost = Stall(10).run(problem, seed, xp=cupy)
+            assert best is not None and problem.to_file_value(cost) == optimum, seed
+    grid = generate("grid", 100, 10, 0.3, 0.5, 2)
+    best, cost = Stall(10).run(grid, 0, xp=cupy, n=256)
+    assert best is not None and cost == grid.evaluate(best) < grid.top

@@ -10,11 +10,12 @@ from gpusolve import parsers
 from gpusolve import graph
 from gpusolve.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.generate import generate
 from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan import build_plan
 from gpusolve.preprocess import preprocess
 from gpusolve.shift import fglp, jglp
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
 SEEDS = range(300)
 
@@ -266,3 +267,58 @@ def test_weighted_mini_buckets_bound_z_from_above():
             better += w > low + 1e-9
             worse += w < low - 1e-9
     assert better >= 2 * worse, (better, worse)
+
+
+def shifting_network(seed):
+    """A generated network of 16-36 variables, domains 3-6, 0-30% of the entries forbidden: pytoulbar2
+    solves each within seconds."""
+    rng = np.random.default_rng(seed)
+    topology = ("grid", "random", "scalefree")[seed % 3]
+    n = (16, 25, 36)[seed % 4 % 3] if topology == "grid" else int(rng.integers(16, 37))
+    return generate(topology, n, int(rng.integers(3, 7)), 0.15, (0.0, 0.1, 0.2, 0.3)[seed % 4], seed)
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_fglp_converges_no_lower_than_100_fixed_sweeps_and_below_the_optimum(tmp_path, block):
+    """90 networks: the bound after each sweep never falls, never passes the optimum (pytoulbar2), is
+    what a run capped there returns, and the converged run ends no lower than 100 fixed sweeps (the
+    former stop after 20 sweeps without a rise ended lower on 13 of them)."""
+    for seed in range(30 * block, 30 * (block + 1)):
+        p = shifting_network(seed)
+        optimum = toulbar2_optimum(p, tmp_path / "p.wcsp")
+        seen = []
+        converged = fglp(p, on_sweep=lambda sweeps, bound: seen.append(bound)).functions[0].table[()]
+        assert seen == sorted(seen) and converged == seen[-1], seed
+        assert optimum is None or p.to_file_value(converged) <= optimum, seed
+        half = (len(seen) + 1) // 2
+        assert fglp(p, half).functions[0].table[()] == seen[half - 1], seed
+        assert fglp(p, 100, window=100).functions[0].table[()] <= converged, seed
+
+
+def test_fglp_bounds_after_every_sweep_stay_below_the_brute_force_optimum():
+    for seed in SEEDS[::5]:
+        p = generated(seed)
+        opt = brute_force(p)[0]
+        seen = []
+        fglp(p, on_sweep=lambda sweeps, bound: seen.append(bound))
+        assert all(at_most(a, b) for a, b in zip(seen, seen[1:])) and all(at_most(b, opt) for b in seen), seed
+
+
+def test_fglp_stops_when_asked_and_reports_its_sweeps():
+    """Checked before each sweep; this grid converges only after 262 sweeps."""
+    p = generate("grid", 100, 10, 0.3, 0.0, 1)
+    checks, seen = [], []
+    q = fglp(p, should_stop=lambda: checks.append(1) or len(checks) > 5,
+             on_sweep=lambda sweeps, bound: seen.append((sweeps, bound)))
+    assert len(checks) == 6 and [s for s, _ in seen] == [1, 2, 3, 4, 5]
+    assert q.functions[0].table[()] == seen[-1][1]
+
+
+def test_jglp_sweeps_until_its_bound_converges(tmp_path):
+    """Past the former cap of 50 sweeps, where this grid's bound still rises; below its optimum."""
+    p = generate("grid", 64, 6, 0.3, 0.2, 2)
+    optimum = toulbar2_optimum(p, tmp_path / "g.wcsp")
+    seen = []
+    bound, start = ascended(p, 3, True, on_sweep=lambda sweeps, b: seen.append(b))
+    assert len(seen) > 50 and seen == sorted(seen) and bound == seen[-1]
+    assert start <= ascended(p, 3, True, sweeps=50)[0] < bound <= optimum
