@@ -19,8 +19,8 @@ import numpy as np  # noqa: E402
 from common import cpu_name, write_result  # noqa: E402
 
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
-from gpusolve.plan import MiniBucket  # noqa: E402
-from gpusolve.scaleout import default_workers  # noqa: E402
+from gpusolve.plan.buckets import MiniBucket  # noqa: E402
+from gpusolve.distributed.cluster import default_workers  # noqa: E402
 
 
 def standard_bucket(w: int, d: int, seed: int = 0):

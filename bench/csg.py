@@ -30,9 +30,9 @@ import time
 
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve import csg
-from gpusolve.engines import gpu_unavailable_reason
-from gpusolve.scaleout import default_workers
+from gpusolve.csg import dp as csg
+from gpusolve.engines.select import gpu_unavailable_reason
+from gpusolve.distributed.cluster import default_workers
 
 
 def copy_bandwidth(cp, nbytes: int = 1 << 30) -> float:
@@ -101,7 +101,7 @@ def sweep(args, gpu: bool, save) -> list[dict]:
 
 def workers_sweep(args, gpu: bool) -> tuple[list[dict], str]:
     """Per n, the DP on the first worker alone, then on the first --workers, over one cluster."""
-    from gpusolve.scaleout import executor
+    from gpusolve.distributed.cluster import executor
     device = "gpu" if gpu else "cpu"
     rows, last = [], 0.0
     with executor(args.scheduler, None if args.scheduler else args.workers, gpus=gpu) as (client, what, cluster_s):

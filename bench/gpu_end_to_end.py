@@ -30,12 +30,12 @@ import time
 
 from common import gpu_name, write_result
 
-from gpusolve import graph
-from gpusolve.engines import AUTO_MIN_JOINT
+from gpusolve.order import graph
+from gpusolve.engines.select import AUTO_MIN_JOINT
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.generate import generate
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.solve import Options, choose_plan, solve
+from gpusolve.model.generate import generate
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.schedule.solve import Options, choose_plan, solve
 
 MAX_PEAK = 60 << 30  # exact plans needing more (messages stay on the device) are reported, not run
 FUSED_WARM_MIN = 10_000_000  # plans from this size get a warm run with every bucket fused

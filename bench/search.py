@@ -3,7 +3,7 @@
 For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
 RLFAP-like networks, generated grids), three fresh processes under the same
 time limit:
-- `core`: the depth-first search with EDAC* alone (gpusolve.dfbb), no upper
+- `core`: the depth-first search with EDAC* alone (gpusolve.search.dfbb), no upper
   bound given: nodes, nodes per second (the first slice, which loads or
   compiles the core, left out), nodes and seconds to the proof;
 - `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user
@@ -33,7 +33,7 @@ from common import SHARED, cpu_name, write_result  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpusolve.build import Model  # noqa: E402
-from gpusolve.generate import generate  # noqa: E402
+from gpusolve.model.generate import generate  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def instances(folder: Path, quick: bool) -> list[Path]:
 def core(path: str, limit: float) -> dict:
     """The depth-first core alone on `path`, in this process."""
     from gpusolve import parsers
-    from gpusolve.dfbb import COMPLETE, DepthFirst
+    from gpusolve.search.dfbb import COMPLETE, DepthFirst
     problem = parsers.read(path)
     search = DepthFirst(problem)
     t0 = time.perf_counter()

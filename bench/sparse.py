@@ -38,7 +38,7 @@ from gpusolve import parsers
 from gpusolve.engines import sparse
 from gpusolve.engines import streaming as streams
 from gpusolve.engines.base import eliminate_dense
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 INSTANCES = (("404.wcsp", 114), ("CELAR6-SUB0.wcsp", 159))
 TOP = 1 << 40
@@ -101,7 +101,7 @@ def _host(a):
 COLD = """import json, sys
 sys.path[:0] = sys.argv[3:]
 from gpusolve import parsers
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 r = solve(parsers.read(sys.argv[1]), Options(device=sys.argv[2]))
 print(json.dumps({"status": r.status, "lower_bound": r.lower_bound, "time_s": r.time_s, "phases": r.phases}))
 """

@@ -1,3 +1,3 @@
-from .serve import main
+from gpusolve.serve.client import main
 
 main()

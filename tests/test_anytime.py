@@ -15,11 +15,11 @@ from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
 from helpers import brute_force, random_problem
 
-from gpusolve import graph
-from gpusolve.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
-from gpusolve.generate import generate
-from gpusolve.plan import build_plan, plan_within
-from gpusolve.solve import Options, solve
+from gpusolve.order import graph
+from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.model.generate import generate
+from gpusolve.plan.buckets import build_plan, plan_within
+from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers.write import write_wcsp
 
 
@@ -251,7 +251,7 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
 def test_z_is_that_of_the_tightest_elimination():
     """MBE bounds are not monotone in z: where the later, larger z is looser, its run is not the one
     reported (nor the one that guides search)."""
-    from gpusolve import eliminate
+    from gpusolve.inference import eliminate
     from gpusolve.engines.numpy_engine import NumpyEngine
     problem = generate("grid", 36, 4, 0.3, 0.3, seed=4)
     order = graph.elimination_order(problem)
@@ -354,7 +354,7 @@ def test_a_z_that_does_not_fit_runs_the_largest_that_does_and_says_so():
 def test_a_z_given_is_not_told_to_pass_z():
     problem = generate("grid", 36, 5, 0.3, 0.3, seed=3)
     order = graph.elimination_order(problem)
-    from gpusolve.plan import BudgetError, choose_plan
+    from gpusolve.plan.buckets import BudgetError, choose_plan
     with pytest.raises(BudgetError) as e:
         choose_plan(problem, order, 4, 1024)
     assert "pass --z" not in str(e.value) and "raise --mem-limit" in str(e.value)

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 import gpusolve
-from gpusolve.cli import SHOWN, main
-from gpusolve.generate import markov_grid
+from gpusolve.cli.commands import SHOWN, main
+from gpusolve.model.generate import markov_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from test_hardening import PEAK
 
-from gpusolve.cli import main
+from gpusolve.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -85,7 +85,7 @@ def test_errors_are_one_line_with_exit_code(small, wide, args, code, pattern):
 def test_device_gpu_solves_on_the_device_or_exits_2_without_one(small):
     """Exit 2 and one line only where no GPU is usable; on a GPU host the brute-force optimum, from the device."""
     from gpusolve import parsers
-    from gpusolve.engines import gpu_unavailable_reason
+    from gpusolve.engines.select import gpu_unavailable_reason
     from helpers import brute_force
     r = run("solve", small, "--device", "gpu", "--host-max", 0, "--json")
     if gpu_unavailable_reason() is None:
@@ -167,7 +167,7 @@ def test_bundled_instance_solves():
 def test_import_and_help_load_no_heavy_module():
     """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
     networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
-    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.solve")
+    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.schedule.solve")
     code = ("import sys; from gpusolve.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
@@ -254,7 +254,7 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
 
 
 def test_solve_help_lists_every_exit_code():
-    from gpusolve import cli
+    from gpusolve.cli import commands as cli
     text = run("solve", "--help").stdout
     listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
     assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}

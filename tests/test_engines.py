@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from gpusolve.engines import AUTO_MIN_JOINT, GPU_START_S, RATE, predict_s, select_engine, where_to_run
+from gpusolve.engines.select import AUTO_MIN_JOINT, GPU_START_S, RATE, predict_s, select_engine, where_to_run
 
 
 @pytest.mark.parametrize("device", ["auto", "gpu"])
@@ -76,7 +76,7 @@ def test_a_stop_in_a_thread_ends_the_threaded_step():
     import numpy as np
 
     from gpusolve.engines import base
-    from gpusolve.eliminate import TimeLimit
+    from gpusolve.inference.eliminate import TimeLimit
     d, calls = 10, []
 
     def check():
@@ -94,7 +94,7 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
     import ctypes
     import threading
 
-    from gpusolve import engines
+    from gpusolve.engines import select as engines
 
     def no_driver(name, *args, **kw):
         raise OSError(f"{name}: cannot open shared object file")
@@ -111,7 +111,7 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
 
 def test_cuda_is_started_only_for_a_plan_placed_on_the_device(monkeypatch):
     """A plan that stays on the host never starts CUDA (its context would cost 0.1 s at exit)."""
-    from gpusolve import engines
+    from gpusolve.engines import select as engines
     calls = []
     monkeypatch.setattr(engines, "_warming", [])
     monkeypatch.setattr(engines, "_retain_primary_context", lambda: calls.append(1))

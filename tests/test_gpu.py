@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from helpers import random_bucket, random_problem
 
-from gpusolve import graph
+from gpusolve.order import graph
 from gpusolve.engines.base import eliminate_dense
 from gpusolve.engines.cupy_engine import HostTable
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model import CostFunction, Problem, Variable, condition
-from gpusolve.plan import build_plan
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable, condition
+from gpusolve.plan.buckets import build_plan
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.schedule.solve import Options, solve
 
 pytestmark = pytest.mark.gpu
 
@@ -262,7 +262,7 @@ def test_assign_values_host_tables(cupy, seed):
 
 def test_assign_values_declines_sparse_tables(cupy):
     """Sparse messages have no dense layout to walk: the generic path runs and agrees."""
-    from gpusolve.generate import generate
+    from gpusolve.model.generate import generate
     problem = generate("random", 10, 4, 0.4, 0.3, seed=3)
     plan = build_plan(problem, graph.elimination_order(problem, "minfill"), None, 1, "sparse")
     eng = engine()
@@ -302,7 +302,7 @@ def test_forced_streaming_plan_equals_cpu(cupy, seed):
 @pytest.mark.parametrize("fraction", [0.05, 0.3, 0.7])
 def test_partly_resident_plan_equals_cpu(cupy, fraction):
     """A budget between: some messages on the device, some streamed, chunks over several axes."""
-    from gpusolve.generate import generate
+    from gpusolve.model.generate import generate
     problem = generate("random", 14, 6, 0.5, 0.3, seed=11)
     plan = plan_for(problem)
     eng = engine(gpu_mem_limit=int(plan.message_bytes * fraction), fuse_min=0)
@@ -341,7 +341,7 @@ def matches_reference(eng, seed):
 
 
 def test_select_engine(cupy):
-    from gpusolve.engines import AUTO_MIN_JOINT, select_engine
+    from gpusolve.engines.select import AUTO_MIN_JOINT, select_engine
     eng, note = select_engine("gpu")
     assert eng.name == "cupy" and eng.startup_s > 0 and "gpu requested" in note
     matches_reference(eng, 4343)

@@ -15,9 +15,9 @@ from helpers import random_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.parsers import ParseError, read, source
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,15 +6,15 @@ import pytest
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve import parsers
-from gpusolve import graph
-from gpusolve.dfbb import Beside
-from gpusolve.eliminate import run_plan
+from gpusolve.order import graph
+from gpusolve.search.dfbb import Beside
+from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.generate import generate
-from gpusolve.model import CostFunction, Problem, Variable
-from gpusolve.plan import build_plan
-from gpusolve.search import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
-from gpusolve.solve import Options, solve
+from gpusolve.model.generate import generate
+from gpusolve.model.problem import CostFunction, Problem, Variable
+from gpusolve.plan.buckets import build_plan
+from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
+from gpusolve.schedule.solve import Options, solve
 
 
 def search_for(problem, z):

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 from helpers import bounded_case, brute_force, internal, random_problem
 
-from gpusolve import plan as plan_module
+from gpusolve.plan import buckets as plan_module
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.generate import generate
-from gpusolve.eliminate import bounded_sparse
-from gpusolve.solve import BudgetError, Options, solve
+from gpusolve.model.generate import generate
+from gpusolve.inference.eliminate import bounded_sparse
+from gpusolve.schedule.solve import BudgetError, Options, solve
 
 SEEDS = range(320)
 
@@ -57,7 +57,7 @@ def test_z_below_largest_arity_is_refused():
 
 
 def test_memory_budget_picks_largest_fitting_z_or_refuses():
-    from gpusolve.generate import generate
+    from gpusolve.model.generate import generate
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu"))
     assert exact.z is None and exact.status == "optimal"

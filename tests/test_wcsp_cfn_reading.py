@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpusolve.model import MAX_TOP
+from gpusolve.model.problem import MAX_TOP
 from gpusolve.parsers import ParseError, read, wcsp
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 INT64_MAX = (1 << 63) - 1

@@ -14,8 +14,8 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
-from .. import plan as sizes  # row sizes read at call time (tests change them)
-from ..plan import CHUNK_ENTRIES, MiniBucket
+from gpusolve.plan import buckets as sizes  # row sizes read at call time (tests change them)
+from gpusolve.plan.buckets import CHUNK_ENTRIES, MiniBucket
 
 Scoped = tuple[object, tuple[int, ...]]  # (table on the engine, its scope)
 

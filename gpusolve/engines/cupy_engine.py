@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 
-from . import cubins, import_cupy
+from gpusolve.engines import cubins
+from gpusolve.engines.select import import_cupy
 from .base import Engine, HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
                       assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)

@@ -11,7 +11,7 @@ class NumpyEngine(Engine):
     xp = np
 
     def __init__(self, threads: int | None = None):
-        from . import host_threads
+        from gpusolve.engines.select import host_threads
         self.threads = host_threads(threads)
 
     def put(self, table):

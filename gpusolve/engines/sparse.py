@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from gpusolve.plan import buckets as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
 from . import kernels, streaming
 from .base import host_or_table
 

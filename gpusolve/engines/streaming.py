@@ -34,8 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..memory import available_memory
-from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
+from gpusolve.host import available_memory
+from gpusolve.plan.buckets import CHUNKS_IN_FLIGHT, streamed_lead
 from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
@@ -111,7 +111,7 @@ def _split(n: int, part: Callable[[int, int], None]) -> None:
 def _copy_pool():
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import host_threads
+    from gpusolve.engines.select import host_threads
     threads = max(1, min(host_threads(), 16))
     return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-copy"), threads
 

@@ -1,0 +1,590 @@
+"""The compiled kernels of `dfbb`: numba functions over the flat state vector and the trail.
+
+Imported only when a search runs (numba's import and its on-disk cache cost a
+fraction of a second); `cache=True` makes a second process load rather than
+compile them. The kernels allocate nothing and the caller holds every array,
+so they run without numba's reference counting (`_nrt=False`): with it, each
+call of a small kernel that LLVM does not inline counts references to each of
+its array arguments, atomically, which cost more than the work itself.
+"""
+import numba
+
+from gpusolve.search.dfbb_state import (
+    AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST, LEFT, LEVEL,
+    MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, SLACK, TRAIL, UB
+)
+
+jit = numba.njit(cache=True, nogil=True, _nrt=False)
+ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
+
+
+@jit
+def put(S, idx, val, trail, stamp, ctl):
+    if stamp[idx] != ctl[LEVEL]:
+        t = ctl[TRAIL]
+        trail[t, 0] = idx
+        trail[t, 1] = S[idx]
+        ctl[TRAIL] = t + 1
+        stamp[idx] = ctl[LEVEL]
+    S[idx] = val
+
+
+@jit
+def bcost(S, lay, k, T, boff, bdj, top, a, b):
+    """Binary function k's current cost at (a of its first variable, b of its second)."""
+    t = T[boff[k] + a * bdj[k] + b]
+    if t >= top:
+        return top
+    d = lay[1]
+    return t - S[lay[4] + (2 * k) * d + a] - S[lay[4] + (2 * k + 1) * d + b]
+
+
+@jit
+def push(qs, row, x, ctl):
+    """Put x on queue `row` unless it is there: a stack in qs[row, :n] with flags in qs[row, n:]; DAC's
+    keeps only its flags and the highest flagged in ctl[DTOP], as it is taken down the order."""
+    n = qs.shape[1] // 2
+    if qs[row, n + x] == 0:
+        qs[row, n + x] = 1
+        if row == DAC:
+            ctl[DTOP] = max(ctl[DTOP], x)
+        else:
+            qs[row, ctl[QLEN + row]] = x
+        ctl[QLEN + row] += 1
+
+
+@jit
+def pop(qs, row, ctl):
+    n = qs.shape[1] // 2
+    ctl[QLEN + row] -= 1
+    if row == DAC:
+        x = ctl[DTOP]
+        while qs[DAC, n + x] == 0:
+            x -= 1
+        ctl[DTOP] = x
+    else:
+        x = qs[row, ctl[QLEN + row]]
+    qs[row, n + x] = 0
+    return x
+
+
+@jit
+def shrunk(qs, x, ctl):
+    """x lost a value: its neighbours' supports in it (simple, full, existential) are to be checked."""
+    push(qs, AC, x, ctl)
+    push(qs, DAC, x, ctl)
+    push(qs, EAC, x, ctl)
+
+
+@jit
+def raised(qs, x, ctl):
+    """A unary cost of x rose from zero: full supports in that value (DAC*, EAC) may be lost."""
+    push(qs, DAC, x, ctl)
+    push(qs, EAC, x, ctl)
+
+
+@jit
+def clear_queues(ctl, qs):
+    n = qs.shape[1] // 2
+    for row in range(qs.shape[0]):
+        if row == DAC:
+            qs[row, n:] = 0
+        else:
+            for i in range(ctl[QLEN + row]):
+                qs[row, n + qs[row, i]] = 0
+        ctl[QLEN + row] = 0
+    ctl[DTOP] = -1
+
+
+@jit
+def live(S, lay, x, t):
+    """The t-th live value of x, t < its domain size."""
+    return S[lay[10] + x * lay[1] + t]
+
+
+@jit
+def remove(S, lay, x, a, trail, stamp, ctl, qs):
+    """Prune value a of x; False when x's domain is wiped out. a swaps places with the last live value
+    (Briggs & Torczon's sparse set): undoing the size alone brings it back."""
+    d, D, Q = lay[1], lay[10] + x * lay[1], lay[11] + x * lay[1]
+    last = S[lay[3] + x] - 1
+    b, p = S[D + last], S[Q + a]
+    S[D + p], S[Q + b] = b, p
+    S[D + last], S[Q + a] = a, last
+    put(S, lay[2] + x * d + a, 0, trail, stamp, ctl)
+    put(S, lay[3] + x, last, trail, stamp, ctl)
+    shrunk(qs, x, ctl)
+    return last > 0
+
+
+@jit
+def node_consistent(S, lay, x, top, trail, stamp, ctl, qs):
+    """NC* on x: its least unary cost goes to c0, values reaching the bound are pruned."""
+    d, U = lay[1], lay[0]
+    low = top
+    for t in range(S[lay[3] + x]):
+        low = min(low, S[U + x * d + live(S, lay, x, t)])
+    if low >= top:
+        return False
+    if low > 0:
+        for t in range(S[lay[3] + x]):
+            i = U + x * d + live(S, lay, x, t)
+            if S[i] < top:
+                put(S, i, S[i] - low, trail, stamp, ctl)
+        put(S, 0, min(S[0] + low, top), trail, stamp, ctl)
+    ub = ctl[UB]
+    if S[0] >= ub:
+        return False
+    return prune(S, lay, x, ub - S[0], trail, stamp, ctl, qs)
+
+
+@jit
+def prune(S, lay, x, slack, trail, stamp, ctl, qs):
+    """Remove x's values whose unary cost reaches `slack` (the upper bound minus c0); False on a wipe-out.
+    Taken from the last live value down, so that each removal swaps in one already seen."""
+    for t in range(S[lay[3] + x] - 1, -1, -1):
+        a = live(S, lay, x, t)
+        if S[lay[0] + x * lay[1] + a] >= slack and not remove(S, lay, x, a, trail, stamp, ctl, qs):
+            return False
+    return True
+
+
+@jit
+def revise(S, lay, k, side, T, boff, bdj, bvar, top, hints, trail, stamp, ctl):
+    """Give every value of k's variable on `side` a support in the other's domain, projecting
+    the least cost onto its unary cost; ROSE when a unary cost rose, + FROM_ZERO when one was zero."""
+    d, U, A = lay[1], lay[0], lay[2]
+    y = bvar[2 * k + side]
+    x = bvar[2 * k + 1 - side]
+    out = 0
+    only = live(S, lay, x, 0) if S[lay[3] + x] == 1 else -1  # an assigned x: its value is the support
+    for t in range(S[lay[3] + y]):
+        b = live(S, lay, y, t)
+        if only >= 0:
+            low, arg = pair_cost(S, lay, k, side, T, boff, bdj, top, b, only), only
+        else:
+            r = hints[(2 * k + side) * d + b]
+            if r >= 0 and S[A + x * d + r] and pair_cost(S, lay, k, side, T, boff, bdj, top, b, r) == 0:
+                continue
+            low, arg = top, -1
+            for v in range(S[lay[3] + x]):
+                a = live(S, lay, x, v)
+                c = pair_cost(S, lay, k, side, T, boff, bdj, top, b, a)
+                if c < low:
+                    low, arg = c, a
+                    if c == 0:
+                        break
+            hints[(2 * k + side) * d + b] = arg
+        if low > 0:
+            i = U + y * d + b
+            if S[i] == 0:
+                out |= FROM_ZERO
+            if low >= top:
+                put(S, i, top, trail, stamp, ctl)
+            else:
+                p = lay[4] + (2 * k + side) * d + b
+                put(S, p, S[p] + low, trail, stamp, ctl)
+                put(S, i, min(S[i] + low, top), trail, stamp, ctl)
+            out |= ROSE
+    return out
+
+
+@jit
+def pair_cost(S, lay, k, side, T, boff, bdj, top, b, a):
+    """k's cost at value b of its variable on `side` and value a of the other."""
+    if side == 0:
+        return bcost(S, lay, k, T, boff, bdj, top, b, a)
+    return bcost(S, lay, k, T, boff, bdj, top, a, b)
+
+
+@jit
+def project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl):
+    """All but one variable of n-ary function k are assigned: its costs given them go onto the
+    last one's unary costs (or onto c0 when none is left); the function is then used up."""
+    d, U = lay[1], lay[0]
+    base, free = noff[k], -1
+    for p in range(nptr[k], nptr[k + 1]):
+        v = nscope[p]
+        if S[lay[3] + v] == 1 and S[lay[5] + v] == 1:
+            base += live(S, lay, v, 0) * nstride[p]
+        else:
+            free = p
+    if free < 0:
+        put(S, 0, min(S[0] + NT[base], top), trail, stamp, ctl)
+        return -1
+    z = nscope[free]
+    for t in range(S[lay[3] + z]):
+        c = live(S, lay, z, t)
+        i = U + z * d + c
+        put(S, i, min(S[i] + NT[base + c * nstride[free]], top), trail, stamp, ctl)
+    return z
+
+
+@jit
+def full_support(S, lay, k, side, T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl):
+    """Every value a of k's variable on `side` gets a full support b in the other's domain
+    (c(a, b) + u(b) = 0): the other's unary costs are extended onto k as far as needed, then k is
+    projected onto side's. Returns ROSE when a unary cost of side rose, + FROM_ZERO when one was zero;
+    the extension keeps both sides' simple supports. tmp: the cost to project onto each value, then
+    the values that get one."""
+    d, U, P = lay[1], lay[0], lay[4]
+    i, j = bvar[2 * k + side], bvar[2 * k + 1 - side]
+    h = 2 * lay[7] * d + (2 * k + side) * d  # full-support residues of i's values
+    rising = 0
+    for t in range(S[lay[3] + i]):
+        a = live(S, lay, i, t)
+        if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h + a]):
+            continue
+        low, arg = top, -1
+        for v in range(S[lay[3] + j]):
+            b = live(S, lay, j, v)
+            c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
+            if c < top and c + S[U + j * d + b] < low:
+                low, arg = c + S[U + j * d + b], b
+                if low == 0:
+                    break
+        hints[h + a] = arg  # a full support once projected
+        if low > 0:
+            tmp[a] = low
+            tmp[d + rising] = a
+            rising += 1
+    if rising == 0:
+        return 0
+    for v in range(S[lay[3] + j]):
+        b = live(S, lay, j, v)
+        u = S[U + j * d + b]
+        if u == 0:  # only a positive unary cost extends
+            continue
+        e = 0
+        for t in range(rising):
+            a = tmp[d + t]
+            if tmp[a] < top:
+                c = pair_cost(S, lay, k, side, T, boff, bdj, top, a, b)
+                if c < top and tmp[a] - c > e:
+                    e = tmp[a] - c  # at most u, as tmp[a] <= c + u
+                    if e == u:
+                        break
+        if e > 0:
+            q = P + (2 * k + 1 - side) * d + b
+            put(S, q, S[q] - e, trail, stamp, ctl)
+            put(S, U + j * d + b, u - e, trail, stamp, ctl)
+    out = ROSE
+    for t in range(rising):
+        a = tmp[d + t]
+        u = U + i * d + a
+        if S[u] == 0:
+            out |= FROM_ZERO
+        if tmp[a] >= top:
+            put(S, u, top, trail, stamp, ctl)
+        else:
+            q = P + (2 * k + side) * d + a
+            put(S, q, S[q] + tmp[a], trail, stamp, ctl)
+            put(S, u, min(S[u] + tmp[a], top), trail, stamp, ctl)
+    return out
+
+
+@jit
+def zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
+    """Is b, of j on k's other side, a full support of value a of `side`'s variable: alive, u(b) = 0, c(a, b) = 0?"""
+    d = lay[1]
+    return (b >= 0 and S[lay[2] + j * d + b] != 0 and S[lay[0] + j * d + b] == 0
+            and pair_cost(S, lay, k, side, T, boff, bdj, top, a, b) == 0)
+
+
+@jit
+def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
+    """Has value a of k's variable on `side` a full support in the other's domain? The last one found
+    is tried first, then the other's EAC value; the one found is kept in `hints`."""
+    d, m = lay[1], lay[7]
+    j = bvar[2 * k + 1 - side]
+    h = 2 * m * d + (2 * k + side) * d + a
+    if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h]):
+        return True
+    b = hints[4 * m * d + j]
+    t = 0
+    while not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
+        if t == S[lay[3] + j]:
+            return False
+        b = live(S, lay, j, t)
+        t += 1
+    hints[h] = b
+    return True
+
+
+@jit
+def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+    """Is a, alive with u_i(a) = 0, fully supported by every neighbour of i? Then it is i's EAC value."""
+    d = lay[1]
+    if a < 0 or S[lay[2] + i * d + a] == 0 or S[lay[0] + i * d + a] != 0:
+        return False
+    for p in range(adj_ptr[i], adj_ptr[i + 1]):
+        if not supported(S, lay, adj_k[p], adj_side[p], a, T, boff, bdj, bvar, top, hints):
+            return False
+    hints[4 * lay[7] * d + i] = a
+    return True
+
+
+@jit
+def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+    """EAC on i: some value has a zero unary cost and a full support in every neighbour. The incumbent's
+    value is tried first, then the last EAC value."""
+    first, second = best[i], hints[4 * lay[7] * lay[1] + i]
+    if existential_value(S, lay, i, first, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+        return True
+    if second != first and existential_value(S, lay, i, second, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side,
+                                             top, hints):
+        return True
+    for t in range(S[lay[3] + i]):
+        a = live(S, lay, i, t)
+        if a != first and a != second and existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k,
+                                                            adj_side, top, hints):
+            return True
+    return False
+
+
+@jit
+def enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, best, trail, stamp,
+                ctl, qs, tmp):
+    """EAC (de Givry et al., IJCAI 2005) on the variables whose EAC may be lost: those on the EAC queue,
+    and their later neighbours whose EAC values lost their full supports in them (earlier ones keep theirs
+    by DAC*). A variable that is not EAC gets full supports in every neighbour, so all its unary costs
+    rise and NC* raises c0. False when c0 reaches the upper bound."""
+    while ctl[QLEN + EAC] > 0:
+        x = pop(qs, EAC, ctl)
+        push(qs, EAC_CHECK, x, ctl)
+        for p in range(adj_ptr[x], adj_ptr[x + 1]):
+            if adj_side[p] == 0:
+                k = adj_k[p]
+                y = bvar[2 * k + 1]
+                s = hints[4 * lay[7] * lay[1] + y]
+                if not (s >= 0 and S[lay[2] + y * lay[1] + s] and S[lay[0] + y * lay[1] + s] == 0
+                        and supported(S, lay, k, 1, s, T, boff, bdj, bvar, top, hints)):
+                    push(qs, EAC_CHECK, y, ctl)
+    while ctl[QLEN + EAC_CHECK] > 0:
+        i = pop(qs, EAC_CHECK, ctl)
+        if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+            continue
+        for p in range(adj_ptr[i], adj_ptr[i + 1]):
+            full_support(S, lay, adj_k[p], adj_side[p], T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
+        raised(qs, i, ctl)
+        if not node_consistent(S, lay, i, top, trail, stamp, ctl, qs):
+            for p in range(adj_ptr[i], adj_ptr[i + 1]):
+                weight[adj_k[p]] += 1
+            return False
+    return True
+
+
+@jit
+def enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, trail, stamp, ctl, qs, tmp):
+    """DAC* down the variable order: every value of i gets a full support in each later neighbour j on the
+    DAC queue (whose unary costs rose from zero or domain shrank). False on a wipe-out."""
+    while ctl[QLEN + DAC] > 0:
+        j = pop(qs, DAC, ctl)
+        for p in range(adj_ptr[j], adj_ptr[j + 1]):
+            if adj_side[p] != 1:
+                continue
+            k = adj_k[p]
+            i = bvar[2 * k]
+            out = full_support(S, lay, k, 0, T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
+            if not after_projection(S, lay, out, i, k, top, weight, trail, stamp, ctl, qs):
+                return False
+    return True
+
+
+@jit
+def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
+    """What follows a projection of function k onto y's unary costs (`out`, as revise and full_support
+    return it): y's EAC may have broken if a zero cost rose, and NC* on y; False (k weighted for
+    dom/wdeg) when y is wiped out or c0 reaches the bound."""
+    if out & FROM_ZERO:
+        raised(qs, y, ctl)
+    if out and not node_consistent(S, lay, y, top, trail, stamp, ctl, qs):
+        weight[k] += 1
+        return False
+    return True
+
+
+@jit
+def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT, nadj_ptr,
+               nadj_k, top, hints, weight, trail, stamp, ctl, qs):
+    """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it; an
+    n-ary function left with one unassigned variable is projected onto it. False on a wipe-out."""
+    m = lay[7]
+    while ctl[QLEN + AC] > 0:
+        x = pop(qs, AC, ctl)
+        if not node_consistent(S, lay, x, top, trail, stamp, ctl, qs):  # its least cost may rise
+            return False
+        if S[lay[3] + x] == 1 and S[lay[5] + x] == 0:  # x just got assigned
+            put(S, lay[5] + x, 1, trail, stamp, ctl)
+            for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
+                k = nadj_k[p]
+                left = S[lay[8] + k] - 1
+                put(S, lay[8] + k, left, trail, stamp, ctl)
+                if left == 1:
+                    z = project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl)
+                    if z >= 0:
+                        raised(qs, z, ctl)
+                    ok = z < 0 or node_consistent(S, lay, z, top, trail, stamp, ctl, qs)
+                    if not ok or S[0] >= ctl[UB]:
+                        weight[m + k] += 1
+                        return False
+        for p in range(adj_ptr[x], adj_ptr[x + 1]):
+            k, side = adj_k[p], adj_side[p]
+            y = bvar[2 * k + 1 - side]
+            out = revise(S, lay, k, 1 - side, T, boff, bdj, bvar, top, hints, trail, stamp, ctl)
+            if not after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
+                return False
+    return True
+
+
+@jit
+def nc_everywhere(S, lay, trail, stamp, ctl, qs):
+    """Prune every value whose unary cost plus c0 reaches the upper bound; False on a wipe-out. Needed
+    only once the gap between them shrank since the last pass: every unary cost rise is followed by
+    NC* on its variable, so live unary costs stay below the gap of the last pass."""
+    slack = ctl[UB] - S[0]
+    if slack >= S[SLACK]:
+        return True
+    for x in range(lay[6]):
+        if not prune(S, lay, x, slack, trail, stamp, ctl, qs):
+            return False
+    put(S, SLACK, slack, trail, stamp, ctl)
+    return True
+
+
+@jit
+def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
+              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp):
+    """EDAC* (EAC, DAC* and AC* with NC*) to a fixpoint, the queues taken in the paper's order; False on a
+    wipe-out or when c0 reaches the upper bound. Each round that finds a variable not EAC raises c0."""
+    while True:
+        if not nc_everywhere(S, lay, trail, stamp, ctl, qs):
+            return False
+        if ctl[QLEN + EAC] == 0 and ctl[QLEN + DAC] == 0 and ctl[QLEN + AC] == 0:
+            return True
+        if not enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, best, trail,
+                           stamp, ctl, qs, tmp):
+            return False
+        if not enforce_dac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, weight, trail, stamp, ctl,
+                           qs, tmp):
+            return False
+        if not enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
+                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs):
+            return False
+
+
+@jit
+def choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, hints, ctl):
+    """(variable, value): last conflict, else least domain over weighted degree; the incumbent's value
+    while it is alive, else the EAC value (as toulbar2 does)."""
+    n, d, m = lay[6], lay[1], lay[7]
+    x = ctl[LAST]
+    if x < 0 or S[lay[3] + x] <= 1:
+        x, bs, bw = -1, 0, 1
+        for v in range(n):
+            s = S[lay[3] + v]
+            if s <= 1:
+                continue
+            w = 1
+            for p in range(adj_ptr[v], adj_ptr[v + 1]):
+                k = adj_k[p]
+                if S[lay[3] + bvar[2 * k + 1 - adj_side[p]]] > 1:
+                    w += weight[k]
+            for p in range(nadj_ptr[v], nadj_ptr[v + 1]):
+                k = nadj_k[p]
+                if S[lay[8] + k] > 1:
+                    w += weight[m + k]
+            if x < 0 or s * bw < bs * w:
+                x, bs, bw = v, s, w
+    a = best[x]
+    if a < 0 or S[lay[2] + x * d + a] == 0:
+        a = hints[4 * m * d + x]  # alive with unary cost 0 at an EDAC fixpoint
+    return x, a
+
+
+@jit
+def cost_of(best_try, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c00, top, n, m, k):
+    """The original cost of a complete assignment."""
+    total = c00
+    for v in range(n):
+        total += U0[v, best_try[v]]
+    for j in range(m):
+        total += T[boff[j] + best_try[bvar[2 * j]] * bdj[j] + best_try[bvar[2 * j + 1]]]
+    for j in range(k):
+        i = noff[j]
+        for p in range(nptr[j], nptr[j + 1]):
+            i += best_try[nscope[p]] * nstride[p]
+        total += NT[i]
+    return min(total, top)
+
+
+@jit
+def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
+        nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, dvar, dval, dbranch, dmark, dlb,
+        best, scratch, tmp, node_limit):
+    """Search until `node_limit` more nodes, a new incumbent, completion, or a full trail."""
+    n, m, k = lay[6], lay[7], lay[9]
+    stop_at = ctl[NODES] + node_limit
+    while True:
+        mode = ctl[MODE]
+        if mode == PROPAGATE:
+            ok = propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff,
+                           NT, nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp)
+            clear_queues(ctl, qs)
+            if not ok:
+                ctl[FAILS] += 1
+                if ctl[DEPTH] > 0:
+                    ctl[LAST] = dvar[ctl[DEPTH] - 1]
+                ctl[MODE] = BACKTRACK
+                continue
+            done = True
+            for v in range(n):
+                if S[lay[3] + v] > 1:
+                    done = False
+                    break
+            if done:
+                for v in range(n):
+                    scratch[v] = live(S, lay, v, 0)
+                c = cost_of(scratch, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c00, top, n, m, k)
+                ctl[MODE] = BACKTRACK
+                if c < ctl[UB]:
+                    ctl[UB] = c
+                    for v in range(n):  # not best[:] = scratch, which may allocate a copy
+                        best[v] = scratch[v]
+                    return FOUND
+                continue
+            ctl[MODE] = BRANCH
+        elif mode == BRANCH:
+            if ctl[NODES] >= stop_at:
+                return PAUSED
+            if ctl[TRAIL] + S.shape[0] > trail.shape[0]:
+                return GROW
+            ctl[NODES] += 1
+            x, a = choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, hints, ctl)
+            dep = ctl[DEPTH]
+            dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, LEFT, ctl[TRAIL], S[0]
+            ctl[DEPTH] = dep + 1
+            ctl[LEVEL] += 1
+            for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
+                if live(S, lay, x, t) != a:
+                    remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
+            ctl[MODE] = PROPAGATE
+        else:  # BACKTRACK
+            while True:
+                dep = ctl[DEPTH]
+                if dep == 0:
+                    return COMPLETE
+                top_d = dep - 1
+                mark = dmark[top_d]
+                for t in range(ctl[TRAIL] - 1, mark - 1, -1):
+                    S[trail[t, 0]] = trail[t, 1]
+                ctl[TRAIL] = mark
+                if dbranch[top_d] == LEFT:
+                    if ctl[TRAIL] + S.shape[0] > trail.shape[0]:
+                        return GROW
+                    dbranch[top_d] = RIGHT
+                    ctl[LEVEL] += 1
+                    remove(S, lay, dvar[top_d], dval[top_d], trail, stamp, ctl, qs)
+                    ctl[MODE] = PROPAGATE
+                    break
+                ctl[DEPTH] = dep - 1
