@@ -32,7 +32,7 @@ from common import cpu_name, gpu_name, write_result
 from gpusolve.consistency import alldiff_kernel
 from gpusolve.search import mac
 from gpusolve.consistency.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
-from gpusolve.model.generate import langford, queens
+from gpusolve.generate import langford, queens
 from gpusolve.consistency.globals import id_table, value_ids
 from gpusolve.search.mac import Mac
 from gpusolve.search.andor import Stopped

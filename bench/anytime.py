@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import SHARED, cpu_name, gpu_name, write_result  # noqa: E402
 
-from gpusolve.model.generate import generate  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 
 # The wide networks: (topology, n, d, p1, p2, seed); p2 = 0: no hard tuples.

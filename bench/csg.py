@@ -31,8 +31,8 @@ import time
 from common import cpu_name, gpu_name, write_result
 
 from gpusolve.csg import dp as csg
-from gpusolve.engines.select import gpu_unavailable_reason
-from gpusolve.distributed.cluster import default_workers
+from gpusolve.cuda.runtime import gpu_unavailable_reason
+from gpusolve.host import cores
 
 
 def copy_bandwidth(cp, nbytes: int = 1 << 30) -> float:
@@ -164,7 +164,7 @@ def main():
         print(f"copy bandwidth {bw / 1e9:.0f} GB/s: {bw / (2 * item):.3g} splits/s if each split read its two "
               f"values from DRAM once, {bw / 64:.3g} if each read cost a 32-byte sector")
     sweep(args, gpu, lambda rows: write_result("csg", device, cpu=cpu_name(), budget_s=args.budget, rows=rows,
-                                               cpu_threads=args.threads or default_workers(), **extra))
+                                               cpu_threads=args.threads or cores(), **extra))
 
 
 if __name__ == "__main__":

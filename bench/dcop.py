@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.distributed.dcop import solve_dcop  # noqa: E402
-from gpusolve.model.generate import generate  # noqa: E402
+from gpusolve.dcop.dpop import solve_dcop  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
 from gpusolve.plan.buckets import BudgetError  # noqa: E402
 
 DRIVER = r'''

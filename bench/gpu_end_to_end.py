@@ -33,7 +33,7 @@ from common import gpu_name, write_result
 from gpusolve.order import graph
 from gpusolve.engines.select import AUTO_MIN_JOINT
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.inference.eliminate import assign, run_plan
 from gpusolve.schedule.solve import Options, choose_plan, solve
 

@@ -35,7 +35,7 @@ from gpusolve.parsers.write import write_wcsp  # noqa: E402
 from gpusolve.order import graph  # noqa: E402
 from gpusolve.inference.eliminate import run_plan  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
-from gpusolve.model.generate import generate  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
 from gpusolve.search.local import local_search, rollouts  # noqa: E402
 from gpusolve.plan.buckets import build_plan  # noqa: E402
 from gpusolve.consistency.preprocess import preprocess  # noqa: E402

@@ -15,8 +15,8 @@ from pathlib import Path
 from common import SHARED, cpu_name, gpu_name, write_result
 
 from gpusolve import parsers
-from gpusolve.engines.select import gpu_unavailable_reason
-from gpusolve.model.generate import markov_grid
+from gpusolve.cuda.runtime import gpu_unavailable_reason
+from gpusolve.generate import markov_grid
 from gpusolve.order.graph import elimination_order
 from gpusolve.plan.buckets import build_plan
 from gpusolve.schedule.solve import Options, solve

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
 from gpusolve.cli.commands import batch_record  # noqa: E402
-from gpusolve.model.generate import generate  # noqa: E402
-from gpusolve.distributed.cluster import batch_on_dask  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
+from gpusolve.cli.batch import batch_on_dask  # noqa: E402
 from gpusolve.schedule.solve import Options, solve  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 

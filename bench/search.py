@@ -33,7 +33,7 @@ from common import SHARED, cpu_name, write_result  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpusolve.build import Model  # noqa: E402
-from gpusolve.model.generate import generate  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 
 

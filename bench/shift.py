@@ -31,7 +31,7 @@ from common import SHARED, cpu_name, write_result  # noqa: E402
 from gpusolve.order import graph  # noqa: E402
 from gpusolve.inference.eliminate import run_plan  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
-from gpusolve.model.generate import generate  # noqa: E402
+from gpusolve.generate import generate  # noqa: E402
 from gpusolve.plan.buckets import build_plan  # noqa: E402
 from gpusolve.consistency.preprocess import preprocess  # noqa: E402
 from gpusolve.inference.probabilistic import partition_bounds, weighted_bound  # noqa: E402

@@ -37,9 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.engines.select import gpu_unavailable_reason, select_engine  # noqa: E402
+from gpusolve.engines.select import select_engine
+from gpusolve.cuda.runtime import gpu_unavailable_reason  # noqa: E402
 from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer  # noqa: E402
-from gpusolve.plan.buckets import build_plan, fmt_bytes  # noqa: E402
+from gpusolve.plan.buckets import build_plan
+from gpusolve.host import fmt_bytes  # noqa: E402
 
 # (separator variables, their domain, domain of the eliminated variable): joint 1e11 entries, an 80 MB
 # message, on a GPU (about 2 s at the fused kernel's 5e10 entries/s); 1e8 on the CPU (about a second).

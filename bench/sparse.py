@@ -37,7 +37,7 @@ from common import ROOT, SHARED, best_time, cpu_name, gpu_name, write_result
 from gpusolve import parsers
 from gpusolve.engines import sparse
 from gpusolve.engines import streaming as streams
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 from gpusolve.schedule.solve import Options, solve
 
 INSTANCES = (("404.wcsp", 114), ("CELAR6-SUB0.wcsp", 159))

@@ -1,3 +1,3 @@
-from gpusolve.serve.client import main
+from gpusolve.cli.entry import main
 
 main()

@@ -1,4 +1,4 @@
-"""How much memory a run may use: available RAM, the default budget of reading, planning and solving."""
+"""The host machine: the memory a run may use, the cores it may use, and sizes in words."""
 from __future__ import annotations
 
 import os
@@ -17,3 +17,21 @@ def available_memory() -> int:
     except ImportError:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     return int(psutil.virtual_memory().available)
+
+
+def cores() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def host_threads(threads: int | None = None) -> int:
+    """The CPU engine's threads: `threads`, else one per core this process may use."""
+    return threads or cores()
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from gpusolve.plan.buckets import fmt_bytes
+from gpusolve.host import fmt_bytes
 
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem

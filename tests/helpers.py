@@ -136,7 +136,7 @@ def cuda_absent() -> str | None:
     fail instead of skipping, so a GPU host with a broken CUDA is not green."""
     import ctypes
     try:
-        from gpusolve.engines.select import import_cupy
+        from gpusolve.cuda.runtime import import_cupy
         cp = import_cupy()
     except ImportError as e:
         return f"CuPy is not importable ({e})".splitlines()[0]

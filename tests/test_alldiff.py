@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from gpusolve.consistency import globals as gl
-from gpusolve.consistency.alldiff import METHODS, Infeasible, filter_domains, max_matching
+from gpusolve.consistency.alldiff import METHODS, filter_domains, max_matching
+from gpusolve.model.problem import Infeasible
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.consistency.preprocess import preprocess
 from gpusolve.schedule.solve import Options, solve
@@ -260,7 +261,7 @@ def test_gac_on_scopes_equals_filtering_the_whole_graph():
 def test_wide_hard_alldifferents_stay_untabled_in_satisfaction_problems_only():
     """N-queens 13: its cliques' buckets would hold 13^12 > 2^40 entries, so MAC gets no tables;
     with a cost (an optimisation problem) the tables stay, for the lower bounds; 12 fits."""
-    from gpusolve.model.generate import queens
+    from gpusolve.generate import queens
     assert all(g.tabled for g in gl.decompose(queens(12)).globals)
     assert not any(g.tabled for g in gl.decompose(queens(13)).globals)
     q = queens(13)
@@ -291,7 +292,7 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
     the schedule's phase when elimination is not asked for (a given z); with restarts after every
     failure too (each restart's search stays complete)."""
     from gpusolve.search import mac
-    from gpusolve.search.mac import Mac, satisfaction
+    from gpusolve.search.mac import Mac
     monkeypatch.setattr(mac, "RESTART_BASE", base)
     checked = 0
     for seed in range(150):
@@ -300,7 +301,7 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
             f.table = np.where(f.table >= 5, problem.top, 0)
         for g in problem.globals:
             g.cost = problem.top
-        assert satisfaction(problem)
+        assert problem.is_satisfaction
         best, _ = brute_force(decomposed_by_hand(problem))
         found = Mac(problem).run()
         assert (found is not None) == (best < problem.top), seed
@@ -388,7 +389,7 @@ def test_mac_keeps_the_takers_of_each_value_through_backtracking(monkeypatch):
     give the branching that the graph of each node gives: on N-queens (runs of values) and
     Langford, restarting after every failure so that the root is restored often."""
     from gpusolve.search import mac
-    from gpusolve.model.generate import langford, queens
+    from gpusolve.generate import langford, queens
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     fewest, calls = mac.Mac._fewest_takers, []
 
@@ -447,7 +448,7 @@ def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
     """Only AllDifferents of GPU_MIN_SCOPE variables or more make MAC ask for the GPU; without CuPy
     (or with --device auto, as the plan has no buckets to size the choice by) it runs on the CPU."""
     from gpusolve.search import mac
-    from gpusolve.model.generate import langford
+    from gpusolve.generate import langford
     monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 20)
     assert mac.gac_on_device(langford(10)) and not mac.gac_on_device(langford(9))
     r = solve(langford(11), Options(device="auto"))
@@ -455,7 +456,7 @@ def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
 
 
 def test_queens_and_langford_first_solutions():
-    from gpusolve.model.generate import langford, queens
+    from gpusolve.generate import langford, queens
     for problem, status in [(queens(3), "infeasible"), (queens(30), "optimal"), (langford(5), "infeasible"),
                             (langford(8), "optimal")]:
         r = solve(problem, Options(device="cpu"))
@@ -471,7 +472,7 @@ def test_generated_xcsp3_reads_back_as_the_models(tmp_path):
     from click.testing import CliRunner
 
     from gpusolve.cli.commands import main
-    from gpusolve.model.generate import langford, queens
+    from gpusolve.generate import langford, queens
     for model, n, build, status in [("queens", 5, queens, "optimal"), ("queens", 3, queens, "infeasible"),
                                     ("langford", 3, langford, "optimal"), ("langford", 2, langford, "infeasible")]:
         path = tmp_path / f"{model}{n}.xml"
@@ -731,7 +732,7 @@ def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch,
     (read from the bit-packed rows, which earlier calls wrote too)."""
     from gpusolve.consistency import alldiff_kernel
     from gpusolve.search import mac
-    from gpusolve.model.generate import langford, queens
+    from gpusolve.generate import langford, queens
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 1)
     if cap is not None:
@@ -748,7 +749,7 @@ def test_gpu_solve_runs_mac_with_gac_on_the_device(cupy):
     """--device gpu on a satisfaction problem with an AllDifferent of GPU_MIN_SCOPE variables or
     more: the engine is CuPy (its plan has no buckets to size the choice by) and MAC's GAC runs
     there; the first solution is valid."""
-    from gpusolve.model.generate import langford
+    from gpusolve.generate import langford
     from gpusolve.search.mac import gac_on_device
     problem = langford(120)
     assert gac_on_device(problem)

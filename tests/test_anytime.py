@@ -17,7 +17,7 @@ from helpers import brute_force, random_problem
 
 from gpusolve.order import graph
 from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, plan_within
 from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers.write import write_wcsp
@@ -311,7 +311,7 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
 # The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
 MARKED_SOLVE = """
 import sys
-from gpusolve import anytime, cli
+from gpusolve.schedule import anytime; from gpusolve.cli import commands as cli
 search = anytime._search
 def started(*args, **kwargs):
     print("search started", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import gpusolve
 from gpusolve.cli.commands import SHOWN, main
-from gpusolve.model.generate import markov_grid
+from gpusolve.generate import markov_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -85,7 +85,7 @@ def test_errors_are_one_line_with_exit_code(small, wide, args, code, pattern):
 def test_device_gpu_solves_on_the_device_or_exits_2_without_one(small):
     """Exit 2 and one line only where no GPU is usable; on a GPU host the brute-force optimum, from the device."""
     from gpusolve import parsers
-    from gpusolve.engines.select import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     from helpers import brute_force
     r = run("solve", small, "--device", "gpu", "--host-max", 0, "--json")
     if gpu_unavailable_reason() is None:
@@ -168,7 +168,7 @@ def test_import_and_help_load_no_heavy_module():
     """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
     networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
     heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.schedule.solve")
-    code = ("import sys; from gpusolve.cli import main\n"
+    code = ("import sys; from gpusolve.cli.commands import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -181,7 +181,7 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     engine nor the other formats' readers."""
     unused = ("networkx", "gpusolve.engines.cupy_engine", "gpusolve.parsers.xcsp", "gpusolve.parsers.uai",
               "gpusolve.parsers.cfn")
-    code = ("import sys; from gpusolve.cli import main\n"
+    code = ("import sys; from gpusolve.cli.commands import main\n"
             f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
             f"print([m for m in {unused!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

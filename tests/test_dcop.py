@@ -1,4 +1,4 @@
-"""DPOP and ADPOP (gpusolve/distributed/dcop.py): optima against brute force and solve, bounds, pseudo tree,
+"""DPOP and ADPOP (gpusolve/dcop/dpop.py): optima against brute force and solve, bounds, pseudo tree,
 simulated runtime, Dask clusters of processes, the pyDCOP reader and the `dcop` command."""
 import itertools
 import json
@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpusolve import parsers
-from gpusolve.distributed import dcop
+from gpusolve.dcop import dpop as dcop
 from gpusolve.cli.commands import main
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.schedule.solve import Options, solve
 

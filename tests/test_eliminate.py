@@ -6,7 +6,7 @@ from gpusolve.order import graph
 from gpusolve.plan import buckets as plan_module
 from gpusolve.engines import sparse
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.inference.eliminate import assign, run_plan
 from gpusolve.plan.buckets import build_plan
 from gpusolve.schedule.solve import Options, solve

@@ -55,7 +55,7 @@ def test_threaded_dense_step_equals_one_thread(op):
     """Blocks computed by several threads: the same message, bit for bit."""
     import numpy as np
 
-    from gpusolve.engines import base
+    from gpusolve.engines import dense as base
     from helpers import random_bucket
     rng = np.random.default_rng(7)
     split = 0
@@ -75,7 +75,7 @@ def test_threaded_dense_step_equals_one_thread(op):
 def test_a_stop_in_a_thread_ends_the_threaded_step():
     import numpy as np
 
-    from gpusolve.engines import base
+    from gpusolve.engines import dense as base
     from gpusolve.inference.eliminate import TimeLimit
     d, calls = 10, []
 
@@ -94,14 +94,14 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
     import ctypes
     import threading
 
-    from gpusolve.engines import select as engines
+    from gpusolve.cuda import runtime
 
     def no_driver(name, *args, **kw):
         raise OSError(f"{name}: cannot open shared object file")
     monkeypatch.setattr(ctypes, "CDLL", no_driver)
-    monkeypatch.setattr(engines, "_warming", [])
-    engines._retain_primary_context()  # returns, raises nothing
-    engines.warm_up_cuda()
+    monkeypatch.setattr(runtime, "_warming", [])
+    runtime._retain_primary_context()  # returns, raises nothing
+    runtime.warm_up_cuda()
     started = [t for t in threading.enumerate() if t.name == "gpusolve-cuda-start"]
     assert all(t.daemon for t in started)
     for t in started:
@@ -111,16 +111,17 @@ def test_the_cuda_warm_up_is_harmless_without_a_driver(monkeypatch):
 
 def test_cuda_is_started_only_for_a_plan_placed_on_the_device(monkeypatch):
     """A plan that stays on the host never starts CUDA (its context would cost 0.1 s at exit)."""
+    from gpusolve.cuda import runtime
     from gpusolve.engines import select as engines
     calls = []
-    monkeypatch.setattr(engines, "_warming", [])
-    monkeypatch.setattr(engines, "_retain_primary_context", lambda: calls.append(1))
+    monkeypatch.setattr(runtime, "_warming", [])
+    monkeypatch.setattr(runtime, "_retain_primary_context", lambda: calls.append(1))
     monkeypatch.setattr(engines, "gpu_unavailable_reason", lambda: "no CUDA device found")
     engine, why = engines.select_engine("auto", 1000, threads=1)
-    assert engine.name == "numpy" and "running on the CPU" in why and not engines.cuda_started()
+    assert engine.name == "numpy" and "running on the CPU" in why and not runtime.cuda_started()
     engine, why = engines.select_engine("auto", 10 ** 13, threads=1)
     assert engine.name == "numpy" and why.startswith("GPU not used: no CUDA device found")
-    engines._warming[0].join(5)
-    assert calls == [1] and engines.cuda_started()
+    runtime._warming[0].join(5)
+    assert calls == [1] and runtime.cuda_started()
     engines.select_engine("auto", 10 ** 13, threads=1)
     assert calls == [1]  # once per process

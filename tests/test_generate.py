@@ -8,7 +8,7 @@ from helpers import toulbar2_optimum
 
 from gpusolve import parsers
 from gpusolve.order import graph
-from gpusolve.model.generate import generate, scalefree_edges
+from gpusolve.generate import generate, scalefree_edges
 from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers.write import write_wcsp
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import random_bucket, random_problem
 
 from gpusolve.order import graph
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 from gpusolve.engines.cupy_engine import HostTable
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.model.problem import CostFunction, Problem, Variable, condition
@@ -262,7 +262,7 @@ def test_assign_values_host_tables(cupy, seed):
 
 def test_assign_values_declines_sparse_tables(cupy):
     """Sparse messages have no dense layout to walk: the generic path runs and agrees."""
-    from gpusolve.model.generate import generate
+    from gpusolve.generate import generate
     problem = generate("random", 10, 4, 0.4, 0.3, seed=3)
     plan = build_plan(problem, graph.elimination_order(problem, "minfill"), None, 1, "sparse")
     eng = engine()
@@ -302,7 +302,7 @@ def test_forced_streaming_plan_equals_cpu(cupy, seed):
 @pytest.mark.parametrize("fraction", [0.05, 0.3, 0.7])
 def test_partly_resident_plan_equals_cpu(cupy, fraction):
     """A budget between: some messages on the device, some streamed, chunks over several axes."""
-    from gpusolve.model.generate import generate
+    from gpusolve.generate import generate
     problem = generate("random", 14, 6, 0.5, 0.3, seed=11)
     plan = plan_for(problem)
     eng = engine(gpu_mem_limit=int(plan.message_bytes * fraction), fuse_min=0)
@@ -411,7 +411,7 @@ def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
     import sys
     from pathlib import Path
     probe = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-             "from gpusolve.engines import import_cupy; import_cupy(); from cupy.cuda import compiler\n"
+             "from gpusolve.cuda.runtime import import_cupy; import_cupy(); from cupy.cuda import compiler\n"
              "from gpusolve.engines.cupy_engine import CupyEngine; from test_gpu import matches_reference\n"
              "eng = CupyEngine(fuse_min=0, stage=False)\n"
              "matches_reference(eng, 4444)\n"

@@ -6,8 +6,8 @@ from test_probabilistic import random_network, write_uai
 from gpusolve import parsers
 from gpusolve.inference import probabilistic
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.engines.base import reduce_axes
-from gpusolve.model.generate import markov_grid
+from gpusolve.engines.dense import reduce_axes
+from gpusolve.generate import markov_grid
 from gpusolve.order.graph import elimination_order
 from gpusolve.plan.buckets import build_plan
 from gpusolve.inference.eliminate import run_plan

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusolve.order import graph
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 
 

@@ -166,7 +166,7 @@ def test_generic_descriptor_reads_every_bucket_as_eliminate_dense(seed):
     for random buckets (mixed C and Fortran inputs, int64 with top, float)."""
     from helpers import random_bucket
 
-    from gpusolve.engines.base import eliminate_dense
+    from gpusolve.engines.dense import eliminate_dense
     rng = np.random.default_rng(seed)
     integer = seed % 3 != 2
     op = "max" if seed % 5 == 4 else ("lse" if not integer and seed % 2 else "min")

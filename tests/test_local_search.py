@@ -8,7 +8,7 @@ import pytest
 from gpusolve import parsers
 from gpusolve.order import graph
 from gpusolve.inference.eliminate import assign, run_plan
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.search.local import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
 from gpusolve.model.problem import condition

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import gpusolve
 from gpusolve.cli import commands as cli
-from gpusolve.model.generate import markov_grid
+from gpusolve.generate import markov_grid
 from gpusolve.cli.commands import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.report import SCHEMA_PATH, dumps, fields, record
@@ -167,8 +167,8 @@ def test_short_version_flag():
 # The command line, with a line on stderr once the solver holds an incumbent: a signal sent after it
 # lands mid-solve, however loaded the machine.
 MARKED = """import sys
-from gpusolve import anytime
-from gpusolve.cli import main
+from gpusolve.schedule import anytime
+from gpusolve.cli.commands import main
 offer = anytime.Bounds.offer
 
 

@@ -4,7 +4,7 @@ import pytest
 from helpers import random_problem
 
 from gpusolve.order import graph
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, place
 
 

@@ -189,7 +189,7 @@ def test_task_errors():
 @pytest.mark.parametrize("op", ["lse", "min", "max"])
 def test_contract_in_blocks(op):
     """Blocks of any size, host-memory inputs (HostTable) and forbidden entries give the one-block result."""
-    from gpusolve.engines.base import HostTable
+    from gpusolve.engines.dense import HostTable
     from gpusolve.inference.probabilistic import contract
     rng = np.random.default_rng(11)
     dom = [2, 3, 2, 4, 3]

@@ -16,7 +16,7 @@ from gpusolve.cli.commands import main
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.plan.buckets import build_plan
-from gpusolve.distributed.cluster import search_on_dask
+from gpusolve.search.on_dask import search_on_dask
 from gpusolve.search.andor import Heuristic
 
 distributed = pytest.importorskip("dask.distributed")
@@ -131,7 +131,7 @@ def test_embedded_workers_share_the_host_memory():
 
 def test_one_worker_per_gpu_needs_a_gpu(tmp_path):
     """Where a GPU is usable, test_gpu_workers_each_see_their_own_device runs the same batch."""
-    from gpusolve.engines.select import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     if gpu_unavailable_reason() is None:
         pytest.skip("a GPU is usable here")
     generate(tmp_path / "in", "random", 6, 3, range(1))

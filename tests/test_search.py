@@ -10,7 +10,7 @@ from gpusolve.order import graph
 from gpusolve.search.dfbb import Beside
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan.buckets import build_plan
 from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree

@@ -10,7 +10,7 @@ from gpusolve import parsers
 from gpusolve.order import graph
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan.buckets import build_plan
 from gpusolve.consistency.preprocess import preprocess

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gpusolve.order import graph
 from gpusolve.cli.commands import main
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan.buckets import build_plan
 from gpusolve.distributed.slicing import Slice, eliminate_sliced, plan_slicing

@@ -5,7 +5,7 @@ from helpers import bounded_case, brute_force, internal, random_problem
 
 from gpusolve.plan import buckets as plan_module
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model.generate import generate
+from gpusolve.generate import generate
 from gpusolve.inference.eliminate import bounded_sparse
 from gpusolve.schedule.solve import BudgetError, Options, solve
 
@@ -57,7 +57,7 @@ def test_z_below_largest_arity_is_refused():
 
 
 def test_memory_budget_picks_largest_fitting_z_or_refuses():
-    from gpusolve.model.generate import generate
+    from gpusolve.generate import generate
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu"))
     assert exact.z is None and exact.status == "optimal"

@@ -9,7 +9,7 @@ from helpers import bounded_case, brute_force, internal, same_messages, tight_pr
 from gpusolve.order import graph
 from gpusolve.engines import sparse, streaming
 from gpusolve.engines.sparse import SparseTable
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan import buckets as plan_module

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpusolve.engines import sparse, streaming
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 
 
 def random_runs(rng, unique: bool):

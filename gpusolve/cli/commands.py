@@ -22,10 +22,12 @@ import click
 from gpusolve import __version__
 from gpusolve.order import graph
 from gpusolve.csg import dp as csg_names
-from gpusolve.engines.select import DEVICES, DeviceError
-from gpusolve.model.generate import TOPOLOGIES, GenerateBudget, GenerateError
+from gpusolve.engines.select import DEVICES
+from gpusolve.cuda.runtime import DeviceError
+from gpusolve.generate import TOPOLOGIES, GenerateBudget, GenerateError
 from gpusolve.order.graph import OrderError
-from gpusolve.plan.buckets import TABLES, fmt_bytes
+from gpusolve.plan.buckets import TABLES
+from gpusolve.host import fmt_bytes
 from gpusolve.report import dumps
 
 FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
@@ -497,7 +499,7 @@ def serve_cmd(path, device, idle_exit):
         stderr.flush()
 
     try:
-        serve(path or socket_path(), device, idle_exit, log)
+        serve(path or socket_path(), device, idle_exit, log, main, console.cache_clear)
     except ServeError as e:
         err().print(str(e), markup=False, soft_wrap=True)
         sys.exit(EXIT_INPUT)
@@ -528,7 +530,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
 
     from gpusolve.model.problem import ModelError
     from gpusolve.plan.buckets import BudgetError, build_plan, place
-    from gpusolve.schedule.solve import Options, available_memory, make_schedule
+    from gpusolve.schedule.solve import Options, make_schedule
+    from gpusolve.host import available_memory
     try:
         problem = parsers.read(file, evidence, mem_limit=mem_limit)
         g = graph.primal_graph(problem)
@@ -611,7 +614,7 @@ def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit:
 def draw_profile(problem, order, width, z, tables, n_comp, mem_limit, gpu_mem_limit, path) -> None:
     """`info --plot`: the bucket profile of exact BE (or MBE(z)) into `path`; `width`: the order's."""
     from gpusolve.plan.buckets import build_plan
-    from gpusolve.schedule.solve import available_memory
+    from gpusolve.host import available_memory
     try:
         from gpusolve.plan.profile import plot_profile
         import matplotlib  # noqa: F401  (the optional extra; say so before any work)
@@ -640,7 +643,7 @@ def draw_profile(problem, order, width, z, tables, n_comp, mem_limit, gpu_mem_li
                    "(default: TOPOLOGY-nN-dD-sSEED.wcsp).")
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
-    from gpusolve.model.generate import generate
+    from gpusolve.generate import generate
     from gpusolve.parsers.write import write
     try:
         problem = generate(topology, n, d, p1, p2, seed)
@@ -663,7 +666,7 @@ def generate_cmd(topology, n, d, p1, p2, seed, output):
               help="Output XCSP3 file (default: MODEL-N.xml).")
 def generate_csp_cmd(model, n, output):
     """Write N-queens (three AllDifferents) or Langford's L(2, N) as XCSP3, for `solve`."""
-    from gpusolve.model.generate import csp_xcsp3
+    from gpusolve.generate import csp_xcsp3
     path = output or f"{model}-{n}.xml"
     try:
         Path(path).write_text(csp_xcsp3(model, n))
@@ -694,7 +697,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     """Solve the DCOP in FILE (FRODO XCSP, pyDCOP YAML, or any format solve reads: one agent per
     variable) with DPOP or ADPOP, each agent's computation a Dask task."""
     from gpusolve import parsers
-    from gpusolve.distributed.dcop import DcopError, solve_dcop
+    from gpusolve.dcop.dpop import DcopError, solve_dcop
     from gpusolve.parsers.errors import ParseError
     from gpusolve.plan.buckets import BudgetError
     from gpusolve.distributed.cluster import ClusterError
@@ -797,8 +800,9 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     interrupted = False
     try:
         with _appender(out_path) as sink:
-            if workers or scheduler:  # over Dask workers: gpusolve/distributed/cluster.py
-                from gpusolve.distributed.cluster import ClusterError, batch_on_dask
+            if workers or scheduler:  # over Dask workers: gpusolve/cli/batch.py
+                from gpusolve.cli.batch import batch_on_dask
+                from gpusolve.distributed.cluster import ClusterError
                 try:
                     batch_on_dask(todo, options, settings, sink, scheduler, workers, batch_record)
                 except ClusterError as e:
@@ -1055,7 +1059,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
     """csg.solve_on_workers on the cluster scaleout.executor opens: with the GPU, one process per GPU."""
     from gpusolve.csg import dp as csg
-    from gpusolve.engines.select import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     from gpusolve.distributed.cluster import executor
     n = csg.source_agents(source, values)
     gpus = options.device == "gpu" or (options.device == "auto" and n >= csg.AUTO_GPU_AGENTS

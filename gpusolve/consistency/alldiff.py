@@ -23,13 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpusolve.consistency import alldiff_kernel
+from gpusolve.model.problem import Infeasible
 
 CLOSURES = ("squaring", "warshall")
 METHODS = ("peel", "tarjan", *CLOSURES)
-
-
-class Infeasible(Exception):
-    """No matching covers every variable: the AllDifferent cannot be satisfied."""
 
 
 def max_matching(dom: np.ndarray, match: np.ndarray | None = None) -> np.ndarray:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpusolve.model.problem import Infeasible
 from gpusolve.engines.streaming import pinned_array
 
 THREADS = 1024  # one block: a thread per variable
@@ -445,7 +446,6 @@ class DeviceDomains:
         head = self.out.written()
         count = int(head[0])
         if count < 0:
-            from gpusolve.consistency.alldiff import Infeasible  # alldiff imports this module
             raise Infeasible
         if count <= LIST_CAP:
             pairs = head[2:2 + 2 * count].reshape(count, 2).astype(np.int64)

@@ -20,7 +20,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpusolve.consistency.alldiff import Infeasible, count, filter_domains, max_matching, pack, removals
+from gpusolve.model.problem import Infeasible
+from gpusolve.consistency.alldiff import count, filter_domains, max_matching, pack, removals
 from gpusolve.consistency.alldiff_kernel import DeviceDomains
 from gpusolve.model.problem import AllDifferent, CostFunction, Problem
 
@@ -243,7 +244,6 @@ def decompose(problem: Problem, limit: int | None = None) -> Problem:
     elimination is exact and instant), a hard AllDifferent whose clique elimination could never
     hold (a bucket of over 2^CLIQUE_BITS entries) stays untabled: its tables would only slow
     planning and arc consistency (Langford L(2,51): 5151 tables, 55 s instead of 0.4 s)."""
-    from gpusolve.search.mac import satisfaction
     limit = DECOMPOSE_ENTRIES if limit is None else limit
     functions, globals_, used = list(problem.functions), [], 0
     csp = None
@@ -255,7 +255,7 @@ def decompose(problem: Problem, limit: int | None = None) -> Problem:
             size = sum(a * b for a, b in itertools.combinations(doms, 2))
         wide = sum(math.log2(d) for d in doms) - math.log2(max(doms)) > CLIQUE_BITS
         if wide and g.cost >= problem.top and csp is None:
-            csp = satisfaction(problem)
+            csp = problem.is_satisfaction
         if g.tabled or used + size > limit or (wide and g.cost >= problem.top and csp):
             globals_.append(g)
             continue

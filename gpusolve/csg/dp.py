@@ -331,7 +331,7 @@ def check_memory(n: int, precision: str, on_gpu: bool, host_budget: int, device_
                  threads: int = 1, shares: bool = False) -> dict:
     """The prediction, or BudgetError naming what would fit."""
     need = predict_memory(n, precision, on_gpu, threads, shares)
-    from gpusolve.plan.buckets import fmt_bytes
+    from gpusolve.host import fmt_bytes
     if need["host"] > host_budget:
         raise BudgetError(f"n = {n} needs {fmt_bytes(need['host'])} of host memory (the 2^{n} input values "
                           f"in float64{'' if on_gpu else ' and f'}), more than the {fmt_bytes(host_budget)} "
@@ -712,7 +712,7 @@ class Result:
 def pick_device(device: str, n: int):
     """(array module, engine name, note) for --device."""
     import numpy as np
-    from gpusolve.engines.select import DeviceError, gpu_unavailable_reason
+    from gpusolve.cuda.runtime import DeviceError, gpu_unavailable_reason
     if device == "cpu":
         return np, "numpy", "cpu requested"
     if device == "auto" and n < AUTO_GPU_AGENTS:
@@ -738,8 +738,8 @@ class Table:
 
     def __init__(self, values: np.ndarray, options: Options, threads: int | None = None, shares: bool = False):
         import numpy as np
-        from gpusolve.distributed.cluster import default_workers
-        from gpusolve.schedule.solve import available_memory
+        from gpusolve.host import cores
+        from gpusolve.host import available_memory
         n = values.size.bit_length() - 1
         check_agents(n)
         if options.algorithm not in ALGORITHMS:
@@ -751,7 +751,7 @@ class Table:
         xp = self.xp
         self.on_gpu = xp is not np
         self.precision = precision_on(options.precision, self.on_gpu)
-        self.threads = options.threads or threads or default_workers()
+        self.threads = options.threads or threads or cores()
         if not self.on_gpu:
             self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
         device_budget = None

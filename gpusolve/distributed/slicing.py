@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from gpusolve.plan.buckets import MiniBucket, Plan, fmt_bytes
+from gpusolve.plan.buckets import MiniBucket, Plan
+from gpusolve.host import fmt_bytes
 
 if TYPE_CHECKING:
     from gpusolve.distributed.cluster import Cluster

@@ -24,8 +24,9 @@ import time
 import numpy as np
 
 from gpusolve.engines import cubins
-from gpusolve.engines.select import import_cupy
-from .base import Engine, HostTable, eliminate_dense
+from gpusolve.cuda.runtime import import_cupy
+from .base import Engine
+from .dense import HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
                       assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
 from .streaming import dense_chunks, stream_dense

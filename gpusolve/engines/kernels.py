@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import needs_clamp_each_step
+from .dense import needs_clamp_each_step
 
 TILE_MAX = 16  # output rows one thread keeps in registers
 BLOCK = 256  # threads per block of the fused kernel

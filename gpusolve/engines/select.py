@@ -3,9 +3,11 @@ NumPy only when an engine is made, so the command line reads DEVICES without it.
 from __future__ import annotations
 
 import importlib.util
-import os
 
+from gpusolve.cuda import runtime
+from gpusolve.cuda.runtime import DeviceError, gpu_unavailable_reason, warm_up_cuda
 from gpusolve.engines.base import Engine
+from gpusolve.host import host_threads
 
 DEVICES = ("auto", "cpu", "gpu")
 
@@ -21,8 +23,6 @@ STREAM_BYTES_PER_S = 1e10
 GPU_START_S = 0.6
 # A plan this large gains from the GPU even in a cold process (Dask workers decide by it).
 AUTO_MIN_JOINT = int(GPU_START_S * RATE["numpy"])
-_started: list[bool] = []  # non-empty once select_engine made a CupyEngine: CUDA is up in this process
-_warming: list = []  # warm_up_cuda's thread, once started
 
 
 # What each CPU thread past the first adds to the NumPy engine's rate, as a share of one thread's
@@ -38,69 +38,6 @@ def predict_s(joint_entries: int, buckets: int, engine: str, threads: int = 1) -
         from gpusolve.plan.buckets import CHUNK_ENTRIES, THREADS_MAX
         rate *= 1 + THREAD_GAIN * (min(threads, THREADS_MAX, max(1, joint_entries // CHUNK_ENTRIES)) - 1)
     return joint_entries / rate + buckets * BUCKET_OVERHEAD_S[engine]
-
-
-def warm_up_cuda() -> None:
-    """Start the CUDA driver and the device's primary context on a background thread, once the
-    plan is placed on the device, while CuPy is imported: CuPy's runtime then finds the context
-    made (0.2-0.3 s of a fresh process on an H100, bench/startup.py). Not before: a plan that
-    stays on the host would pay for a context it never uses when the process exits (0.1 s).
-    Through ctypes, so nothing is imported for it; without a driver, nothing happens."""
-    if _warming:
-        return
-    import threading
-    _warming.append(threading.Thread(target=_retain_primary_context, name="gpusolve-cuda-start", daemon=True))
-    _warming[0].start()
-
-
-def cuda_started() -> bool:
-    """Whether this process started CUDA (an engine on the device, or its warm-up)."""
-    return bool(_started or _warming)
-
-
-def _retain_primary_context() -> None:
-    import ctypes
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return
-    device, context = ctypes.c_int(), ctypes.c_void_p()
-    if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0:
-        cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
-
-
-def host_threads(threads: int | None = None) -> int:
-    """The CPU engine's threads: `threads`, else one per core this process may use."""
-    from gpusolve.distributed.cluster import default_workers
-    return threads or default_workers()
-
-
-class DeviceError(RuntimeError):
-    """--device gpu asked for, but no usable GPU engine."""
-
-
-def import_cupy():
-    """CuPy, first imported with NVRTC's precompiled headers on unless the environment says otherwise
-    (CuPy reads CUPY_NVRTC_USE_PCH once, at import): the kernels CuPy generates for array operations
-    (local search, cost shifting) then compile in about a third less time on a new machine
-    (CELAR6-SUB0's local search with an empty kernel cache: 3.0-3.1 s against 4.8-4.9 s on an H100)."""
-    os.environ.setdefault("CUPY_NVRTC_USE_PCH", "1")
-    import cupy
-    return cupy
-
-
-def gpu_unavailable_reason() -> str | None:
-    """Why the GPU engine cannot run here, or None when it can."""
-    try:
-        cupy = import_cupy()
-    except Exception as e:  # ImportError, or a CUDA library failing to load
-        return f"CuPy is not importable ({type(e).__name__}: {e})".splitlines()[0]
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device found"
-    except Exception as e:
-        return f"no usable CUDA device ({e})".splitlines()[0]
-    return None
 
 
 def where_to_run(device: str, plan_joint_entries: int | None, buckets: int = 1, host_max: int | None = None,
@@ -147,7 +84,7 @@ def select_engine(device: str, plan_joint_entries: int | None = None, buckets: i
         return NumpyEngine(threads), "cpu requested"
     if device == "gpu" and importlib.util.find_spec("cupy") is None:
         raise DeviceError("--device gpu: CuPy is not installed")
-    where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(_started), threads)
+    where, why = where_to_run(device, plan_joint_entries, buckets, host_max, bool(runtime._started), threads)
     if where == "host":
         return NumpyEngine(threads), why
     warm_up_cuda()
@@ -158,5 +95,5 @@ def select_engine(device: str, plan_joint_entries: int | None = None, buckets: i
         return NumpyEngine(threads), f"GPU not used: {reason}; running on the CPU"
     from gpusolve.engines.cupy_engine import CupyEngine
     engine = CupyEngine(gpu_mem_limit=gpu_mem_limit)
-    _started.append(True)
+    runtime._started.append(True)
     return engine, f"{why}; {engine.device_name}, CuPy start-up {engine.init_s:.2f} s"

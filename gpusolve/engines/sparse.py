@@ -33,7 +33,7 @@ import numpy as np
 
 from gpusolve.plan import buckets as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
 from . import kernels, streaming
-from .base import host_or_table
+from .dense import host_or_table
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
 DENSE_TERM = 1 << 20

@@ -111,7 +111,7 @@ def _split(n: int, part: Callable[[int, int], None]) -> None:
 def _copy_pool():
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpusolve.engines.select import host_threads
+    from gpusolve.host import host_threads
     threads = max(1, min(host_threads(), 16))
     return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-copy"), threads
 

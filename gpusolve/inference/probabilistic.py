@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from gpusolve.engines.select import Engine
-from gpusolve.engines.base import aligned, host_or_table, reduce_axes
+from gpusolve.engines.dense import aligned, host_or_table, reduce_axes
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import CHUNK_ENTRIES, MiniBucket, Plan
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from gpusolve.order import graph
-from gpusolve.engines.base import aligned, host_or_table, join_dense, min_marginal_dense
+from gpusolve.engines.dense import aligned, host_or_table, join_dense, min_marginal_dense
 from gpusolve.engines.sparse import SparseTable, scalar, to_module
 from gpusolve.model.problem import CostFunction, Problem
 

@@ -20,6 +20,10 @@ class ModelError(ValueError):
     """A problem that cannot be represented (for instance costs beyond int64)."""
 
 
+class Infeasible(Exception):
+    """No assignment satisfies the hard constraints (a domain wiped out, an AllDifferent no matching covers)."""
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
@@ -195,6 +199,13 @@ class Problem:
         """Some global constraint is missing from the tables: elimination alone proves nothing."""
         return any(not g.tabled for g in self.globals)
 
+    @property
+    def is_satisfaction(self) -> bool:
+        """Every cost 0 or forbidden (constants aside), every global constraint hard: the first
+        solution found is optimal."""
+        return self.integer and all(g.cost >= self.top for g in self.globals) and all(
+            not f.scope or bool(((f.used_costs() == 0) | (f.used_costs() >= self.top)).all()) for f in self.functions)
+
     def is_forbidden(self, cost) -> bool:
         return cost >= self.top
 
@@ -208,6 +219,26 @@ class Problem:
         for c in costs:
             acc = self.add(acc, c)
         return acc
+
+    def bounds_meet(self, lower, upper) -> bool:
+        """Whether internal bounds prove optimality: equal, or within float rounding on real costs."""
+        if self.integer:
+            return lower == upper
+        return abs(float(upper) - float(lower)) <= 1e-9 * max(1.0, abs(float(upper)))
+
+    def file_bounds(self, lower, upper):
+        """Internal (min) bounds -> the file's own objective, keeping lower <= upper (None stays None)."""
+        lo = self.to_file_value(lower)
+        hi = None if upper is None else self.to_file_value(upper)
+        if self.sense < 0:
+            lo, hi = hi, lo
+        return lo, hi
+
+    def value_labels(self, assignment: list[int] | None) -> list[str] | None:
+        """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
+        if assignment is None or not any(v.labels for v in self.variables):
+            return None
+        return [v.label(a) for v, a in zip(self.variables, assignment)]
 
     def to_file_value(self, cost):
         """Internal cost (sum of tables) -> objective as the file states it, None if forbidden."""

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpusolve.host import fmt_bytes
+
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem
 
@@ -219,14 +221,6 @@ def place(problem: Problem, plan: Plan, budget: int | None, host_max: int = 0) -
         lead.append(streamed_lead(mb.scope, host_scopes, dom, max(budget - held, 0), plan.itemsize))
         on_host.add(mb.index)
     return Placement(budget, tuple(where), tuple(lead))
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def cover_bound(scope, items, dom) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpusolve.plan.buckets import Plan, fmt_bytes
+from gpusolve.plan.buckets import Plan
+from gpusolve.host import fmt_bytes
 
 SPARSE_ROW_BYTES = 16  # an int64 key and an int64 cost
 

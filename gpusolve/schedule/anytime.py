@@ -32,7 +32,8 @@ import numpy as np
 
 from gpusolve.engines import select as engines
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import Plan, build_plan, choose_plan, fmt_bytes, place
+from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
+from gpusolve.host import fmt_bytes
 from gpusolve.distributed.cluster import Cluster
 
 # Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
@@ -237,8 +238,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     # A satisfaction problem's first solution is optimal: MAC search unless BE is instant (donald:
     # 0.07 s against 6 s of BE). MAC, with GAC and the globals, is loaded only then.
     if search and z is None and (exact is None or cost(exact) > FIRST_BOUND_S):
-        from gpusolve.search.mac import satisfaction
-        if satisfaction(problem):
+        if problem.is_satisfaction:
             return Schedule((Phase("mac", seconds=math.inf),), engine, threads)
     last = (Phase("search", seconds=math.inf),)
     if exact is not None and z is None:
@@ -563,8 +563,9 @@ def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
 
 
 def _search_on_dask(problem, order, heuristic, bounds: Bounds, stop: Stop, out: Outcome, cluster) -> None:
-    """The search phase with subproblems on Dask workers (scaleout.search_on_dask)."""
-    from gpusolve.distributed.cluster import executor, search_on_dask
+    """The search phase with subproblems on Dask workers (distributed/search.py)."""
+    from gpusolve.distributed.cluster import executor
+    from gpusolve.search.on_dask import search_on_dask
     with executor(cluster.scheduler, cluster.workers) as (client, what, started):
         out.search = {"nodes": 0, "cache_hits": 0, "time_s": 0.0, "nodes_per_s": 0.0, "complete": False,
                       "executor": what, "cluster_s": started}  # as it stands if the search is stopped

@@ -19,12 +19,14 @@ from typing import Callable
 from gpusolve.order import graph
 from gpusolve.inference import probabilistic
 from gpusolve.schedule.anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
-from gpusolve.engines.select import host_threads, select_engine
+from gpusolve.engines.select import select_engine
+from gpusolve.host import host_threads
 from gpusolve.engines import sparse
 from gpusolve.inference.eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from gpusolve.host import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import BudgetError, build_plan, choose_plan, fmt_bytes, plan_within
+from gpusolve.plan.buckets import BudgetError, build_plan, choose_plan, plan_within
+from gpusolve.host import fmt_bytes
 from gpusolve.consistency.preprocess import preprocess
 from gpusolve.distributed.cluster import Cluster
 
@@ -48,7 +50,7 @@ class Options:
     host_max: int | None = None  # --device gpu places plans below this many joint entries on the host (None: predicted)
     search: bool = True  # AND/OR search (with cost shifting and local search) beyond what elimination proves
     scheduler: str | None = None  # exact BE's sliced buckets (slicing.py) and AND/OR search subproblems
-    # (scaleout.search_on_dask) on this Dask cluster ...
+    # (distributed/search.py) on this Dask cluster ...
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
     slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
     threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
@@ -140,7 +142,7 @@ def solve(problem: Problem, options: Options, file: str = "",
 
     def heard(b: Bounds, phase: str) -> None:
         if on_bounds:
-            on_bounds(*_file_bounds(problem, b.lower, None if b.assignment is None else b.upper), phase)
+            on_bounds(*problem.file_bounds(b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
@@ -151,7 +153,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     upper = None if bounds.assignment is None else bounds.upper
     status = "infeasible" if infeasible else "optimal" if bounds.closed and upper is not None else "bounded"
     assignment = None if infeasible or bounds.assignment is None else reduced.expand(bounds.assignment)
-    lb, ub = (None, None) if infeasible else _file_bounds(problem, bounds.lower, upper)
+    lb, ub = (None, None) if infeasible else problem.file_bounds(bounds.lower, upper)
     if stop.interrupted:
         note += "; interrupted"
     elif not bounds.closed and stop.deadline is not None and stop():
@@ -163,7 +165,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     plan = out.plan  # the z reported is that of the bound reported: none before an elimination completes
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   message=_infeasible(problem, None) if infeasible else None,
-                  values=_values(named, assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
+                  values=named.value_labels(assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
                   options=asdict(options),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
@@ -214,7 +216,7 @@ def _file_trace(problem: Problem, trace) -> list[list]:
     """[time_s, lower, upper, phase] in the file's objective (upper None before any incumbent)."""
     out = []
     for t, lower, upper, phase in trace:
-        lo, hi = _file_bounds(problem, min(lower, problem.top), None if problem.is_forbidden(upper) else upper)
+        lo, hi = problem.file_bounds(min(lower, problem.top), None if problem.is_forbidden(upper) else upper)
         out.append([round(t, 6), lo, hi, phase])
     return out
 
@@ -261,7 +263,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
         if status == "optimal":  # Z = 0 conditions on an impossible event: nothing to distribute
             marg = probabilistic.marginals(problem, plan, engine, tables, messages)
             phases["distribute"] = time.perf_counter() - t3
-    lb, ub = (None, None) if status == "infeasible" else _file_bounds(problem, lower, upper)
+    lb, ub = (None, None) if status == "infeasible" else problem.file_bounds(lower, upper)
     if engine.compile_s:
         note += f"; kernels compiled or loaded in {engine.compile_s:.2f} s (within eliminate)"
     if options.workers or options.scheduler:
@@ -290,28 +292,6 @@ def check_task(problem: Problem, options: Options) -> str:
 def _infeasible(problem: Problem, how: str | None) -> str | None:
     """Why there is no solution: on a probabilistic model (task MPE) what it means, else `how`."""
     return ZERO_PROBABILITY["MPE"] if problem.task == "MPE" else how
-
-
-def _same(lower, upper, problem: Problem) -> bool:
-    if problem.integer:
-        return lower == upper
-    return abs(float(upper) - float(lower)) <= 1e-9 * max(1.0, abs(float(upper)))
-
-
-def _file_bounds(problem: Problem, lower, upper):
-    """Internal (min) bounds -> the file's own objective, keeping lower <= upper (None stays None)."""
-    lo = problem.to_file_value(lower)
-    hi = None if upper is None else problem.to_file_value(upper)
-    if problem.sense < 0:
-        lo, hi = hi, lo
-    return lo, hi
-
-
-def _values(problem: Problem, assignment: list[int] | None) -> list[str] | None:
-    """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
-    if assignment is None or not any(v.labels for v in problem.variables):
-        return None
-    return [v.label(a) for v, a in zip(problem.variables, assignment)]
 
 
 def write_solution(path: str | Path, result: Result) -> None:

@@ -279,7 +279,7 @@ class AndOrSearch:
 
     def root_costs(self, r: int) -> np.ndarray:
         """(1 + children, d) at root r: its bucket functions, then each child's heuristic, for every
-        value of r. A distributed search splits on these (scaleout.search_on_dask)."""
+        value of r. A distributed search splits on these (distributed/search.py)."""
         return self._evaluate(r, np.zeros(len(self.dom), dtype=np.int64))
 
     # --- evaluation of one OR node ------------------------------------------------------------

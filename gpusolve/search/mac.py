@@ -45,12 +45,6 @@ def luby(i: int) -> int:
     return 1 << (k - 1)
 
 
-def satisfaction(problem: Problem) -> bool:
-    """Every cost 0 or forbidden (constants aside), every global constraint hard."""
-    return problem.integer and all(g.cost >= problem.top for g in problem.globals) and all(
-        not f.scope or bool(((f.used_costs() == 0) | (f.used_costs() >= problem.top)).all()) for f in problem.functions)
-
-
 def gac_on_device(problem: Problem) -> bool:
     """Whether MAC with a GPU array module would filter some AllDifferent there."""
     return any(map(_on_device, hard(problem)))

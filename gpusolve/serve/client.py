@@ -9,9 +9,10 @@ encoding, buffering, isatty), so the bytes and their order are those of a local 
 client writes them out and exits with the command's code; Ctrl-C and SIGTERM are forwarded
 to the server's main thread, where the solve takes them as it takes its own signals.
 
-This module is the client half (`main`, `hand_over`) and the wire format; it imports only the
-standard library, so a program with no server running pays a failed connect, not click and
-NumPy twice. The server half is gpusolve/serve/server.py.
+This module is the client half (`hand_over`) and the wire format; it imports only the standard
+library, so a program with no server running pays a failed connect, not click and NumPy twice.
+The server half is gpusolve/serve/server.py; the program that tries the server first is
+gpusolve/cli/entry.py.
 
 Wire format: the client sends a 4-byte length and a JSON request (server.REQUEST), then one byte
 per signal (`i` SIGINT, `t` SIGTERM); the server answers frames of a kind byte, a 4-byte length
@@ -56,38 +57,6 @@ def fingerprint(environ) -> dict:
 
 
 # -- client ----------------------------------------------------------------------------------
-
-def main() -> None:
-    """The `gpusolve` program: a `solve` goes to a running server when there is one, else runs here."""
-    code = hand_over(sys.argv)
-    if code is None:
-        from gpusolve.cli.commands import main as cli
-        try:
-            cli()
-        except SystemExit as e:
-            leave(e.code)
-        leave(0)
-    if code < 0:  # the served command ended as a SIGTERM ends a local one: die of it too
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    sys.exit(code)
-
-
-def leave(code) -> None:
-    """Exit with `code`. A process that started CUDA skips the interpreter's finalization (CuPy's
-    pools and handles freed one by one, 0.05 s on an H100; the driver frees them with the process)
-    once its output is flushed; the command's own clean-up ran before it returned."""
-    from gpusolve.engines.select import cuda_started
-    if isinstance(code, int | None) and cuda_started():
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):  # a reader gone (`| head`) or a closed stream: nothing left to tell
-                pass
-        os._exit(code or 0)
-    sys.exit(code)
-
 
 def hand_over(argv: list[str]) -> int | None:
     """Run argv on the server and return its exit code; None when it must run here (no server,

@@ -131,10 +131,11 @@ class _Terminated(BaseException):
     """A SIGTERM outside the solve's own handler: the command ends, as a local process would die."""
 
 
-def serve(path: str, device: str, idle_exit: float | None, log) -> None:
+def serve(path: str, device: str, idle_exit: float | None, log, cli, fresh_streams) -> None:
     """Warm up for `device`, then run requests on `path` until SIGTERM, Ctrl-C or `idle_exit` seconds idle.
-    `log` takes one line at a time, from any thread."""
-    Server(path, log).run(device, idle_exit)
+    `log` takes one line at a time, from any thread. `cli` is the click command a request runs, and
+    `fresh_streams()` drops what the command keeps of the streams of the moment (its rich consoles)."""
+    Server(path, log, cli, fresh_streams).run(device, idle_exit)
 
 
 def alive(path: str) -> bool:
@@ -150,8 +151,9 @@ def alive(path: str) -> bool:
 
 
 class Server:
-    def __init__(self, path: str, log):
+    def __init__(self, path: str, log, cli, fresh_streams):
         self.path, self.log = os.path.abspath(path), log
+        self.cli, self.fresh_streams = cli, fresh_streams
         self.fingerprint = fingerprint(os.environ)
         self.in_command = False
         self.forwarded = {signal.SIGINT: 0, signal.SIGTERM: 0}  # by watchers, not yet seen on the wakeup fd
@@ -230,8 +232,8 @@ class Server:
     def warm(self, device: str) -> str:
         """Import the solve pipeline by solving a tiny problem through the command itself; with a GPU, also
         on the device, and load every shape-generic and assignment kernel. Says what was warmed."""
-        from gpusolve.engines.select import gpu_unavailable_reason
-        from gpusolve.model.generate import generate
+        from gpusolve.cuda.runtime import gpu_unavailable_reason
+        from gpusolve.generate import generate
         from gpusolve.parsers.write import write
         reason = None if device == "cpu" else gpu_unavailable_reason()
         if device == "gpu" and reason:
@@ -389,14 +391,12 @@ class Server:
 
     def command(self, argv: list[str], prog: str) -> int:
         """The click command line on argv, in this process: its exit code, as Python's exit would give it."""
-        from gpusolve.cli.commands import console
-        from gpusolve.cli.commands import main as cli
-        console.cache_clear()  # rich consoles are made for the streams of the moment
+        self.fresh_streams()
         try:
             with warnings.catch_warnings():  # warnings shown once per process are shown once per request
                 self.in_command = True
                 try:
-                    cli.main(args=argv, prog_name=prog)
+                    self.cli.main(args=argv, prog_name=prog)
                 finally:
                     self.in_command = False
             return 0
@@ -411,7 +411,7 @@ class Server:
             traceback.print_exc()
             return 1
         finally:
-            console.cache_clear()
+            self.fresh_streams()
 
 
 def release() -> None:

@@ -51,7 +51,8 @@ from gpusolve.distributed import cluster as scaleout
 from gpusolve.engines.sparse import slice_over
 from gpusolve.order.graph import components, primal_graph
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import BudgetError, MiniBucket, Plan, build_plan, fmt_bytes
+from gpusolve.plan.buckets import BudgetError, MiniBucket, Plan, build_plan
+from gpusolve.host import fmt_bytes
 from gpusolve.search.andor import PseudoTree, pseudo_tree
 
 ALGOS = ("dpop", "adpop")
@@ -293,7 +294,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
 
     `progress(total)` returns a callback called once per computation finished.
     """
-    from gpusolve.schedule.solve import _file_bounds, _same, _values, available_memory
+    from gpusolve.host import available_memory
     t0 = time.perf_counter()
     dp = plan_dcop(problem, algo, max_dim)
     tree_s = time.perf_counter() - t0
@@ -340,12 +341,12 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
     if none_exists:
         status, lo, hi, assignment = "infeasible", None, None, None
     else:
-        status = "optimal" if _same(lower, upper, problem) else "bounded"
-        lo, hi = _file_bounds(problem, lower, None if problem.is_forbidden(upper) else upper)
+        status = "optimal" if problem.bounds_meet(lower, upper) else "bounded"
+        lo, hi = problem.file_bounds(lower, None if problem.is_forbidden(upper) else upper)
     simulated, util_end = simulated_runtime(dp, util_s, value_s, latency)
     return DcopResult(
         file=file, algo=algo, max_dim=dp.max_dim, status=status, lower_bound=lo, upper_bound=hi,
-        assignment=assignment, values=_values(problem, assignment), agents=len(set(dp.agent)), variables=n, induced_width=dp.plan.induced_width,
+        assignment=assignment, values=problem.value_labels(assignment), agents=len(set(dp.agent)), variables=n, induced_width=dp.plan.induced_width,
         messages=dp.messages(), wall_s=wall, simulated_s=simulated, util_simulated_s=util_end,
         latency_s=latency, compute_s=sum(util_s.values()) + sum(value_s.values()), cluster_s=cluster_s,
         pseudo_tree_s=tree_s, executor=description, engines=sorted(engines) or ["numpy"],
