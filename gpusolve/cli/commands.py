@@ -27,7 +27,7 @@ from gpusolve.cuda.runtime import DeviceError
 from gpusolve.generate import TOPOLOGIES, GenerateBudget, GenerateError
 from gpusolve.order.graph import OrderError
 from gpusolve.plan.buckets import TABLES
-from gpusolve.host import fmt_bytes
+from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.report import dumps
 
 FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
@@ -235,7 +235,8 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
 
     from gpusolve.schedule.anytime import Stop
     from gpusolve.model.problem import ModelError
-    from gpusolve.schedule.solve import BudgetError, TimeLimit, solve
+    from gpusolve.schedule.solve import TimeLimit, solve
+
     t0 = time.perf_counter()
     stop = stop or Stop()
     if options.time_limit is not None:
@@ -529,7 +530,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     from rich.table import Table
 
     from gpusolve.model.problem import ModelError
-    from gpusolve.plan.buckets import BudgetError, build_plan, place
+    from gpusolve.plan.buckets import build_plan, place
+
     from gpusolve.schedule.solve import Options, make_schedule
     from gpusolve.host import available_memory
     try:
@@ -699,7 +701,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     from gpusolve import parsers
     from gpusolve.dcop.dpop import DcopError, solve_dcop
     from gpusolve.parsers.errors import ParseError
-    from gpusolve.plan.buckets import BudgetError
+
     from gpusolve.distributed.cluster import ClusterError
     try:
         problem = parsers.read(file)
@@ -1023,7 +1025,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         fail(str(e), EXIT_INPUT)
     except (csg.CSGError, DeviceError, ClusterError) as e:
         fail(f"{name}: {e}", EXIT_INPUT)
-    except (csg.BudgetError, MemoryError) as e:
+    except (BudgetError, MemoryError) as e:
         fail(f"{name}: {e or 'out of memory despite the prediction; lower --mem-limit'}", EXIT_MEMORY)
     except Exception as e:  # a bug: still one line (GPUSOLVE_DEBUG=1 shows the traceback)
         if os.environ.get("GPUSOLVE_DEBUG"):

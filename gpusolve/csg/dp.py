@@ -61,6 +61,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from gpusolve.host import BudgetError
+
 # NumPy and the readers' ParseError load in the functions that use them: the command line reads
 # the names below without them.
 
@@ -85,10 +87,6 @@ THREADS_PER_BLOCK = 256
 
 class CSGError(ValueError):
     """A request that cannot run (bad n, distribution); the CLI prints it as one line, exit 2."""
-
-
-class BudgetError(RuntimeError):
-    """The DP does not fit the memory given; the message says what would."""
 
 
 # -- values ------------------------------------------------------------------
