@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpusolve.model.problem import Infeasible
-from gpusolve.engines.streaming import pinned_array
+from gpusolve.cuda.pinned import pinned_array
 
 THREADS = 1024  # one block: a thread per variable
 LIST_CAP = 1 << 16  # removed edges returned as a list up to this many (512 KiB), else as bit-packed rows
