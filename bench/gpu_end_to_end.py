@@ -126,7 +126,7 @@ def main():
     process_startup = time.perf_counter() - t_import
     print(f"CuPy import and CUDA context: {process_startup:.2f} s")
 
-    from gpusolve.engines import cupy_engine
+    from gpusolve.cuda import loader
     from gpusolve.engines.cupy_engine import FUSE_MIN, CupyEngine
     start = time.perf_counter()
     cpu_rate = 5e7  # joint entries/s, refined from every CPU run
@@ -154,11 +154,11 @@ def main():
                 rows.append(row)
                 print(f"{topology:9} n={n:3} d={d:3} p1={p1:.1f}: skipped, {row['skipped']}")
                 continue
-            cupy_engine._KERNELS.clear()  # as a new process: no kernel compiled yet (disk cache aside)
+            loader._KERNELS.clear()  # as a new process: no kernel compiled yet (disk cache aside)
             cold_engine = CupyEngine()
             gpu_cold, cold = timed_run(problem, plan, cold_engine)
             row["gpu_cold"] = dict(cold, init_s=cold_engine.init_s, compile_s=cold_engine.compile_s,
-                                   kernels_compiled=cold_engine.stats["compiled"], **{
+                                   kernels_compiled=cold_engine.kernels.compiled, **{
                                        k: cold_engine.stats[k] for k in ("fused", "dense", "streamed")})
             del cold_engine
             if joint >= FUSED_WARM_MIN:  # every bucket through a kernel compiled beforehand

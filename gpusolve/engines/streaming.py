@@ -249,7 +249,7 @@ class Pipeline:
         staged = self._buffer(("pieces", slot, k), 2 * n, np.int64)
         staged[:n], staged[n:] = pieces.addresses, pieces.outs
         rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
-        kernel = kernels.raw_kernel(xp, kernels.pieces_gather_source(d.dtype.itemsize))
+        kernel = kernels.load(kernels.pieces_gather_source(d.dtype.itemsize))
         with self.streams[s]:
             kernel(kernels.grid(pieces.size), (256,), (table, table[n:], np.int32(n),
                                                                         np.int64(pieces.size), d))
@@ -267,10 +267,10 @@ class Pipeline:
         table = xp.asarray(np.concatenate([[r.ctypes.data for r in runs], n, offsets]).astype(np.int64))
         addresses, sizes, starts = table[:len(runs)], table[len(runs):2 * len(runs)], table[2 * len(runs):]
         sample = xp.empty(int(offsets[-1]), dtype=xp.int64)
-        kernels.raw_kernel(xp, kernels.sample_source())(kernels.grid(sample.size), (256,), (
+        kernels.load(kernels.sample_source())(kernels.grid(sample.size), (256,), (
             addresses, sizes, starts, np.int32(len(runs)), np.int64(stride), np.int64(sample.size), sample))
         left, right = xp.empty((2, targets.shape[0], len(runs)), dtype=xp.int64)
-        kernels.raw_kernel(xp, kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
+        kernels.load(kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
             addresses, sizes, sample, starts, np.int64(stride), np.int32(len(runs)), xp.asarray(targets),
             xp.asarray(lo), xp.asarray(hi), left, right))
         return left.get(), right.get()
