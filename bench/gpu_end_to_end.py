@@ -31,7 +31,7 @@ import time
 from common import gpu_name, write_result
 
 from gpusolve.order import graph
-from gpusolve.engines.select import AUTO_MIN_JOINT
+from gpusolve.engines.select import where_to_run
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.inference.eliminate import assign, run_plan
@@ -148,7 +148,7 @@ def main():
                    "induced_width": plan.induced_width, "exact": plan.z is None,
                    "plan_joint_entries": joint, "largest_bucket_joint_entries": big.joint_entries,
                    "largest_bucket_out_bytes": big.out_entries * 8, "peak_bytes": plan.peak_bytes,
-                   "order_s": t1 - t0, "plan_s": t2 - t1, "auto_picks_gpu": joint >= AUTO_MIN_JOINT}
+                   "order_s": t1 - t0, "plan_s": t2 - t1, "auto_picks_gpu": where_to_run("auto", joint, len(plan.minibuckets))[0] == "device"}
             if plan.z is not None or plan.peak_bytes > MAX_PEAK:
                 row["skipped"] = f"exact plan needs more than {MAX_PEAK / 2**30:.0f} GiB"
                 rows.append(row)
@@ -239,7 +239,6 @@ def main():
         "gpu_cold_minus_cpu_max_s_below_auto_threshold": max(
             (r["gpu_cold"]["eliminate"] + r["gpu_cold"]["assign"] + r["gpu_cold"]["init_s"]
              - r["cpu"]["eliminate"] - r["cpu"]["assign"] for r in tiny), default=None),
-        "auto_min_joint": AUTO_MIN_JOINT,
         "process_startup_s": process_startup,
     }
     print(json.dumps(summary, indent=1))

@@ -343,13 +343,13 @@ def matches_reference(eng, seed):
 
 
 def test_select_engine(cupy):
-    from gpusolve.engines.select import AUTO_MIN_JOINT, select_engine
+    from gpusolve.engines.select import select_engine
     eng, note = select_engine("gpu")
     assert eng.name == "cupy" and eng.startup_s > 0 and "gpu requested" in note
     matches_reference(eng, 4343)
     assert select_engine("auto", 10)[0].name == "numpy"
-    assert select_engine("auto", 2 * AUTO_MIN_JOINT)[0].name == "cupy"
-    assert select_engine("auto", 2 * AUTO_MIN_JOINT, gpu_mem_limit=1000)[0].budget == 1000
+    assert select_engine("auto", 10 ** 10)[0].name == "cupy"
+    assert select_engine("auto", 10 ** 10, gpu_mem_limit=1000)[0].budget == 1000
     # CUDA is up in this process now: a plan worth a few milliseconds of the CPU goes to the device
     eng, note = select_engine("gpu", 10 ** 7, 4)
     assert eng.name == "cupy" and "to start CUDA" not in note
@@ -424,3 +424,21 @@ def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
     off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          env=dict(env, CUPY_NVRTC_USE_PCH="0"))
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), (on.stderr, off.stderr)
+
+
+def test_registry_and_policy_on_cuda(cupy):
+    """On a GPU: the device spec probes usable and makes the CuPy engine (its spec, its array module,
+    its budget within the one margin); solve's and CSG's placements by the one policy land there."""
+    from gpusolve.csg import dp
+    from gpusolve.cuda.runtime import DEVICE_MEMORY_SHARE, device_budget
+    from gpusolve.engines import registry
+    from gpusolve.engines.select import choose, make_engine
+    spec = registry.for_place(True)
+    assert spec.probe() is None and spec.array_module() is cupy
+    engine = make_engine(spec, gpu_mem_limit=1 << 20)
+    assert engine.spec is spec and engine.budget == 1 << 20 and engine.xp is cupy
+    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+    assert device_budget() <= int(free * DEVICE_MEMORY_SHARE)
+    assert choose("auto", 10 ** 12, 1, threads=16)[0] is spec
+    r = dp.solve(dp.generate_values("uniform", 22, 1), dp.Options(device="auto", threads=16))
+    assert r.engine == spec.name and r.levels_done == 22
