@@ -11,7 +11,7 @@ source, and its architecture: a kernel whose source changed is never matched wit
 A cubin for sm_XY runs on devices of compute capability X.Z with Z >= Y: sm_80 serves
 Ampere and Ada, sm_90 Hopper; other devices compile as before.
 
-    python -m gpusolve.engines.kernels      # writes gpusolve/cuda/cubin/*.cubin
+    python -m gpusolve.engines.kernels      # writes gpusolve/cuda/cubin/*.cubin (make cubins)
 """
 from __future__ import annotations
 

@@ -2,10 +2,8 @@
 
 `fused_source` writes the join-sum/eliminate kernel of one bucket signature
 (tiling, index width, arithmetic mode, clamping), `assign_source` the
-value-assignment kernel, `kernel_mode` picks the arithmetic. `load` hands a
-generated kernel to the one kernel loader (cuda/loader.py); nothing here imports CuPy.
-
-    python -m gpusolve.engines.kernels      # writes the shape-generic kernels' cubins (cuda/cubins.py)
+value-assignment kernel, `kernel_mode` picks the arithmetic; `load` hands a
+kernel to the one kernel loader, cuda/loader.py. Nothing here imports CuPy.
 """
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ class FusedKernel:
 
 
 def load(spec: FusedKernel):
-    """The kernel on the current device: compiled, or loaded from its prebuilt cubin, once per process
-    (cuda/loader.py), keyed by the generator's arguments."""
+    """The kernel on the current device, once per process (cuda/loader.py), keyed by the generator's arguments."""
     return loader.load(spec.source, spec.name, key=spec.key)
 
 
@@ -656,6 +653,5 @@ extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, const i6
     return FusedKernel(name, source, 0, ("bisect",))
 
 
-if __name__ == "__main__":
-    for p in cubins.build(shape_generic_specs()):
-        print(f"{p} ({p.stat().st_size:,} bytes)")
+if __name__ == "__main__":  # python -m gpusolve.engines.kernels: the cubins cuda/cubins.py ships (make cubins)
+    print(*cubins.build(shape_generic_specs()), sep="\n")
