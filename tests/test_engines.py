@@ -1,4 +1,5 @@
 """Engine selection (engines/select.py, engines/registry.py): where a plan runs, decided before CuPy is imported."""
+import json
 import sys
 
 import pytest
@@ -265,3 +266,20 @@ def test_the_gpu_probe_reads_cuda(monkeypatch, count, usable):
     assert (GPU.probe() is None) == usable
     if not usable:
         assert GPU.probe() == "no CUDA device found"
+
+
+def test_json_output_says_why_auto_ran_on_the_host(tmp_path):
+    """--json prints the device note on stderr when --device auto kept the run on the host (a
+    capability of the engine the result names, not its name); not when the CPU was asked for."""
+    from click.testing import CliRunner
+
+    from gpusolve.cli.commands import main
+    path = tmp_path / "r.wcsp"
+    made = CliRunner().invoke(main, ["generate", "random", "-n", "8", "-d", "4", "--seed", "3", "-o", str(path)])
+    assert made.exit_code == 0
+    auto = CliRunner().invoke(main, ["solve", str(path), "--json"])
+    cpu = CliRunner().invoke(main, ["solve", str(path), "--json", "--device", "cpu"])
+    assert auto.exit_code == cpu.exit_code == 0
+    assert json.loads(auto.stdout)["engine"] == "numpy"
+    assert "note: auto: the plan's" in auto.stderr and "running on the CPU" in auto.stderr
+    assert "note:" not in cpu.stderr
