@@ -22,6 +22,7 @@ import click
 from gpusolve import __version__
 from gpusolve.order import graph
 from gpusolve.csg import dp as csg_names
+from gpusolve.engines import registry
 from gpusolve.engines.select import DEVICES
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.generate import TOPOLOGIES, GenerateBudget, GenerateError
@@ -375,7 +376,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
     except Failure as f:
         fail(str(f), f.code, f.status)
     result.options = {**result.options, "evidence": evidence} if result.options else None
-    if as_json and result.device_note and options.device == "auto" and result.engine == "numpy":
+    if as_json and result.device_note and options.device == "auto" and registry.ran_on_host(result.engine):
         # human output shows the engine choice in its table
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     failed = write_outputs(result, solution, uai_output)
@@ -596,7 +597,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
-            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp, "numpy")
+            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp,
+                                     registry.for_place(on_device=False))
         except (BudgetError, ValueError) as e:
             out().print(f"schedule: none ({e})", markup=False)
         else:
@@ -1061,11 +1063,10 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
     """csg.solve_on_workers on the cluster scaleout.executor opens: with the GPU, one process per GPU."""
     from gpusolve.csg import dp as csg
-    from gpusolve.cuda.runtime import gpu_unavailable_reason
     from gpusolve.distributed.cluster import executor
     n = csg.source_agents(source, values)
-    gpus = options.device == "gpu" or (options.device == "auto" and n >= csg.AUTO_GPU_AGENTS
-                                       and gpu_unavailable_reason() is None)
+    # each worker places its levels by the same policy, on its one thread unless --threads
+    gpus = csg.pick_device(options.device, n, options.algorithm, options.threads or 1, here=False)[0].on_device
     with executor(scheduler, workers, gpus=gpus) as (client, what, cluster_s):
         phases["cluster"] = cluster_s
         return csg.solve_on_workers(values, options, client, source, workers if scheduler else None, name, phases,

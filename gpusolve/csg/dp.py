@@ -74,9 +74,6 @@ GEN_CHUNK = 1 << 22  # values generated (and scanned) per step: the stream of dr
 # (coalition, split index) pairs per level-step block: its ~4 int64 temporaries stay in a core's L2
 # (1 << 18: 2.0e8 splits/s on one EPYC core at n = 20; 1 << 16 and 1 << 20 were slower)
 BLOCK = 1 << 18
-# --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
-# 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
-AUTO_GPU_AGENTS = 17
 # GPU launches: split-index iterations per launch (a stop request is heard between launches) and the
 # threads a level wants before its coalitions' splits are cut into ranges.
 LAUNCH_ITERATIONS = 1 << 33
@@ -555,12 +552,10 @@ extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k,
 """
 
 
-@functools.cache
 def _kernel(dtype_name: str):
-    import cupy
+    from gpusolve.cuda import loader
     ctype = {"float32": "float", "float64": "double"}[dtype_name]
-    return cupy.RawKernel("#define T " + ctype + "\n" + LEVEL_SOURCE, "csg_level",
-                          options=("-std=c++17",))
+    return loader.load("#define T " + ctype + "\n" + LEVEL_SOURCE, "csg_level", options=("-std=c++17",))
 
 
 @functools.cache
@@ -707,23 +702,17 @@ class Result:
         return asdict(self)
 
 
-def pick_device(device: str, n: int):
-    """(array module, engine name, note) for --device."""
-    import numpy as np
-    from gpusolve.cuda.runtime import DeviceError, gpu_unavailable_reason
-    if device == "cpu":
-        return np, "numpy", "cpu requested"
-    if device == "auto" and n < AUTO_GPU_AGENTS:
-        return np, "numpy", f"auto: {n} agents, below the {AUTO_GPU_AGENTS} where the GPU starts to gain"
-    reason = gpu_unavailable_reason()
-    if reason:
-        if device == "gpu":
-            raise DeviceError(f"--device gpu: {reason}")
-        return np, "numpy", f"GPU not used: {reason}; running on the CPU"
-    import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return cupy, "cupy", ("gpu requested" if device == "gpu" else "auto") + f"; {name}"
+def pick_device(device: str, n: int, algorithm: str, threads: int | None, here: bool = True):
+    """(engine spec, note) for --device: the solver's device policy (engines/select.py) on the DP's
+    split evaluations, a step per level; --device gpu takes the GPU whatever n. `here`: the DP runs
+    in this process (else on Dask workers)."""
+    from gpusolve.cuda import runtime
+    from gpusolve.engines.select import choose
+    spec, note = choose(device, total_splits(n, algorithm), n, 0 if device == "gpu" else None, threads, "split", here)
+    if spec.on_device and here:
+        runtime.mark_started()
+        note += "; " + runtime.device_info(runtime.import_cupy().cuda.runtime.getDevice())[0]
+    return spec, note
 
 
 class Table:
@@ -735,7 +724,6 @@ class Table:
     """
 
     def __init__(self, values: np.ndarray, options: Options, threads: int | None = None, shares: bool = False):
-        import numpy as np
         from gpusolve.host import cores
         from gpusolve.host import available_memory
         n = values.size.bit_length() - 1
@@ -745,17 +733,17 @@ class Table:
         self.values, self.options, self.n = values, options, n
         if options.precision not in ("auto", *PRECISIONS):
             raise CSGError(f"unknown precision {options.precision!r}")
-        self.xp, self.engine, self.note = pick_device(options.device, n)
-        xp = self.xp
-        self.on_gpu = xp is not np
-        self.precision = precision_on(options.precision, self.on_gpu)
         self.threads = options.threads or threads or cores()
+        spec, self.note = pick_device(options.device, n, options.algorithm, self.threads)
+        self.xp, self.engine, self.on_gpu = spec.array_module(), spec.name, spec.on_device
+        xp = self.xp
+        self.precision = precision_on(options.precision, self.on_gpu)
         if not self.on_gpu:
             self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
         device_budget = None
         if self.on_gpu:
-            free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
-            device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
+            from gpusolve.cuda.runtime import device_budget as room
+            device_budget = room(options.gpu_mem_limit)
         host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
         self.need = check_memory(n, self.precision, self.on_gpu, host_budget, device_budget, self.threads, shares)
         self.dtype = PRECISIONS[self.precision]

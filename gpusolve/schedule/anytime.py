@@ -550,7 +550,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
 def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
     """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
     from gpusolve.search.mac import Mac
-    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.name == "cupy" else None)
+    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.spec.on_device else None)
     try:
         assignment = m.run()
     finally:
