@@ -520,16 +520,28 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
         return "AND/OR search (Dask)"
-    check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
-    # Floats: only a clear improvement counts, so summation order cannot fake one.
-    target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
-        bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
+    def target(upper):
+        """The cost the search must beat. Floats: only a clear improvement counts, so summation order
+        cannot fake one."""
+        return upper if problem.integer or problem.is_forbidden(upper) else upper - 1e-9 * max(1.0, abs(float(upper)))
+
+    def offered(assignment):  # the search's greedy completions, as it goes
+        bounds.offer(assignment, "AND/OR search")
+        return target(bounds.upper)
+
+    def check():
+        done = beside is not None and beside.publish(bounds)
+        s.tighten(target(bounds.upper))  # the core's incumbents prune the AND/OR search too
+        return done or stop()
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem),
+                    on_incumbent=offered)
     if beside is not None:
         beside.start()
     try:
-        cost, assignment = s.run(target)
-    except Stopped:
+        cost, assignment = s.run(target(bounds.upper))
+    except Stopped as e:
+        if e.lower is not None:  # the least bound of the open nodes holds for the whole problem
+            bounds.raise_lower(e.lower, "AND/OR search")
         if beside is None or not beside.complete:
             raise
         assignment = None  # the core proved first
