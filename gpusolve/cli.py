@@ -268,13 +268,14 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
 
 
 class LiveLine:
-    """The status line of a solve on a terminal, made again at each refresh (a search's rate moves
-    with no event): the phase under way and for how long, a search's nodes and their rate (its node
-    counters, the compiled core's included), the bounds held. `clock`: a test's own time."""
+    """The status of a solve on a terminal, made again at each refresh (a search's rate moves with no
+    event): the time so far and the bounds held; the phase under way and for how long, a search's
+    nodes and their rate (its node counters, the compiled core's included). `clock`: a test's own time."""
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
-        self.phase, self.nodes, self.since = "reading", None, clock()
+        self.phase, self.nodes, self.start = "reading", None, clock()
+        self.since = self.start
         self.bounds = "no bounds yet"
 
     def begin(self, phase: str, nodes=None) -> None:
@@ -284,74 +285,68 @@ class LiveLine:
         gap = "" if lower is None or upper is None else f", gap {_fmt(upper - lower)}"
         self.bounds = f"bounds [{_fmt(lower)}, {_fmt(upper)}]{gap} ({phase})"
 
-    def text(self) -> str:
-        took = self.clock() - self.since
+    def lines(self) -> tuple[str, str]:
+        now = self.clock()
+        took, elapsed = now - self.since, int(now - self.start)
         what = f"{self.phase} for {took:.0f} s"
         if self.nodes is not None:
             n = self.nodes()
             what += f", {n:,} nodes" + (f" ({n / took:,.0f}/s)" if took > 0 else "")
-        return f"{what} · {self.bounds}"
+        return f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} {self.bounds}", what
 
 
 @contextmanager
 def progress_bar(enabled: bool, label: str, until_proof: bool = False, on=None):
-    """A rich display on stderr (or the console `on`) when it is a terminal: a LiveLine once a phase
-    or bound is heard, and a bar per elimination while it runs; no percentage where no fraction is
-    known. With `until_proof` (no time limit) the first search says once how the run ends.
+    """A rich display on stderr (or the console `on`) when it is a terminal: a spinner and the
+    LiveLine once a phase is heard, cut to the terminal's width, and below it a bar per
+    elimination while it runs (a percentage only where the total is known). With `until_proof` (no
+    time limit) the first search says once how the run ends.
     Yields (factory(total) -> advance(n), on_bounds, on_phase) or Nones."""
     on = on or err()
     if not (enabled and on.is_terminal):
         yield None, None, None
         return
-    from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TimeElapsedColumn
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.spinner import Spinner
     from rich.text import Text
-    line, status, bars, said = LiveLine(), [], [], []  # the status task, the elimination's, the notice
+    line, heard, said = LiveLine(), [], []
 
-    class Described(ProgressColumn):
-        def render(self, task):
-            return Text(line.text() if task.fields.get("live") else task.description)
+    class Status:
+        spinner = Spinner("dots")
 
-    class Indicator(ProgressColumn):
-        """A bar where the total is known, else a spinner."""
+        def __rich__(self):
+            if not heard:
+                return ""
+            first, second = line.lines()
+            shown = [self.spinner.render(on.get_time()).append(" " + first), Text("  " + second)]
+            for text in shown:  # each one line whatever the terminal's width: cut, never wrapped
+                text.no_wrap, text.overflow = True, "ellipsis"
+            return Group(*shown)
 
-        def __init__(self):
-            super().__init__()
-            self.bar, self.spinner = BarColumn(), SpinnerColumn()
-
-        def render(self, task):
-            return (self.spinner if task.total is None else self.bar).render(task)
-
-    class Fraction(ProgressColumn):
-        def render(self, task):
-            return Text("" if task.total is None else f"{task.percentage:>5.1f}%")
-
-    bar = Progress(Described(), Indicator(), Fraction(), TimeElapsedColumn(), console=on, transient=True)
-    with bar:
-        def shown():
-            if not status:
-                status.append(bar.add_task("", total=None, live=True))
-            bar.refresh()
-
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                   TimeElapsedColumn(), console=on)
+    with Live(Group(Status(), bar), console=on, transient=True, refresh_per_second=8) as live:
         def factory(total):
-            for t in bars:  # one bar at a time: the elimination before is over
+            for t in bar.task_ids:  # one bar at a time: the elimination before is over
                 bar.remove_task(t)
-            bars[:] = [bar.add_task(label, total=max(total, 1))]
-            return lambda n: bar.advance(bars[0], n)
+            task = bar.add_task(label, total=max(total, 1))
+            return lambda n: bar.advance(task, n)
 
-        def on_bounds(lower, upper, phase):
+        def on_bounds(lower, upper, phase):  # shown at the next refresh: improvements may come by the hundred
             line.improved(lower, upper, phase)
-            shown()
 
         def on_phase(phase, nodes=None):
-            for t in bars:
+            for t in bar.task_ids:
                 bar.remove_task(t)
-            bars.clear()
             line.begin(phase, nodes)
             if until_proof and nodes is not None and not said:
-                bar.console.print("No --time-limit: the search runs until the optimum is proven; "
-                                  "Ctrl-C stops it and prints the best solution found so far.")
+                live.console.print("No --time-limit: the search runs until the optimum is proven; "
+                                   "Ctrl-C stops it and prints the best solution found so far.")
                 said.append(phase)
-            shown()
+            heard.append(phase)
+            live.refresh()
         yield factory, on_bounds, on_phase
 
 
