@@ -102,12 +102,14 @@ def elimination_order(problem: Problem, how: str, g=None) -> list[int]:
 def solve(problem: Problem, options: Options, file: str = "",
           progress_factory: Callable[[int], Callable[[int], None]] | None = None,
           read_time: float = 0.0, on_bounds: Callable[[object, object, str], None] | None = None,
-          stop: Stop | None = None) -> Result:
+          stop: Stop | None = None, on_phase: Callable[[str, Callable[[], int] | None], None] | None = None
+          ) -> Result:
     """Solve a problem; raises BudgetError, TimeLimit (PR, MAR), DeviceError, ValueError, OrderError.
 
     Optimisation tasks (WCSP, MPE) run the anytime schedule and always return the bounds held
     when the time limit passes or `stop` is interrupted; `on_bounds(lower, upper, phase)` hears
-    every improvement, in the file's objective.
+    every improvement, in the file's objective; `on_phase(phase, nodes)` each phase as it starts
+    (`nodes`: a search's node count so far, else None).
     """
     t0 = time.perf_counter()
     task = check_task(problem, options)
@@ -115,6 +117,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     if options.time_limit is not None:  # counted from the start of reading
         stop.deadline = t0 - read_time + options.time_limit
     phases = {"read": read_time}
+    if on_phase:
+        on_phase(f"{task} by elimination" if task in PROBABILISTIC else "preprocessing and planning")
     if task in PROBABILISTIC:
         return _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases)
     reduced = preprocess(problem)  # removing values would change a sum over assignments: not for PR, MAR
@@ -148,6 +152,7 @@ def solve(problem: Problem, options: Options, file: str = "",
             on_bounds(*problem.file_bounds(b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
+    bounds.on_phase = on_phase
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
     out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
