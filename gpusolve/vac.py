@@ -171,11 +171,44 @@ def _supports(s: _State, allowed, alive, sides):
     return out
 
 
-def pass1(s: _State, theta_var, theta_edge, stop) -> _Wipeout | None:
+class _Bool:
+    """Bool_theta(P): a unary or binary cost is forbidden from theta on, or from the larger threshold its
+    variable or edge got at a bottleneck. `allowed` (0/1 in float32, for products) follows the tables:
+    `refresh` after the tables of `edges` change."""
+
+    def __init__(self, s: _State):
+        self.s, self.theta = s, 1
+        self.var = s.xp.zeros(s.n, dtype=np.int64)
+        self.edge = s.xp.zeros(s.E, dtype=np.int64)
+        self.allowed = None
+
+    def at(self, theta: int) -> None:
+        self.theta = theta
+        self.allowed = self._allowed(slice(None))
+
+    def refresh(self, edges) -> None:
+        self.allowed[edges] = self._allowed(edges)
+
+    def _allowed(self, edges):
+        limit = self.s.xp.maximum(self.edge[edges], self.theta)
+        return (self.s.T[edges] < limit[:, None, None]).astype(np.float32)
+
+    def alive(self):
+        return self.s.valid & (self.s.U < self.s.xp.maximum(self.var, self.theta)[:, None])
+
+    def unblock(self, kind: str, at: int, cost: int) -> None:
+        """A bottleneck: the variable's or edge's cost `cost` now reads as zero."""
+        if kind == "var":
+            self.var[at] = cost + 1
+        else:
+            self.edge[at] = cost + 1
+            self.refresh(self.s.xp.asarray([at]))
+
+
+def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
     """Arc consistency on Bool_theta(P) in synchronous rounds; the wipe-out found, or None."""
     xp = s.xp
-    allowed = (s.T < theta_edge[:, None, None]).astype(np.float32)  # 0/1: supports by a product
-    alive = s.valid & (s.U < theta_var[:, None])
+    allowed, alive = bool_p.allowed, bool_p.alive()
     rounds = xp.where(s.valid & ~alive, 0, -1)
     killer = xp.full((s.n, s.d), -1, dtype=np.int64)
     supported = xp.ones((2 * s.E + 1, s.d), dtype=bool)
@@ -212,28 +245,36 @@ def pass2(s: _State, w: _Wipeout):
     k[w.i0] = xp.where(s.valid[w.i0], 1, 0)
     extend = xp.zeros((2 * s.E + 1, s.d), dtype=np.int64)
     for r in range(w.last, 0, -1):
-        owing = (w.rounds == r) & (k > 0)
-        if not bool(owing.any()):
+        owing = xp.flatnonzero((w.rounds == r) & (k > 0))
+        if owing.size == 0:
             continue
-        demand = xp.zeros((2 * s.E + 1, s.d), dtype=np.int64)
-        rows = xp.where(owing, w.killer, 2 * s.E)  # values that owe nothing go to the padding side
-        demand[rows, xp.arange(s.d)[None, :]] = xp.where(owing, k, 0)
-        grown = xp.zeros_like(extend)
+        killer, value, owed = w.killer.reshape(-1)[owing], owing % s.d, k.reshape(-1)[owing]
         for t in (0, 1):  # the value b of the other variable extends the most any value allowed with b owes
-            sides = xp.flatnonzero(demand[t: 2 * s.E: 2].any(axis=1)) * 2 + t
-            if sides.size == 0:
+            at = xp.flatnonzero(killer % 2 == t)
+            if at.size == 0:
                 continue
+            sides, row = xp.unique(killer[at], return_inverse=True)
+            p = xp.zeros((sides.size, s.width(t)), dtype=np.int64)
+            p[row.reshape(-1), value[at]] = owed[at]
             a = w.allowed[sides // 2] > 0
-            p = demand[sides, : s.width(t)]
             need = xp.where(a, p[:, :, None], 0).max(axis=1) if t == 0 else \
                 xp.where(a, p[:, None, :], 0).max(axis=2)
             other, wide = sides ^ 1, s.width(1 - t)
-            grown[other, :wide] = xp.maximum(need - extend[other, :wide], 0)
+            grown = xp.maximum(need - extend[other, :wide], 0)
             extend[other, :wide] = xp.maximum(extend[other, :wide], need)
-        k = k + grown[s.inc].sum(axis=1)
+            _scatter_add(xp, k[:, :wide], s.ev.reshape(-1)[other], grown)
         if bool((k > K_LIMIT).any()):
             return None, None
     return k, extend
+
+
+def _scatter_add(xp, target, rows, values) -> None:
+    """target[rows] += values, rows repeating."""
+    if xp is np:
+        np.add.at(target, rows, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, rows, values)
 
 
 def _net_units(s: _State, k, w: _Wipeout, extend):
@@ -318,14 +359,14 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
         raise ValueError("VAC needs integer costs")
     s = _State(problem, xp)
     project_ac(s)
-    theta_var = xp.zeros(s.n, dtype=np.int64)  # per variable and edge: a threshold raised at a bottleneck
-    theta_edge = xp.zeros(s.E, dtype=np.int64)
+    bool_p = _Bool(s)
     breaks = 0
     for theta in thresholds(s):
+        bool_p.at(theta)
         while s.c0 < s.top:
             if stop is not None and stop():
                 return s.problem(problem)
-            w = pass1(s, xp.maximum(theta_var, theta), xp.maximum(theta_edge, theta), stop)
+            w = pass1(s, bool_p, stop)
             if w is None:
                 break
             k, extend = pass2(s, w)
@@ -340,11 +381,11 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
                 breaks += 1
                 if breaks > BREAKS:
                     return s.problem(problem)
-                kind, at, cost = where
-                (theta_var if kind == "var" else theta_edge)[at] = cost + 1
+                bool_p.unblock(*where)
                 continue
             breaks = 0
             _apply(s, lam, k, w, edges, units)
+            bool_p.refresh(edges)
             if on_step:
                 on_step(theta, s.c0)
     return s.problem(problem)
