@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import Problem
+from .vac import before_search
 
 from .dfbb_state import (AC, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, N_CTL, NODES, QLEN, SLACK,
                          UB)
@@ -99,6 +100,7 @@ class DepthFirst:
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
+        problem = before_search(problem)  # VAC's root bound where it is cheap: an equivalent problem
         top = int(problem.top)
         n = len(problem.variables)
         d = max(problem.domains, default=1)

@@ -23,6 +23,7 @@ safe because every cost stays non-negative).
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -36,6 +37,11 @@ from .model import CostFunction, Problem
 BREAKS = 5
 SCALE_POINTS = 20  # thresholds taken from the problem's costs before halving to 1 (toulbar2: at most 20)
 K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round to 0 anyway
+# Before a search, VAC runs for at most ROOT_S CPU seconds (stopped, its problem is still equivalent, with
+# the bound reached so far; CPU time, so that a loaded machine does not cut it shorter), and only where one
+# dense pass over the tables (the AC* projection, timed on the host) takes at most ROOT_S / ROOT_PASSES: cap131 (2,500 tables, 105 raises of c0) takes about 300 passes
+# and 1 CPU-second on NumPy, scen07 (817 tables of 44 x 44, 603 raises) about 5,000 passes.
+ROOT_S, ROOT_PASSES = 2.0, 300
 
 
 class _State:
@@ -389,3 +395,18 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
             if on_step:
                 on_step(theta, s.c0)
     return s.problem(problem)
+
+
+def before_search(problem: Problem, stop: Callable[[], bool] | None = None) -> Problem:
+    """The problem a search over integer costs starts from: VAC's reparameterisation where it is cheap
+    (see ROOT_S), else the problem itself."""
+    if not problem.integer:
+        return problem
+    start = time.process_time()
+    s = _State(problem, np)
+    project_ac(s)  # a first pass also warms NumPy up (17 ms where the next one takes 0.5 ms)
+    t = time.process_time()
+    project_ac(s)
+    if (time.process_time() - t) * ROOT_PASSES > ROOT_S:
+        return problem
+    return vac(problem, stop=lambda: time.process_time() - start > ROOT_S or (stop is not None and stop()))

@@ -173,3 +173,16 @@ def test_the_gpu_gives_the_cpus_problem(cupy):
         assert [f.scope for f in host.functions] == [f.scope for f in device.functions], seed
         for f, g in zip(host.functions, device.functions):
             assert isinstance(g.table, np.ndarray) and np.array_equal(f.table, g.table), seed
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_the_depth_first_core_starts_from_vacs_bound(seed):
+    """The compiled core's root bound (EDAC* after VAC) is at least VAC's on small grids, where EDAC*
+    alone stays below it."""
+    pytest.importorskip("numba")
+    from gpusolve.dfbb import DepthFirst
+    from gpusolve.generate import generate
+    p = generate("grid", 16, 4, 0.3, 0.3, seed)
+    search = DepthFirst(p)
+    search.run(0)  # the root's propagation
+    assert search.lower_bound >= constant(vac(p)), seed
