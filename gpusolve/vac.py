@@ -255,6 +255,7 @@ def pass2(s: _State, w: _Wipeout):
         if owing.size == 0:
             continue
         killer, value, owed = w.killer.reshape(-1)[owing], owing % s.d, k.reshape(-1)[owing]
+        grown = xp.zeros((2 * s.E + 1, s.d), dtype=np.int64)
         for t in (0, 1):  # the value b of the other variable extends the most any value allowed with b owes
             at = xp.flatnonzero(killer % 2 == t)
             if at.size == 0:
@@ -266,21 +267,12 @@ def pass2(s: _State, w: _Wipeout):
             need = xp.where(a, p[:, :, None], 0).max(axis=1) if t == 0 else \
                 xp.where(a, p[:, None, :], 0).max(axis=2)
             other, wide = sides ^ 1, s.width(1 - t)
-            grown = xp.maximum(need - extend[other, :wide], 0)
+            grown[other, :wide] = xp.maximum(need - extend[other, :wide], 0)
             extend[other, :wide] = xp.maximum(extend[other, :wide], need)
-            _scatter_add(xp, k[:, :wide], s.ev.reshape(-1)[other], grown)
+        k = k + grown[s.inc].sum(axis=1)  # a variable's values, from all its sides (no scatter-add)
         if bool((k > K_LIMIT).any()):
             return None, None
     return k, extend
-
-
-def _scatter_add(xp, target, rows, values) -> None:
-    """target[rows] += values, rows repeating."""
-    if xp is np:
-        np.add.at(target, rows, values)
-    else:
-        import cupyx
-        cupyx.scatter_add(target, rows, values)
 
 
 def _net_units(s: _State, k, w: _Wipeout, extend):
