@@ -143,11 +143,11 @@ def search_rows(folder: Path, toulbar2: Path, quick: bool, limit: float) -> list
             row[key] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else \
                 {"error": p.stderr.strip().splitlines()[-1:]}
         rows.append(row)
-        e, v = row["edac"], row["vac"]
         print(f"{path.name:28} " + " | ".join(
             f"{key}: c0 {r.get('c0')} root {r.get('root')} {'proof' if r.get('complete') else 'open'} "
-            f"{r.get('upper')} {r.get('nodes')} nodes {r.get('search_cpu_s', 0):.2f} s (VAC {r.get('vac_cpu_s', 0):.2f} s)"
-            for key, r in (("EDAC*", e), ("VAC+EDAC*", v))), flush=True)
+            f"{r.get('upper')} {r.get('nodes')} nodes {r.get('search_cpu_s', 0):.2f} s "
+            f"(VAC {r.get('vac_cpu_s', 0):.2f} s)" for key, r in (("EDAC*", row["edac"]), ("VAC+EDAC*", row["vac"]))),
+            flush=True)
     return rows
 
 
