@@ -33,7 +33,8 @@ from .model import CostFunction, Problem
 
 # A wipe-out whose costs cannot pay a whole unit (lambda < 1) marks its cheapest cost function or
 # variable, which then reads its blocking cost as zero (toulbar2's threshold per function); after this
-# many such marks in a row VAC stops.
+# many such marks in a row VAC moves on to the next threshold. (toulbar2 stops VAC there: on a generated
+# 10 x 10 grid of domain 10, stopping at threshold 5 left the bound at 3,290, moving on reached 3,570.)
 BREAKS = 5
 SCALE_POINTS = 20  # thresholds taken from the problem's costs before halving to 1 (toulbar2: at most 20)
 K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round to 0 anyway
@@ -360,9 +361,9 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
     s = _State(problem, xp)
     project_ac(s)
     bool_p = _Bool(s)
-    breaks = 0
     for theta in thresholds(s):
         bool_p.at(theta)
+        breaks = 0
         while s.c0 < s.top:
             if stop is not None and stop():
                 return s.problem(problem)
@@ -380,7 +381,7 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
             if lam < 1:
                 breaks += 1
                 if breaks > BREAKS:
-                    return s.problem(problem)
+                    break
                 bool_p.unblock(*where)
                 continue
             breaks = 0
