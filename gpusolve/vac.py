@@ -38,13 +38,14 @@ from .model import CostFunction, Problem
 BREAKS = 5
 SCALE_POINTS = 20  # thresholds taken from the problem's costs before halving to 1 (toulbar2: at most 20)
 K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round to 0 anyway
-# Before a search, VAC runs for at most ROOT_S CPU seconds, and 3 * ROOT_S on the wall clock (a loaded
+# Before a search, VAC runs for at most ROOT_S CPU seconds, and WALL * ROOT_S on the wall clock (a loaded
 # machine does not cut it much shorter; nothing waits on it longer; stopped, it leaves an equivalent problem
 # with the bound reached so far), and only where one dense pass over the tables (the AC* projection, timed
-# on the host) takes at most ROOT_S / ROOT_PASSES.
+# on the host) takes at most ROOT_S / ROOT_PASSES, so that its stop is seen often and some passes fit.
 # cap131 (2,500 tables of 2 x 50, 105 raises of c0) took 307 rounds of arc consistency and 0.8 CPU-s on
-# NumPy; scen07 (817 tables of 44 x 44, 603 raises) 4,533 rounds.
-ROOT_S, ROOT_PASSES = 1.0, 300
+# NumPy (one projection: 5 ms on a loaded machine); scen07 (817 tables of 44 x 44, 603 raises) 4,533 rounds
+# and 18 CPU-s.
+ROOT_S, ROOT_PASSES, WALL = 0.5, 20, 5
 
 
 class _State:
@@ -146,11 +147,12 @@ def project_ac(s: _State) -> None:
 
 
 def _saturating_sum(xp, parts, top: int):
-    """Sum over axis 1 of costs in [0, top], saturating at top (no int64 overflow)."""
-    total = xp.zeros((parts.shape[0], parts.shape[2]), dtype=np.int64)
-    for k in range(parts.shape[1]):
-        total = xp.minimum(total + parts[:, k], top)
-    return total
+    """Sum over axis 1 of costs in [0, top], saturating at top: pairwise, so no int64 sum overflows."""
+    while parts.shape[1] > 1:
+        if parts.shape[1] % 2:
+            parts = xp.concatenate([parts, xp.zeros_like(parts[:, :1])], axis=1)
+        parts = xp.minimum(parts[:, 0::2] + parts[:, 1::2], top)
+    return parts[:, 0]
 
 
 class _Wipeout:
@@ -406,5 +408,5 @@ def before_search(problem: Problem) -> Problem:
         return problem
 
     def spent() -> bool:
-        return time.process_time() - cpu > ROOT_S or time.perf_counter() - wall > 3 * ROOT_S
+        return time.process_time() - cpu > ROOT_S or time.perf_counter() - wall > WALL * ROOT_S
     return vac(problem, stop=spent)
