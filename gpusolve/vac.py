@@ -185,20 +185,26 @@ def _supports(s: _State, allowed, alive, sides):
 class _Bool:
     """Bool_theta(P): a unary or binary cost is forbidden from theta on, or from the larger threshold its
     variable or edge got at a bottleneck. `allowed` (0/1 in float32, for products) follows the tables:
-    `refresh` after the tables of `edges` change."""
+    `refresh` after the tables of `edges` change. The supports of the first round of arc consistency are
+    kept with the live values they were found for: the next pass recomputes them only on the edges
+    refreshed since and the sides whose other variable has new live values (a step only lowers unary
+    costs)."""
 
     def __init__(self, s: _State):
         self.s, self.theta = s, 1
         self.var = s.xp.zeros(s.n, dtype=np.int64)
         self.edge = s.xp.zeros(s.E, dtype=np.int64)
-        self.allowed = None
+        self.allowed = self.first = self.first_alive = None
+        self.dirty = s.xp.zeros(s.E, dtype=bool)
 
     def at(self, theta: int) -> None:
         self.theta = theta
         self.allowed = self._allowed(slice(None))
+        self.first = None
 
     def refresh(self, edges) -> None:
         self.allowed[edges] = self._allowed(edges)
+        self.dirty[edges] = True
 
     def _allowed(self, edges):
         limit = self.s.xp.maximum(self.edge[edges], self.theta)
@@ -215,6 +221,19 @@ class _Bool:
             self.edge[at] = cost + 1
             self.refresh(self.s.xp.asarray([at]))
 
+    def first_round(self, alive):
+        """The supports known for `alive` before the first round, and the sides to recompute."""
+        s, xp = self.s, self.s.xp
+        if self.first is None:
+            return xp.ones((2 * s.E + 1, s.d), dtype=bool), xp.arange(2 * s.E)
+        grown = (alive != self.first_alive).any(axis=1)
+        stale = xp.repeat(self.dirty, 2) | grown[s.other_var]
+        return self.first.copy(), xp.flatnonzero(stale)
+
+    def remember(self, alive, supported) -> None:
+        self.first, self.first_alive = supported.copy(), alive
+        self.dirty[:] = False
+
 
 def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
     """Arc consistency on Bool_theta(P) in synchronous rounds; the wipe-out found, or None."""
@@ -222,8 +241,7 @@ def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
     allowed, alive = bool_p.allowed, bool_p.alive()
     rounds = xp.where(s.valid & ~alive, 0, -1)
     killer = xp.full((s.n, s.d), -1, dtype=np.int64)
-    supported = xp.ones((2 * s.E + 1, s.d), dtype=bool)
-    sides = xp.arange(2 * s.E)
+    supported, sides = bool_p.first_round(alive)
     r = 0
     while True:
         wiped = xp.flatnonzero(~alive.any(axis=1))
@@ -231,10 +249,12 @@ def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
             return _Wipeout(rounds, killer, int(wiped[0]), allowed, r)
         if stop is not None and stop():
             return None
-        if sides.size == 0:
+        if sides.size == 0 and r > 0:
             return None
         r += 1
         supported[sides] = _supports(s, allowed, alive, sides)
+        if r == 1:
+            bool_p.remember(alive, supported)
         lacking = ~supported[s.inc]  # (n, degree, d)
         killed = alive & lacking.any(axis=1)
         if not bool(killed.any()):
