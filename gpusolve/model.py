@@ -26,6 +26,7 @@ class Variable:
     domain: int
     labels: tuple[str, ...] | None = None  # value names, when the file gives them
     agent: str | None = None  # DCOP files: the agent holding the variable (None: an agent of its own)
+    auxiliary: bool = False  # a state variable of a global's decomposition (decompose.py): never reported
 
     def label(self, index: int) -> str:
         return self.labels[index] if self.labels else str(index)

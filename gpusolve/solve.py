@@ -150,7 +150,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     infeasible = problem.is_forbidden(bounds.lower)
     upper = None if bounds.assignment is None else bounds.upper
     status = "infeasible" if infeasible else "optimal" if bounds.closed and upper is not None else "bounded"
-    assignment = None if infeasible or bounds.assignment is None else reduced.expand(bounds.assignment)
+    assignment = None if infeasible or bounds.assignment is None \
+        else _visible(named, reduced.expand(bounds.assignment))
     lb, ub = (None, None) if infeasible else _file_bounds(problem, bounds.lower, upper)
     if stop.interrupted:
         note += "; interrupted"
@@ -307,11 +308,18 @@ def _file_bounds(problem: Problem, lower, upper):
     return lo, hi
 
 
+def _visible(problem: Problem, assignment: list[int]) -> list[int]:
+    """The assignment of the file's own variables: a decomposition's auxiliary ones are left out."""
+    return [a for v, a in zip(problem.variables, assignment) if not v.auxiliary]
+
+
 def _values(problem: Problem, assignment: list[int] | None) -> list[str] | None:
-    """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
-    if assignment is None or not any(v.labels for v in problem.variables):
+    """The assignment (of the visible variables) as domain values when the file names them (XCSP
+    values, CFN value names)."""
+    shown = [v for v in problem.variables if not v.auxiliary]
+    if assignment is None or not any(v.labels for v in shown):
         return None
-    return [v.label(a) for v, a in zip(problem.variables, assignment)]
+    return [v.label(a) for v, a in zip(shown, assignment)]
 
 
 def write_solution(path: str | Path, result: Result) -> None:

@@ -1,0 +1,399 @@
+"""Global cost functions as bounded-arity tables over auxiliary state variables.
+
+A global cost function's table is exponential in its arity, but the cost of many of them depends on
+the assignment only through a small state read left to right: a partial sum, an automaton's state,
+a counter. The decomposition adds one auxiliary variable per state (`Variable.auxiliary`: never
+reported) and a ternary table (state, variable, next state) per position; the minimum over the
+auxiliary variables of the sum of the tables is the global's cost (Allouche et al., "Tractability-
+preserving transformations of global cost functions", AIJ 2016), so the optimum stays the same and
+elimination works on tables of |states|^2 |domain| entries. The states of each position are the
+ones reachable from the start that can still reach an allowed end, so a linear constraint's
+partial sums are pruned to what can still satisfy the bound.
+
+Costs follow toulbar2 (src/core/tb2globaldecomposable.cpp, the flow- and DP-based globals'
+evalOriginal): a violation `gap` costs `base` (hard), `base * gap` (lin, var, dec) or
+`base * gap^2` (quad), FORBIDDEN from int64's end on. A decomposition that would take more than
+MAX_STATES states or tables of more than MAX_ENTRIES entries is refused (DecompositionError) with
+the reason.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .model import FORBIDDEN, CostFunction, Variable
+from .parsers.tables import Labels, linear_sum, too_large
+
+MAX_STATES = 1 << 20  # values of one auxiliary variable
+MAX_ENTRIES = 1 << 24  # entries of one table of a decomposition
+DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table
+MAX_WEIGHT = 1 << 62  # |sum| of a linear constraint: exact int64 arithmetic ends there
+SEMANTICS = ("hard", "lin", "quad", "var", "dec")
+COMPARATORS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+
+
+class DecompositionError(ValueError):
+    """A global whose decomposition is refused (the message says why)."""
+
+
+class Indices(list):
+    """Per variable, the integer of each domain index, where an int d stands for 0 .. d-1, made only
+    when a decomposition asks (a wcsp file's values are its indices; domains may be huge)."""
+
+    def __getitem__(self, v):
+        got = super().__getitem__(v)
+        return np.arange(got, dtype=np.int64) if isinstance(got, int) else got
+
+
+class Network:
+    """The variables, their values (the integer of each domain index) and the tables of a model
+    being read; decompositions add auxiliary variables and tables to them (the reader's own lists)."""
+
+    def __init__(self, variables: list[Variable], values: list[np.ndarray], functions: list[CostFunction]):
+        self.variables, self.values, self.functions = variables, values, functions
+
+    def auxiliary(self, name: str, values: np.ndarray) -> int:
+        values = np.asarray(values, dtype=np.int64)
+        self.variables.append(Variable(name, len(values), Labels(values), auxiliary=True))
+        self.values.append(values)
+        return len(self.variables) - 1
+
+    def add(self, scope: Sequence[int], make: Callable[[], np.ndarray]) -> None:
+        """The table `make()` over `scope`, charged to the reading budget before it is made."""
+        shape = tuple(self.variables[v].domain for v in scope)
+        if math.prod(shape) > MAX_ENTRIES:
+            raise DecompositionError(f"a table of its decomposition would have {math.prod(shape):,} entries "
+                                     f"(at most 2^24)")
+        message = too_large(shape)
+        if message:
+            raise DecompositionError(message)
+        self.functions.append(CostFunction(tuple(scope), np.asarray(make(), dtype=np.int64).reshape(shape)))
+
+    def forbid(self) -> None:
+        """No assignment satisfies the global: a constant FORBIDDEN."""
+        self.functions.append(CostFunction((), np.array(FORBIDDEN, dtype=np.int64)))
+
+
+# --- costs ------------------------------------------------------------------------------------------
+
+def scaled(units, base: int) -> np.ndarray:
+    """base * units, FORBIDDEN where that reaches it (units >= 0)."""
+    units = np.asarray(units, dtype=np.int64)
+    if base == 0:
+        return np.zeros(units.shape, dtype=np.int64)
+    limit = FORBIDDEN // base
+    return np.where(units > limit, FORBIDDEN, np.minimum(units, limit) * base)
+
+
+def violation(gap, semantics: str, base: int) -> np.ndarray:
+    """toulbar2's cost of a violation `gap` >= 0: base if any (hard), base * gap (lin, var, dec),
+    base * gap^2 (quad)."""
+    gap = np.minimum(np.asarray(gap, dtype=np.int64), 1 << 31)  # its square stays inside int64
+    if semantics == "hard":
+        return scaled(gap > 0, base)
+    return scaled(gap * gap if semantics == "quad" else gap, base)
+
+
+def gap(sums: np.ndarray, comparator: str, rhs: int) -> np.ndarray:
+    """How far `sums` are from `sums comparator rhs`, as toulbar2's wsum measures it."""
+    if comparator == "==":
+        return np.abs(sums - rhs)
+    if comparator == "!=":
+        return (sums == rhs).astype(np.int64)
+    if comparator in ("<", "<="):
+        return np.maximum(sums - (rhs - (comparator == "<")), 0)
+    return np.maximum(rhs + (comparator == ">") - sums, 0)
+
+
+def compare(op: str, right) -> Callable[[np.ndarray], np.ndarray]:
+    """The hard cost of `sum op right`: op lt, le, gt, ge, eq, ne (a number), in, notin (values)."""
+    tests = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+             "ne": np.not_equal}
+    if op in ("in", "notin"):
+        return lambda sums: np.where(np.isin(sums, right) == (op == "in"), 0, FORBIDDEN)
+    return lambda sums: np.where(tests[op](sums, right), 0, FORBIDDEN)
+
+
+# --- chains -----------------------------------------------------------------------------------------
+
+def linear(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], cost: Callable, name: str) -> None:
+    """cost(s) for s = sum_k weights[k][x_k] (`weights[k]`: an integer per domain index of scope[k];
+    cost maps an array of sums to costs, FORBIDDEN where forbidden). A small whole table stays one
+    table; a longer sum becomes a chain of partial sums."""
+    weights = [np.asarray(w, dtype=np.int64) for w in weights]
+    _check_weights(weights)
+    if math.prod(len(w) for w in weights) <= DIRECT_ENTRIES:
+        sums = linear_sum(weights, [1] * len(weights))
+        if isinstance(sums, str):
+            raise DecompositionError(sums)
+        net.add(scope, lambda: cost(np.asarray(sums, dtype=np.int64)))
+        return
+    total = partial_sums(net, scope, weights, name, lambda sums: cost(sums) < FORBIDDEN)
+    net.add((total,), lambda: cost(net.values[total]))
+
+
+def partial_sums(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], name: str,
+                 allowed: Callable[[np.ndarray], np.ndarray] | None = None) -> int:
+    """An auxiliary variable s_n = sum_k weights[k][x_k], its values the reachable sums (those
+    `allowed` if given), by the chain s_k = s_{k-1} + weights[k][x_k]: tables (x_1, x_2, s_2), then
+    (s_{k-1}, x_k, s_k). Each s_k keeps the sums reachable from the left that can still reach an
+    allowed total."""
+    weights = [np.asarray(w, dtype=np.int64) for w in weights]
+    reach = [np.unique(weights[0])]
+    for w in weights[1:]:
+        _states(len(reach[-1]) * len(w), name)
+        reach.append(np.unique(reach[-1][:, None] + w[None, :]))
+    live = [reach[-1][allowed(reach[-1])] if allowed is not None else reach[-1]]
+    for k in range(len(weights) - 1, 0, -1):  # backwards: the sums from which an allowed total is reachable
+        _states(len(live[0]) * len(weights[k]), name)
+        live.insert(0, reach[k - 1][np.isin(reach[k - 1], (live[0][:, None] - weights[k][None, :]).ravel())])
+    if not len(live[-1]):  # no allowed total is reachable (else every s_k keeps a sum)
+        net.forbid()
+        return net.auxiliary(f"{name}.s", np.zeros(1, np.int64))
+    if len(weights) == 1:
+        state = net.auxiliary(f"{name}.s1", live[0])
+        net.add((scope[0], state), lambda: np.where(weights[0][:, None] == live[0][None, :], 0, FORBIDDEN))
+        return state
+    previous, before = scope[0], weights[0]  # x_1 stands for s_1: its sum is its weight
+    for k in range(1, len(weights)):
+        _states(len(live[k]), name)
+        state = net.auxiliary(f"{name}.s{k + 1}", live[k])
+        net.add((previous, scope[k], state), lambda b=before, w=weights[k], s=live[k]: _step(b, w, s))
+        previous, before = state, live[k]
+    return state
+
+
+def _step(before: np.ndarray, w: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The table (s, x, s') of s' = s + w[x]: 0 where it holds, else FORBIDDEN."""
+    table = np.full((len(before), len(w), len(after)), FORBIDDEN, dtype=np.int64)
+    target = before[:, None] + w[None, :]
+    at = np.minimum(np.searchsorted(after, target), max(len(after) - 1, 0))
+    hit = np.flatnonzero((after[at] == target).ravel()) if len(after) else np.zeros(0, np.int64)
+    i, j = np.unravel_index(hit, target.shape)
+    table[i, j, at.ravel()[hit]] = 0
+    return table
+
+
+def _check_weights(weights: Sequence[np.ndarray]) -> None:
+    if sum(int(np.abs(w).max()) for w in weights if len(w)) > MAX_WEIGHT:
+        raise DecompositionError("its sums reach beyond 2^62, where exact integer arithmetic ends")
+
+
+def _states(count: int, name: str) -> None:
+    if count > MAX_STATES:
+        raise DecompositionError(f"{name}: its partial sums would take {count:,} values (at most 2^20): "
+                                 f"the decomposition would be exponential")
+
+
+def automaton(net: Network, scope: Sequence[int], initial: np.ndarray, step: Callable[[int], np.ndarray],
+              final: np.ndarray, name: str) -> None:
+    """A weighted automaton read along `scope`: cost initial[q_0] + sum_k step(k)[q_{k-1}, x_k, q_k]
+    + final[q_n], minimised over the state variables q_k (FORBIDDEN: no such start, move or end).
+    Each q_k keeps the states reachable from a start that can still reach an end."""
+    initial, final = np.asarray(initial, dtype=np.int64), np.asarray(final, dtype=np.int64)
+    for v in scope:
+        if len(initial) ** 2 * net.variables[v].domain > MAX_ENTRIES:
+            raise DecompositionError(f"{name}: {len(initial):,} states make tables of more than 2^24 entries")
+    moves = [np.asarray(step(k), dtype=np.int64) for k in range(len(scope))]
+    live = [initial < FORBIDDEN]
+    for m in moves:
+        live.append((m[live[-1]] < FORBIDDEN).any(axis=(0, 1)))
+    live[-1] &= final < FORBIDDEN
+    for k in range(len(moves) - 1, -1, -1):
+        live[k] &= (moves[k][:, :, live[k + 1]] < FORBIDDEN).any(axis=(1, 2))
+    if not live[0].any():
+        net.forbid()
+        return
+    states = [np.flatnonzero(a) for a in live]
+    q = [net.auxiliary(f"{name}.q{k}", s) for k, s in enumerate(states)]
+    net.add((q[0],), lambda: initial[states[0]])
+    for k, m in enumerate(moves):
+        net.add((q[k], scope[k], q[k + 1]), lambda m=m, a=states[k], b=states[k + 1]: m[a][:, :, b])
+    net.add((q[-1],), lambda: final[states[-1]])
+
+
+# --- toulbar2's global cost functions -----------------------------------------------------------------
+
+# The globals decomposed here, by their toulbar2 keyword; toulbar2's others are refused by name.
+TOULBAR2 = ("wsum", "wvarsum", "wamong", "wvaramong", "samong", "walldiff", "walldifferent", "wgcc", "sgcc",
+            "wsame", "ssame", "wregular", "sregular", "knapsack")
+
+
+def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: str) -> None:
+    """Post toulbar2's global `keyword` over `scope` with the parameters `p`, named as toulbar2's CFN
+    format names them (cfnformat.rst; the wcsp reader maps its positional ones to these names): values
+    and symbols are the variables' values, `bounds` rows (value, min, max[, shortage, excess weight])."""
+    values = [net.values[v] for v in scope]
+    metric, base = p.get("metric", "hard"), p.get("cost", FORBIDDEN)
+    if keyword in ("wsum", "wvarsum"):
+        terms = scope if keyword == "wsum" else scope[:-1]
+        if keyword == "wsum":
+            linear(net, terms, values, lambda s: violation(gap(s, p["comparator"], p["to"]), metric, base), name)
+            return
+        total, last = partial_sums(net, terms, values[:-1], name), scope[-1]
+        net.add((total, last), lambda: violation(_pair_gap(net.values[total], net.values[last], p["comparator"]),
+                                                 metric, base))
+    elif keyword in ("wamong", "samong"):
+        count_cost(net, scope, p["values"], lambda c: violation(np.maximum(np.maximum(p["min"] - c, c - p["max"]), 0),
+                                                                 metric, base), name)
+    elif keyword == "wvaramong":
+        count, last = counter(net, scope[:-1], p["values"], name), scope[-1]
+        net.add((count, last), lambda: scaled(net.values[count][:, None] != net.values[last][None, :], base))
+    elif keyword in ("walldiff", "walldifferent"):
+        for x in np.unique(np.concatenate(values)):
+            count_cost(net, scope, [x], lambda c: violation(np.maximum(c - 1, 0), metric, base), f"{name}.{x}")
+    elif keyword == "wgcc" or keyword == "sgcc" and metric in ("dec", "wdec"):
+        for row in p["bounds"]:
+            count_cost(net, scope, [row[0]], lambda c, r=row: _cardinality(c, r, metric, base), f"{name}.{row[0]}")
+    elif keyword == "sgcc":
+        gcc_var(net, scope, p["bounds"], base, name)
+    elif keyword in ("wsame", "ssame"):
+        half = len(scope) // 2
+        left, right = (scope[:half], scope[half:]) if keyword == "wsame" else (p["vars1"], p["vars2"])
+        for x in np.unique(np.concatenate(values)):
+            a, b = counter(net, left, [x], f"{name}.{x}.l"), counter(net, right, [x], f"{name}.{x}.r")
+            diff = net.values[a][:, None] - net.values[b][None, :]
+            net.add((a, b), lambda d=diff: violation(np.abs(d), metric, base) if keyword == "wsame"
+                    else scaled(np.maximum(d, 0), base))  # ssame: sum |diff| / 2 = the sum of the excesses
+    elif keyword == "wregular":
+        _wregular(net, scope, p, name)
+    elif keyword == "sregular":
+        _sregular(net, scope, p, base, name)
+    elif keyword == "knapsack":
+        linear(net, scope, [w * v for w, v in zip(p["weights"], values)], compare("ge", p["capacity"]), name)
+
+
+def _cardinality(count: np.ndarray, row, metric: str, base: int) -> np.ndarray:
+    """The cost of `count` occurrences of a value whose bounds `row` are (value, min, max[, shortage
+    weight, excess weight]): sgcc's dec counts each unit of shortage or excess at `base`, wdec at its
+    weight, wgcc's hard, lin, quad measure the gap."""
+    low, high = row[1], row[2]
+    if metric == "wdec":
+        short, excess = scaled(np.maximum(low - count, 0), row[3]), scaled(np.maximum(count - high, 0), row[4])
+        return np.where((short == FORBIDDEN) | (excess == FORBIDDEN), FORBIDDEN, short + excess)
+    return violation(np.maximum(np.maximum(low - count, count - high), 0), "lin" if metric == "dec" else metric, base)
+
+
+def _pair_gap(sums: np.ndarray, right: np.ndarray, comparator: str) -> np.ndarray:
+    """gap(sum, comparator, y) on the grid (sum values, y values): wvarsum's last variable is the bound."""
+    return gap(sums[:, None], comparator, right[None, :])
+
+
+def counter(net: Network, scope: Sequence[int], chosen, name: str) -> int:
+    """An auxiliary variable counting the variables of `scope` that take a value in `chosen`."""
+    return partial_sums(net, scope, [np.isin(net.values[v], chosen).astype(np.int64) for v in scope], name)
+
+
+def count_cost(net: Network, scope: Sequence[int], chosen, cost: Callable, name: str) -> None:
+    """cost(c) of the number c of variables of `scope` taking a value in `chosen`."""
+    linear(net, scope, [np.isin(net.values[v], chosen).astype(np.int64) for v in scope], cost, name)
+
+
+def gcc_var(net: Network, scope: Sequence[int], bounds, base: int, name: str) -> None:
+    """sgcc's var measure, base * max(shortage, excess) summed over the bounded values (toulbar2's
+    evalOriginal): a counter per value, a chain summing the shortages, one summing the excesses, and
+    their maximum, a binary table. As toulbar2, the measure is refused (nothing satisfies it) when the
+    scope cannot meet the minima or the maxima at all."""
+    bounded = {int(row[0]) for row in bounds}
+    free = any(int(x) not in bounded for v in scope for x in net.values[v])
+    if sum(row[1] for row in bounds) > len(scope) or not free and sum(row[2] for row in bounds) < len(scope):
+        net.forbid()
+        return
+    counts = [counter(net, scope, [row[0]], f"{name}.{row[0]}") for row in bounds]
+    short = partial_sums(net, counts, [np.maximum(row[1] - net.values[c], 0) for c, row in zip(counts, bounds)],
+                         f"{name}.short")
+    excess = partial_sums(net, counts, [np.maximum(net.values[c] - row[2], 0) for c, row in zip(counts, bounds)],
+                          f"{name}.excess")
+    net.add((short, excess), lambda: scaled(np.maximum(net.values[short][:, None], net.values[excess][None, :]), base))
+
+
+def _wregular(net: Network, scope: Sequence[int], p: dict, name: str) -> None:
+    """A weighted automaton: costs on its starts, ends and transitions (start, symbol, end, cost)."""
+    q = p["nb_states"]
+    initial, final = _state_costs(q, p["starts"]), _state_costs(q, p["ends"])
+
+    def step(k: int) -> np.ndarray:
+        table = np.full((q, net.variables[scope[k]].domain, q), FORBIDDEN, dtype=np.int64)
+        for start, symbol, end, cost in p["transitions"]:
+            at = np.flatnonzero(net.values[scope[k]] == symbol)
+            table[start, at, end] = cost  # a repeated transition: the last one counts, as in toulbar2
+        return table
+
+    automaton(net, scope, initial, step, final, name)
+
+
+def _sregular(net: Network, scope: Sequence[int], p: dict, base: int, name: str) -> None:
+    """sregular's var measure: base times the least number of variables to change for a word of the
+    automaton (Hamming distance): a move q -> q' reads its own symbols at no cost, any other at base."""
+    q = p["nb_states"]
+    initial = _state_costs(q, [(s, 0) for s in p["starts"]])
+    final = _state_costs(q, [(s, 0) for s in p["ends"]])
+
+    def step(k: int) -> np.ndarray:
+        table = np.full((q, net.variables[scope[k]].domain, q), FORBIDDEN, dtype=np.int64)
+        for start, _, end in p["transitions"]:
+            table[start, :, end] = min(base, FORBIDDEN)
+        for start, symbol, end in p["transitions"]:
+            table[start, net.values[scope[k]] == symbol, end] = 0
+        return table
+
+    automaton(net, scope, initial, step, final, name)
+
+
+def _state_costs(q: int, pairs) -> np.ndarray:
+    costs = np.full(q, FORBIDDEN, dtype=np.int64)
+    for state, cost in pairs:
+        costs[state] = cost
+    return costs
+
+
+# --- toulbar2's binary arithmetic functions (x, y: value indices) ------------------------------------------
+
+ARITHMETIC = {">=": ("cst", "delta"), ">": ("cst", "delta"), "<=": ("cst", "delta"), "<": ("cst", "delta"),
+              "=": ("cst", "delta"), "disj": ("cstx", "csty", "penalty"),
+              "sdisj": ("cstx", "csty", "xinfty", "yinfty", "costx", "costy")}  # keyword -> its parameters
+CHUNK = 1 << 18  # table entries computed at a time: numpy's temporaries take several times what they hold
+
+
+def arithmetic(keyword: str, params: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
+    """The table of toulbar2's arithmetic function `keyword` (tb2reader.cpp's semantics), CHUNK entries
+    at a time."""
+    table = np.empty(shape, dtype=np.int64)
+    flat = table.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        index = np.arange(start, min(start + CHUNK, flat.size), dtype=np.int64)
+        flat[start:start + len(index)] = _arithmetic_costs(keyword, params, index // shape[1], index % shape[1])
+    return table
+
+
+def _arithmetic_costs(keyword: str, params: tuple[int, ...], x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if keyword == "disj":
+        cstx, csty, penalty = params
+        return np.where((x >= y + csty) | (y >= x + cstx), 0, penalty)
+    if keyword == "sdisj":  # x <= xinfty, y <= yinfty, both below: disjoint; a cost for each at its infty
+        cstx, csty, xinf, yinf, costx, costy = params
+        apart = (x == xinf) | (y == yinf) | (x >= y + csty) | (y >= x + cstx)
+        cost = _saturating_sum(np.where(x == xinf, costx, 0), np.where(y == yinf, costy, 0))
+        return np.where((x <= xinf) & (y <= yinf) & apart, cost, FORBIDDEN)
+    cst, delta = params
+    if keyword == ">=":
+        return _geq(x, y, cst, delta)
+    if keyword == ">":
+        return _geq(x, y, cst + 1, delta)
+    if keyword == "<=":
+        return _geq(y, x, -cst, delta)
+    if keyword == "<":
+        return _geq(y, x, -cst + 1, delta)
+    return _saturating_sum(_geq(x, y, cst, delta), _geq(y, x, -cst, delta))  # "=": both ways, as toulbar2
+
+
+def _geq(a: np.ndarray, b: np.ndarray, cst: int, delta: int) -> np.ndarray:
+    """toulbar2's soft `a >= b + cst`: max(gap, 0) with gap = b + cst - a, forbidden if gap > delta."""
+    gap = b + cst - a
+    return np.where(gap <= delta, np.maximum(gap, 0), FORBIDDEN)
+
+
+def _saturating_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where((a == FORBIDDEN) | (b == FORBIDDEN), FORBIDDEN, np.minimum(a, FORBIDDEN - b) + b)
