@@ -219,12 +219,17 @@ def automaton(net: Network, scope: Sequence[int], initial: np.ndarray, step: Cal
 # The globals decomposed here, by their toulbar2 keyword; toulbar2's others are refused by name.
 TOULBAR2 = ("wsum", "wvarsum", "wamong", "wvaramong", "samong", "walldiff", "walldifferent", "wgcc", "sgcc",
             "wsame", "ssame", "wregular", "sregular", "knapsack")
+_SOFT = ("hard", "lin", "quad", "var")
+METRICS = {"wsum": _SOFT, "wvarsum": _SOFT, "wamong": _SOFT, "wvaramong": ("hard",), "samong": ("var",),
+           "walldiff": _SOFT, "walldifferent": _SOFT, "wgcc": _SOFT, "sgcc": ("var", "dec", "wdec"), "wsame": _SOFT,
+           "sregular": ("var",)}  # the violation measures read, per global that takes one
 
 
 def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: str) -> None:
     """Post toulbar2's global `keyword` over `scope` with the parameters `p`, named as toulbar2's CFN
     format names them (cfnformat.rst; the wcsp reader maps its positional ones to these names): values
     and symbols are the variables' values, `bounds` rows (value, min, max[, shortage, excess weight])."""
+    _check(keyword, scope, p)
     values = [net.values[v] for v in scope]
     metric, base = p.get("metric", "hard"), p.get("cost", FORBIDDEN)
     if keyword in ("wsum", "wvarsum"):
@@ -263,6 +268,28 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
         _sregular(net, scope, p, base, name)
     elif keyword == "knapsack":
         linear(net, scope, [w * v for w, v in zip(p["weights"], values)], compare("ge", p["capacity"]), name)
+
+
+def _check(keyword: str, scope: Sequence[int], p: dict) -> None:
+    """Refuse parameters toulbar2 would misread."""
+    if keyword in METRICS and p.get("metric") not in METRICS[keyword]:
+        raise DecompositionError(f"metric {p.get('metric')!r} is not supported (read: {', '.join(METRICS[keyword])})")
+    if "comparator" in p and p["comparator"] not in COMPARATORS:
+        raise DecompositionError(f"comparator {p['comparator']!r} is none of {' '.join(COMPARATORS)}")
+    if keyword == "wsame" and len(scope) % 2:
+        raise DecompositionError(f"wsame needs a scope of even size, found {len(scope)}")
+    if keyword == "ssame" and (len(p["vars1"]) != len(p["vars2"]) or sorted(p["vars1"] + p["vars2"]) != sorted(scope)):
+        raise DecompositionError("ssame needs two lists of equal size that split its scope")
+    if keyword == "knapsack" and len(p["weights"]) != len(scope):
+        raise DecompositionError(f"knapsack needs a weight per variable ({len(scope)}), found {len(p['weights'])}")
+    if keyword in ("wregular", "sregular"):
+        states = [s[0] if isinstance(s, (tuple, list)) else s for s in p["starts"] + p["ends"]]
+        states += [s for t in p["transitions"] for s in (t[0], t[2])]
+        bad = [s for s in states if not 0 <= s < p["nb_states"]]
+        if bad:
+            raise DecompositionError(f"state {bad[0]} out of range (the automaton has {p['nb_states']} states)")
+    if keyword in ("wvarsum", "wvaramong") and len(scope) < 2:
+        raise DecompositionError(f"{keyword} needs at least 2 variables")
 
 
 def _cardinality(count: np.ndarray, row, metric: str, base: int) -> np.ndarray:
