@@ -118,19 +118,18 @@ def compare(op: str, right) -> Callable[[np.ndarray], np.ndarray]:
 
 # --- chains -----------------------------------------------------------------------------------------
 
-def linear(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], cost: Callable, name: str) -> None:
-    """cost(s) for s = sum_k weights[k][x_k] (`weights[k]`: an integer per domain index of scope[k];
-    cost maps an array of sums to costs, FORBIDDEN where forbidden). A small whole table stays one
-    table; a longer sum becomes a chain of partial sums."""
-    weights = [np.asarray(w, dtype=np.int64) for w in weights]
-    _check_weights(weights)
-    if math.prod(len(w) for w in weights) <= DIRECT_ENTRIES:
-        sums = linear_sum(weights, [1] * len(weights))
+def linear(net: Network, scope: Sequence[int], values: Sequence[np.ndarray], coeffs: Sequence[int], cost: Callable,
+           name: str) -> None:
+    """cost(s) for s = sum_k coeffs[k] * values[k][x_k] (`values[k]`: an integer per domain index of
+    scope[k]; cost maps an array of sums to costs, FORBIDDEN where forbidden). A small whole table
+    stays one table, its sums exact even beyond int64; a longer sum becomes a chain of partial sums."""
+    if math.prod(len(v) for v in values) <= DIRECT_ENTRIES:
+        sums = linear_sum(list(values), list(coeffs))
         if isinstance(sums, str):
             raise DecompositionError(sums)
-        net.add(scope, lambda: cost(np.asarray(sums, dtype=np.int64)))
+        net.add(scope, lambda: cost(np.asarray(sums)))
         return
-    total = partial_sums(net, scope, weights, name, lambda sums: cost(sums) < FORBIDDEN)
+    total = partial_sums(net, scope, times(values, coeffs), name, lambda sums: cost(sums) < FORBIDDEN)
     net.add((total,), lambda: cost(net.values[total]))
 
 
@@ -174,11 +173,6 @@ def _step(before: np.ndarray, w: np.ndarray, after: np.ndarray) -> np.ndarray:
     i, j = np.unravel_index(hit, target.shape)
     table[i, j, at.ravel()[hit]] = 0
     return table
-
-
-def _check_weights(weights: Sequence[np.ndarray]) -> None:
-    if sum(int(np.abs(w).max()) for w in weights if len(w)) > MAX_WEIGHT:
-        raise DecompositionError("its sums reach beyond 2^62, where exact integer arithmetic ends")
 
 
 def _states(count: int, name: str) -> None:
@@ -235,7 +229,8 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
     if keyword in ("wsum", "wvarsum"):
         terms = scope if keyword == "wsum" else scope[:-1]
         if keyword == "wsum":
-            linear(net, terms, values, lambda s: violation(gap(s, p["comparator"], p["to"]), metric, base), name)
+            linear(net, terms, values, [1] * len(terms), lambda s: violation(gap(s, p["comparator"], p["to"]), metric,
+                                                                              base), name)
             return
         total, last = partial_sums(net, terms, values[:-1], name), scope[-1]
         net.add((total, last), lambda: violation(_pair_gap(net.values[total], net.values[last], p["comparator"]),
@@ -267,7 +262,7 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
     elif keyword == "sregular":
         _sregular(net, scope, p, base, name)
     elif keyword == "knapsack":
-        linear(net, scope, [w * v for w, v in zip(p["weights"], values)], compare("ge", p["capacity"]), name)
+        linear(net, scope, values, p["weights"], compare("ge", p["capacity"]), name)
 
 
 def _check(keyword: str, scope: Sequence[int], p: dict) -> None:
@@ -315,7 +310,8 @@ def counter(net: Network, scope: Sequence[int], chosen, name: str) -> int:
 
 def count_cost(net: Network, scope: Sequence[int], chosen, cost: Callable, name: str) -> None:
     """cost(c) of the number c of variables of `scope` taking a value in `chosen`."""
-    linear(net, scope, [np.isin(net.values[v], chosen).astype(np.int64) for v in scope], cost, name)
+    linear(net, scope, [np.isin(net.values[v], chosen).astype(np.int64) for v in scope], [1] * len(scope), cost,
+           name)
 
 
 def gcc_var(net: Network, scope: Sequence[int], bounds, base: int, name: str) -> None:
@@ -424,3 +420,33 @@ def _geq(a: np.ndarray, b: np.ndarray, cst: int, delta: int) -> np.ndarray:
 
 def _saturating_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a == FORBIDDEN) | (b == FORBIDDEN), FORBIDDEN, np.minimum(a, FORBIDDEN - b) + b)
+
+
+# --- CP models' constraints (XCSP3, FlatZinc) ------------------------------------------------------
+
+def times(values: Sequence[np.ndarray], coeffs: Sequence[int]) -> list[np.ndarray]:
+    """coeffs[k] * values[k], refused when a sum of them could leave exact int64 arithmetic."""
+    if sum(abs(int(a)) * max(abs(int(v.min())), abs(int(v.max()))) for v, a in zip(values, coeffs)) > MAX_WEIGHT \
+            or any(abs(int(a)) > MAX_WEIGHT for a in coeffs):
+        raise DecompositionError("its sums reach beyond 2^62, where exact integer arithmetic ends")
+    return [int(a) * v for v, a in zip(values, coeffs)]
+
+
+def reified(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], holds: Callable, flag: int,
+            name: str) -> None:
+    """flag (values 0, 1) = 1 exactly when holds(sum of weights[k][x_k]): the sum's chain, then one
+    binary table (sum, flag)."""
+    total = partial_sums(net, scope, weights, name)
+    truth = np.asarray(holds(net.values[total]), dtype=bool)
+    net.add((total, flag), lambda: np.where(truth[:, None] == (net.values[flag][None, :] != 0), 0, FORBIDDEN))
+
+
+def element(net: Network, index: int, start: int, items: Sequence[int], value: int) -> None:
+    """items[index - start] = value (all variables): for each position k a table (index, items[k], value)
+    forbids index = start + k where items[k] != value; an index beyond the list is forbidden."""
+    positions = net.values[index] - start
+    net.add((index,), lambda: np.where((positions >= 0) & (positions < len(items)), 0, FORBIDDEN))
+    for k, item in enumerate(items):
+        net.add((index, item, value), lambda k=k, item=item: np.where(
+            (positions[:, None, None] == k) & (net.values[item][None, :, None] != net.values[value][None, None, :]),
+            FORBIDDEN, 0))
