@@ -262,7 +262,8 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
     elif keyword == "sregular":
         _sregular(net, scope, p, base, name)
     elif keyword == "knapsack":
-        linear(net, scope, values, p["weights"], compare("ge", p["capacity"]), name)
+        taken = [(v == 1).astype(np.int64) for v in values]  # an item is taken at value 1, as pytoulbar2 reads it
+        linear(net, scope, taken, p["weights"], compare("ge", p["capacity"]), name)
 
 
 def _check(keyword: str, scope: Sequence[int], p: dict) -> None:
