@@ -271,13 +271,23 @@ class _Reader:
         template = c[0] if len(c) else None
         if template is None or template.tag == "args":
             raise self.error("<group> without a template constraint")
+        wanted = max((_max_index(e.text or "") for e in template.iter()), default=-1)
         for args in c.findall("args"):
-            values = (args.text or "").split()
+            values = [name for word in (args.text or "").split() for name in self._expanded(word)]
+            if len(values) <= wanted:
+                raise self.error(f"<args> gives {len(values)} arguments, the template uses %{wanted}", args)
             inst = copy.deepcopy(template)
             for e in inst.iter():
                 e.text = _substitute(e.text, values)
             self.lines[id(inst)] = self.lines.get(id(template))
             self._constraint(inst)
+
+    def _expanded(self, word: str) -> list[str]:
+        """A group argument as the words it stands for: a compact array form (`m[0][]`) its variables."""
+        m = REF.fullmatch(word)
+        if m and m[1] in self.arrays and ("[]" in m[2] or ".." in m[2]):
+            return [self.variables[v].name for v in self._list(word)]
+        return [word]
 
     def _child_text(self, c, tag: str, required: bool = True) -> str | None:
         e = c.find(tag)

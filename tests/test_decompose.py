@@ -5,6 +5,7 @@ variables minimised out by plain enumeration (`projection`), must give every ass
 file's variables the cost the global's definition gives it (toulbar2's evalOriginal semantics,
 written out here), and pytoulbar2, which reads the same file, the same optimum.
 """
+import functools
 import itertools
 import math
 import os
@@ -436,3 +437,104 @@ def test_exponential_partial_sums_are_refused(tmp_path):
     with pytest.raises(ParseError) as info:
         read(path)
     assert "exponential" in str(info.value)
+
+
+# --- whole models: pycsp3's XCSP3 and the same hand-written in FlatZinc -------------------------------
+
+WEIGHTS, PROFITS, CAPACITY = [3, 4, 5, 6, 2, 7, 3, 5], [4, 5, 7, 8, 2, 9, 3, 6], 21
+DURATIONS, PRIORITY = [3, 2, 4, 2], [2, 1, 3, 1]
+
+
+def knapsack_best():
+    return max(sum(p * x for p, x in zip(PROFITS, a)) for a in itertools.product(range(4), repeat=8)
+               if sum(w * x for w, x in zip(WEIGHTS, a)) <= CAPACITY)
+
+
+@functools.cache
+def magic_best():
+    """The least x[0][0] + 2 x[0][1] + 3 x[1][0] over the 3 x 3 magic squares of 1..9 (sums 15)."""
+    lines = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+    return min(m[0] + 2 * m[1] + 3 * m[3] for m in itertools.permutations(range(1, 10))
+               if all(sum(m[i] for i in line) == 15 for line in lines))
+
+
+def schedule_best():
+    """Four tasks on one machine, task 0 before task 2, least sum of priority * start."""
+    best = INF
+    for s in itertools.product(range(11), repeat=4):
+        apart = all(s[i] + DURATIONS[i] <= s[j] or s[j] + DURATIONS[j] <= s[i] for i, j in itertools.combinations(range(4), 2))
+        if apart and s[0] + DURATIONS[0] <= s[2] and all(s[i] + DURATIONS[i] <= 11 for i in range(4)):
+            best = min(best, sum(p * x for p, x in zip(PRIORITY, s)))
+    return best
+
+
+PYCSP3 = {
+    "knapsack": (f"""
+        x = VarArray(size=8, dom=range(4))
+        satisfy(Sum(x[i] * {WEIGHTS}[i] for i in range(8)) <= {CAPACITY})
+        maximize(Sum(x[i] * {PROFITS}[i] for i in range(8)))
+        """, knapsack_best),
+    "magic": ("""
+        m = VarArray(size=[3, 3], dom=range(1, 10))
+        satisfy(AllDifferent(m), [Sum(row) == 15 for row in m], [Sum(col) == 15 for col in columns(m)],
+                Sum(diagonal_down(m)) == 15, Sum(diagonal_up(m)) == 15)
+        minimize(Sum([m[0][0], m[0][1] * 2, m[1][0] * 3]))
+        """, magic_best),
+    "schedule": (f"""
+        d, w = {DURATIONS}, {PRIORITY}
+        s = VarArray(size=4, dom=range(11))
+        satisfy([(s[i] + d[i] <= s[j]) | (s[j] + d[j] <= s[i]) for i in range(4) for j in range(i + 1, 4)],
+                s[0] + d[0] <= s[2], [s[i] + d[i] <= 11 for i in range(4)])
+        minimize(Sum(s[i] * w[i] for i in range(4)))
+        """, schedule_best),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYCSP3))
+def test_pycsp3_sum_models_solve_to_the_enumerated_optimum(name, tmp_path):
+    """The knapsack's and the schedule's objective and constraint sums are chains of partial sums
+    (their whole tables have more than DIRECT_ENTRIES entries); the magic square's are tables."""
+    pytest.importorskip("pycsp3")  # compiled in a child: pycsp3 writes its file at exit
+    import subprocess
+    import sys
+    import textwrap
+    body, best = PYCSP3[name]
+    script = tmp_path / f"{name}.py"
+    script.write_text("from pycsp3 import *\n" + textwrap.dedent(body))
+    out = tmp_path / f"{name}.xml"
+    p = subprocess.run([sys.executable, str(script), f"-output={out}"], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    assert out.is_file(), p.stdout + p.stderr
+    result = run(out)
+    assert result.status == "optimal" and result.upper_bound == best(), result
+
+
+FLATZINC = {
+    "knapsack": ("array [1..8] of var 0..3: x;\nvar 0..1000: profit;\n"
+                 f"constraint int_lin_le({WEIGHTS}, x, {CAPACITY});\n"
+                 f"constraint int_lin_eq({PROFITS + [-1]}, [x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], profit], 0);\n"
+                 "solve maximize profit;\n", knapsack_best),
+    "magic": ("array [1..9] of var 1..9: m;\nvar 0..100: obj;\nconstraint all_different_int(m);\n"
+              + "".join(f"constraint int_lin_eq([1, 1, 1], [m[{a + 1}], m[{b + 1}], m[{c + 1}]], 15);\n" for a, b, c in
+                        [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)])
+              + "constraint int_lin_eq([1, 2, 3, -1], [m[1], m[2], m[4], obj], 0);\nsolve minimize obj;\n", magic_best),
+    "schedule": ("array [1..4] of var 0..10: s;\nvar 0..1000: obj;\n"
+                 + "".join(f"var bool: b{i}{j};\nvar bool: c{i}{j};\n"
+                           f"constraint int_lin_le_reif([1, -1], [s[{i + 1}], s[{j + 1}]], {-DURATIONS[i]}, b{i}{j});\n"
+                           f"constraint int_lin_le_reif([1, -1], [s[{j + 1}], s[{i + 1}]], {-DURATIONS[j]}, c{i}{j});\n"
+                           f"constraint int_lin_le([-1, -1], [b{i}{j}, c{i}{j}], -1);\n"
+                           for i, j in itertools.combinations(range(4), 2))
+                 + f"constraint int_lin_le([1, -1], [s[1], s[3]], {-DURATIONS[0]});\n"
+                 + "".join(f"constraint int_le(s[{i + 1}], {11 - DURATIONS[i]});\n" for i in range(4))
+                 + f"constraint int_lin_eq({PRIORITY + [-1]}, [s[1], s[2], s[3], s[4], obj], 0);\nsolve minimize obj;\n",
+                 schedule_best),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLATZINC))
+def test_flatzinc_sum_models_solve_to_the_enumerated_optimum(name, tmp_path):
+    text, best = FLATZINC[name]
+    path = tmp_path / f"{name}.fzn"
+    path.write_text(text)
+    result = run(path)
+    assert result.status == "optimal" and result.upper_bound == best(), result
