@@ -8,13 +8,15 @@ auxiliary variables of the sum of the tables is the global's cost (Allouche et a
 preserving transformations of global cost functions", AIJ 2016), so the optimum stays the same and
 elimination works on tables of |states|^2 |domain| entries. The states of each position are the
 ones reachable from the start that can still reach an allowed end, so a linear constraint's
-partial sums are pruned to what can still satisfy the bound.
+partial sums are pruned to what can still satisfy the bound. A partial sum's step s' = s + w[x]
+is functional: beyond LISTED entries it is kept as its allowed tuples (model.TupleFunction), so
+reading takes |s| |domain| rows, not the dense table (elimination makes it dense if its plan fits).
 
 Costs follow toulbar2 (src/core/tb2globaldecomposable.cpp, the flow- and DP-based globals'
 evalOriginal): a violation `gap` costs `base` (hard), `base * gap` (lin, var, dec) or
 `base * gap^2` (quad), FORBIDDEN from int64's end on. A decomposition that would take more than
-MAX_STATES states or tables of more than MAX_ENTRIES entries is refused (DecompositionError) with
-the reason.
+MAX_STATES partial sums, or an automaton whose tables would have more than MAX_ENTRIES entries,
+is refused (DecompositionError) with the reason.
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .model import FORBIDDEN, CostFunction, Variable
-from .parsers.tables import Labels, linear_sum, too_large
+from .model import FORBIDDEN, CostFunction, TupleFunction, Variable
+from .parsers.tables import Labels, charge, linear_sum, too_large
 
 MAX_STATES = 1 << 20  # values of one auxiliary variable
-MAX_ENTRIES = 1 << 24  # entries of one table of a decomposition
+MAX_ENTRIES = 1 << 24  # entries of one automaton table
+LISTED = 1 << 16  # entries above which a partial sum's step is kept as its tuples
 DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table
 MAX_WEIGHT = 1 << 62  # |sum| of a linear constraint: exact int64 arithmetic ends there
 SEMANTICS = ("hard", "lin", "quad", "var", "dec")
@@ -63,13 +66,28 @@ class Network:
     def add(self, scope: Sequence[int], make: Callable[[], np.ndarray]) -> None:
         """The table `make()` over `scope`, charged to the reading budget before it is made."""
         shape = tuple(self.variables[v].domain for v in scope)
-        if math.prod(shape) > MAX_ENTRIES:
-            raise DecompositionError(f"a table of its decomposition would have {math.prod(shape):,} entries "
-                                     f"(at most 2^24)")
         message = too_large(shape)
         if message:
             raise DecompositionError(message)
         self.functions.append(CostFunction(tuple(scope), np.asarray(make(), dtype=np.int64).reshape(shape)))
+
+    def add_allowed(self, scope: Sequence[int], rows: int, make: Callable[[], np.ndarray]) -> None:
+        """A hard function over `scope` allowing the tuples `make()` lists (domain indices, at most
+        `rows`): dense up to LISTED entries, else kept as its tuples, charged first."""
+        shape = tuple(self.variables[v].domain for v in scope)
+        if math.prod(shape) <= LISTED:
+            def dense() -> np.ndarray:
+                table = np.full(shape, FORBIDDEN, dtype=np.int64)
+                table[tuple(make().T)] = 0
+                return table
+            self.add(scope, dense)
+            return
+        message = charge(rows * 8 * (3 * len(scope) + 2), f"the {rows:,} tuples of a partial sum",
+                         kept=rows * 8 * (len(scope) + 1))
+        if message:
+            raise DecompositionError(message)
+        tuples = make()
+        self.functions.append(TupleFunction(scope, shape, tuples, np.zeros(len(tuples), dtype=np.int64), FORBIDDEN))
 
     def forbid(self) -> None:
         """No assignment satisfies the global: a constant FORBIDDEN."""
@@ -159,20 +177,18 @@ def partial_sums(net: Network, scope: Sequence[int], weights: Sequence[np.ndarra
     for k in range(1, len(weights)):
         _states(len(live[k]), name)
         state = net.auxiliary(f"{name}.s{k + 1}", live[k])
-        net.add((previous, scope[k], state), lambda b=before, w=weights[k], s=live[k]: _step(b, w, s))
+        net.add_allowed((previous, scope[k], state), len(before) * len(weights[k]),
+                        lambda b=before, w=weights[k], s=live[k]: _step(b, w, s))
         previous, before = state, live[k]
     return state
 
 
 def _step(before: np.ndarray, w: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """The table (s, x, s') of s' = s + w[x]: 0 where it holds, else FORBIDDEN."""
-    table = np.full((len(before), len(w), len(after)), FORBIDDEN, dtype=np.int64)
+    """The tuples (s, x, s') (domain indices) where s' = s + w[x]."""
     target = before[:, None] + w[None, :]
-    at = np.minimum(np.searchsorted(after, target), max(len(after) - 1, 0))
-    hit = np.flatnonzero((after[at] == target).ravel()) if len(after) else np.zeros(0, np.int64)
-    i, j = np.unravel_index(hit, target.shape)
-    table[i, j, at.ravel()[hit]] = 0
-    return table
+    at = np.minimum(np.searchsorted(after, target), len(after) - 1)
+    i, j = np.nonzero(after[at] == target)
+    return np.stack([i, j, at[i, j]], axis=1)
 
 
 def _states(count: int, name: str) -> None:
@@ -443,11 +459,16 @@ def reified(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], h
 
 
 def element(net: Network, index: int, start: int, items: Sequence[int], value: int) -> None:
-    """items[index - start] = value (all variables): for each position k a table (index, items[k], value)
-    forbids index = start + k where items[k] != value; an index beyond the list is forbidden."""
+    """items[index - start] = value (all variables): for each position k a table over index, items[k]
+    and value (one axis per distinct variable) forbids index = start + k where items[k] != value; an
+    index beyond the list is forbidden."""
     positions = net.values[index] - start
     net.add((index,), lambda: np.where((positions >= 0) & (positions < len(items)), 0, FORBIDDEN))
     for k, item in enumerate(items):
-        net.add((index, item, value), lambda k=k, item=item: np.where(
-            (positions[:, None, None] == k) & (net.values[item][None, :, None] != net.values[value][None, None, :]),
-            FORBIDDEN, 0))
+        scope = list(dict.fromkeys((index, item, value)))
+
+        def table(k=k, item=item, scope=scope) -> np.ndarray:
+            of = dict(zip(scope, np.meshgrid(*(net.values[v] for v in scope), indexing="ij")))
+            return np.where((of[index] - start == k) & (of[item] != of[value]), FORBIDDEN, 0)
+
+        net.add(scope, table)

@@ -102,7 +102,9 @@ def read(path: str | Path) -> Problem:
     t.expect_end(f"unexpected data after the last cost function (the header announces {e})")
 
     functions = [CostFunction(scope, _forbid(make(), ub)) for scope, make in pending]
-    functions += [CostFunction(f.scope, _forbid(f.table, ub)) for f in net.functions]
+    for f in net.functions:  # dense tables or a partial sum's tuples: costs >= ub are forbidden there too
+        f.map_costs(lambda costs: np.where(costs >= ub, FORBIDDEN, costs))
+    functions += net.functions
     problem = Problem(name, variables, functions, integer=True, offset=offset, sense=1, task="WCSP",
                       globals=globals_)
     try:
