@@ -160,11 +160,11 @@ def partial_sums(net: Network, scope: Sequence[int], weights: Sequence[np.ndarra
     weights = [np.asarray(w, dtype=np.int64) for w in weights]
     reach = [np.unique(weights[0])]
     for w in weights[1:]:
-        _states(len(reach[-1]) * len(w), name)
+        _states(len(reach[-1]) * len(w))
         reach.append(np.unique(reach[-1][:, None] + w[None, :]))
     live = [reach[-1][allowed(reach[-1])] if allowed is not None else reach[-1]]
     for k in range(len(weights) - 1, 0, -1):  # backwards: the sums from which an allowed total is reachable
-        _states(len(live[0]) * len(weights[k]), name)
+        _states(len(live[0]) * len(weights[k]))
         live.insert(0, reach[k - 1][np.isin(reach[k - 1], (live[0][:, None] - weights[k][None, :]).ravel())])
     if not len(live[-1]):  # no allowed total is reachable (else every s_k keeps a sum)
         net.forbid()
@@ -175,7 +175,6 @@ def partial_sums(net: Network, scope: Sequence[int], weights: Sequence[np.ndarra
         return state
     previous, before = scope[0], weights[0]  # x_1 stands for s_1: its sum is its weight
     for k in range(1, len(weights)):
-        _states(len(live[k]), name)
         state = net.auxiliary(f"{name}.s{k + 1}", live[k])
         net.add_allowed((previous, scope[k], state), len(before) * len(weights[k]),
                         lambda b=before, w=weights[k], s=live[k]: _step(b, w, s))
@@ -191,10 +190,10 @@ def _step(before: np.ndarray, w: np.ndarray, after: np.ndarray) -> np.ndarray:
     return np.stack([i, j, at[i, j]], axis=1)
 
 
-def _states(count: int, name: str) -> None:
+def _states(count: int) -> None:
     if count > MAX_STATES:
-        raise DecompositionError(f"{name}: its partial sums would take {count:,} values (at most 2^20): "
-                                 f"the decomposition would be exponential")
+        raise DecompositionError(f"its partial sums would take {count:,} values (at most 2^20): the "
+                                 f"decomposition would be exponential")
 
 
 def automaton(net: Network, scope: Sequence[int], initial: np.ndarray, step: Callable[[int], np.ndarray],

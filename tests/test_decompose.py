@@ -263,7 +263,8 @@ def test_arithmetic_functions_follow_toulbar2(keyword, params, tmp_path):
 # --- linear sums and element (XCSP3, FlatZinc) --------------------------------------------------------
 
 OPS = {"lt": lambda s, r: s < r, "le": lambda s, r: s <= r, "gt": lambda s, r: s > r, "ge": lambda s, r: s >= r,
-       "eq": lambda s, r: s == r, "ne": lambda s, r: s != r, "in": lambda s, r: s in r, "notin": lambda s, r: s not in r}
+       "eq": lambda s, r: s == r, "ne": lambda s, r: s != r, "in": lambda s, r: s in r,
+       "notin": lambda s, r: s not in r}
 
 
 def xcsp3(tmp_path, domains, constraints):
@@ -285,11 +286,15 @@ def test_linear_chains_equal_their_whole_table(tmp_path, monkeypatch):
         domains = [sorted({int(x) for x in rng.integers(-4, 8, size=int(rng.integers(1, 4)))}) for _ in range(n)]
         coeffs = [int(a) for a in rng.integers(-3, 4, size=n)]
         op = str(rng.choice(list(OPS)))
-        rhs = sorted({int(x) for x in rng.integers(-10, 20, size=3)}) if op in ("in", "notin") else int(rng.integers(-10, 20))
-        right = "{" + ",".join(map(str, rhs)) + "}" if op in ("in", "notin") else rhs
+        rhs, right = int(rng.integers(-10, 20)), None
+        if op in ("in", "notin") and seed % 3:  # a set
+            rhs = sorted({int(x) for x in rng.integers(-10, 20, size=3)})
+            right = "{" + ",".join(map(str, rhs)) + "}"
+        elif op in ("in", "notin"):  # a range
+            right, rhs = f"{rhs}..{rhs + 4}", range(rhs, rhs + 5)
         path = xcsp3(tmp_path, domains, f'<sum><list> {" ".join(f"x{i}" for i in range(n))} </list>'
                                         f'<coeffs> {" ".join(map(str, coeffs))} </coeffs>'
-                                        f'<condition> ({op},{right}) </condition></sum>')
+                                        f'<condition> ({op},{rhs if right is None else right}) </condition></sum>')
         problem = read(path)
         expected = oracle_table(problem, lambda a: 0 if OPS[op](sum(c * domains[k][x] for k, (c, x) in
                                                                     enumerate(zip(coeffs, a))), rhs) else INF)
@@ -301,18 +306,16 @@ def test_element_equals_its_whole_table(tmp_path):
         rng = np.random.default_rng(seed)
         n = int(rng.integers(1, 4))
         domains = [sorted({int(x) for x in rng.integers(0, 4, size=int(rng.integers(1, 4)))}) for _ in range(n + 2)]
-        items = [f"x{k}" if rng.random() < 0.7 else str(int(rng.integers(0, 4))) for k in range(n)]
+        items = [f"x{k}" if rng.random() < 0.7 else int(rng.integers(0, 4)) for k in range(n)]
         start = int(rng.integers(0, 2))
-        value = f"x{n + 1}" if rng.random() < 0.7 else str(int(rng.integers(0, 4)))
-        path = xcsp3(tmp_path, domains, f'<element><list startIndex="{start}"> {" ".join(items)} </list>'
+        value = f"x{n + 1}" if rng.random() < 0.7 else int(rng.integers(0, 4))
+        path = xcsp3(tmp_path, domains, f'<element><list startIndex="{start}"> {" ".join(map(str, items))} </list>'
                                         f'<index> x{n} </index><value> {value} </value></element>')
 
         def holds(a):
             of = {f"x{k}": domains[k][x] for k, x in enumerate(a)}
             position = of[f"x{n}"] - start
-            return 0 <= position < n and of.get(items[position], None if items[position].startswith("x")
-                                                  else int(items[position])) == of.get(value, value if value.startswith("x")
-                                                                                      else int(value))
+            return 0 <= position < n and of.get(items[position], items[position]) == of.get(value, value)
 
         problem = read(path)
         assert np.array_equal(projection(problem), oracle_table(problem, lambda a: 0 if holds(a) else INF)), seed
@@ -366,7 +369,7 @@ def test_twenty_variable_sum_solves_by_elimination_on_small_tables(tmp_path):
     sum c_i x_i: BE on the chain of partial sums, each bucket small, finds the optimum a dynamic
     program over the partial sums finds."""
     rng = np.random.default_rng(7)
-    coeffs, costs, rhs = [int(a) for a in rng.integers(1, 4, size=20)], [int(c) for c in rng.integers(-5, 6, size=20)], 150
+    coeffs, costs, rhs = [int(a) for a in rng.integers(1, 4, size=20)], [int(c) for c in rng.integers(-5, 6, 20)], 150
     names = " ".join(f"x{i}" for i in range(20))
     path = xcsp3(tmp_path, [range(50)] * 20, f"<sum><list> {names} </list><coeffs> {' '.join(map(str, coeffs))} "
                                              f"</coeffs><condition> (eq,{rhs}) </condition></sum>")
@@ -392,7 +395,8 @@ def test_twenty_variable_sum_solves_by_elimination_on_small_tables(tmp_path):
 # --- toulbar2's validation files ----------------------------------------------------------------------
 
 def toulbar2_folder() -> Path:
-    return Path(os.environ.get("GPUSOLVE_TOULBAR2") or Path(__file__).resolve().parents[1] / ".." / "cache" / "toulbar2")
+    """toulbar2's repository folders (GPUSOLVE_TOULBAR2, default ../cache/toulbar2 beside the checkout)."""
+    return Path(os.environ.get("GPUSOLVE_TOULBAR2") or Path(__file__).resolve().parents[2] / "cache" / "toulbar2")
 
 
 VALIDATION = ["decomposable/B1-LU04-dec.wcsp", "decomposable/walldiff_simple.wcsp", "decomposable/wamong_hard.wcsp",
@@ -434,8 +438,9 @@ def test_refusals_name_the_global(text, fragment, tmp_path):
 def test_exponential_partial_sums_are_refused(tmp_path):
     """Coefficients 2^k make every partial sum distinct: 2^24 sums, refused by name."""
     terms = " ".join(f"x{i}" for i in range(24))
-    path = xcsp3(tmp_path, [range(2)] * 24, f"<sum><list> {terms} </list><coeffs> {' '.join(str(1 << k) for k in range(24))} "
-                                            f"</coeffs><condition> (ne,5) </condition></sum>")
+    coeffs = " ".join(str(1 << k) for k in range(24))
+    path = xcsp3(tmp_path, [range(2)] * 24, f"<sum><list> {terms} </list><coeffs> {coeffs} </coeffs>"
+                                            f"<condition> (ne,5) </condition></sum>")
     with pytest.raises(ParseError) as info:
         read(path)
     assert "exponential" in str(info.value)
@@ -464,7 +469,8 @@ def schedule_best():
     """Four tasks on one machine, task 0 before task 2, least sum of priority * start."""
     best = INF
     for s in itertools.product(range(11), repeat=4):
-        apart = all(s[i] + DURATIONS[i] <= s[j] or s[j] + DURATIONS[j] <= s[i] for i, j in itertools.combinations(range(4), 2))
+        apart = all(s[i] + DURATIONS[i] <= s[j] or s[j] + DURATIONS[j] <= s[i]
+                    for i, j in itertools.combinations(range(4), 2))
         if apart and s[0] + DURATIONS[0] <= s[2] and all(s[i] + DURATIONS[i] <= 11 for i in range(4)):
             best = min(best, sum(p * x for p, x in zip(PRIORITY, s)))
     return best
@@ -514,7 +520,7 @@ def test_pycsp3_sum_models_solve_to_the_enumerated_optimum(name, tmp_path):
 FLATZINC = {
     "knapsack": ("array [1..8] of var 0..3: x;\nvar 0..1000: profit;\n"
                  f"constraint int_lin_le({WEIGHTS}, x, {CAPACITY});\n"
-                 f"constraint int_lin_eq({PROFITS + [-1]}, [x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], profit], 0);\n"
+                 f"constraint int_lin_eq({PROFITS + [-1]}, [{', '.join(f'x[{i}]' for i in range(1, 9))}, profit], 0);\n"
                  "solve maximize profit;\n", knapsack_best),
     "magic": ("array [1..9] of var 1..9: m;\nvar 0..100: obj;\nconstraint all_different_int(m);\n"
               + "".join(f"constraint int_lin_eq([1, 1, 1], [m[{a + 1}], m[{b + 1}], m[{c + 1}]], 15);\n" for a, b, c in
@@ -528,7 +534,8 @@ FLATZINC = {
                            for i, j in itertools.combinations(range(4), 2))
                  + f"constraint int_lin_le([1, -1], [s[1], s[3]], {-DURATIONS[0]});\n"
                  + "".join(f"constraint int_le(s[{i + 1}], {11 - DURATIONS[i]});\n" for i in range(4))
-                 + f"constraint int_lin_eq({PRIORITY + [-1]}, [s[1], s[2], s[3], s[4], obj], 0);\nsolve minimize obj;\n",
+                 + f"constraint int_lin_eq({PRIORITY + [-1]}, [s[1], s[2], s[3], s[4], obj], 0);\n"
+                 + "solve minimize obj;\n",
                  schedule_best),
 }
 
