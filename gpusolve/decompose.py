@@ -202,9 +202,6 @@ def automaton(net: Network, scope: Sequence[int], initial: np.ndarray, step: Cal
     + final[q_n], minimised over the state variables q_k (FORBIDDEN: no such start, move or end).
     Each q_k keeps the states reachable from a start that can still reach an end."""
     initial, final = np.asarray(initial, dtype=np.int64), np.asarray(final, dtype=np.int64)
-    for v in scope:
-        if len(initial) ** 2 * net.variables[v].domain > MAX_ENTRIES:
-            raise DecompositionError(f"{name}: {len(initial):,} states make tables of more than 2^24 entries")
     moves = [np.asarray(step(k), dtype=np.int64) for k in range(len(scope))]
     live = [initial < FORBIDDEN]
     for m in moves:
@@ -238,7 +235,7 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
     """Post toulbar2's global `keyword` over `scope` with the parameters `p`, named as toulbar2's CFN
     format names them (cfnformat.rst; the wcsp reader maps its positional ones to these names): values
     and symbols are the variables' values, `bounds` rows (value, min, max[, shortage, excess weight])."""
-    _check(keyword, scope, p)
+    _check(net, keyword, scope, p)
     values = [net.values[v] for v in scope]
     metric, base = p.get("metric", "hard"), p.get("cost", FORBIDDEN)
     if keyword in ("wsum", "wvarsum"):
@@ -281,8 +278,8 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
         linear(net, scope, taken, p["weights"], compare("ge", p["capacity"]), name)
 
 
-def _check(keyword: str, scope: Sequence[int], p: dict) -> None:
-    """Refuse parameters toulbar2 would misread."""
+def _check(net: Network, keyword: str, scope: Sequence[int], p: dict) -> None:
+    """Refuse parameters toulbar2 would misread, and decompositions too large to make."""
     if keyword in METRICS and p.get("metric") not in METRICS[keyword]:
         raise DecompositionError(f"metric {p.get('metric')!r} is not supported (read: {', '.join(METRICS[keyword])})")
     if "comparator" in p and p["comparator"] not in COMPARATORS:
@@ -293,14 +290,28 @@ def _check(keyword: str, scope: Sequence[int], p: dict) -> None:
         raise DecompositionError("ssame needs two lists of equal size that split its scope")
     if keyword == "knapsack" and len(p["weights"]) != len(scope):
         raise DecompositionError(f"knapsack needs a weight per variable ({len(scope)}), found {len(p['weights'])}")
+    if keyword in ("wvarsum", "wvaramong") and len(scope) < 2:
+        raise DecompositionError(f"{keyword} needs at least 2 variables")
+    weighted = keyword == "wregular"
+    widths = {"bounds": 5 if p.get("metric") == "wdec" else 3, "transitions": 4 if weighted else 3,
+              "starts": 2 if weighted else 0, "ends": 2 if weighted else 0}  # 0: a bare state
+    for field, width in widths.items():
+        for row in p.get(field, ()):
+            if (len(row) if isinstance(row, (tuple, list)) else 0) != width:
+                raise DecompositionError(f"{field} rows are {width or 'single'} numbers, found {row}")
     if keyword in ("wregular", "sregular"):
-        states = [s[0] if isinstance(s, (tuple, list)) else s for s in p["starts"] + p["ends"]]
+        if p["nb_states"] ** 2 * max(net.variables[v].domain for v in scope) > MAX_ENTRIES:
+            raise DecompositionError(f"{p['nb_states']:,} states make tables of more than 2^24 entries")
+        states = [s[0] if weighted else s for s in p["starts"] + p["ends"]]
         states += [s for t in p["transitions"] for s in (t[0], t[2])]
         bad = [s for s in states if not 0 <= s < p["nb_states"]]
         if bad:
             raise DecompositionError(f"state {bad[0]} out of range (the automaton has {p['nb_states']} states)")
-    if keyword in ("wvarsum", "wvaramong") and len(scope) < 2:
-        raise DecompositionError(f"{keyword} needs at least 2 variables")
+    if keyword in ("walldiff", "walldifferent", "wsame", "ssame"):  # a counter chain per value
+        count = len(np.unique(np.concatenate([net.values[v] for v in scope]))) * len(scope)
+        if count > MAX_STATES:
+            raise DecompositionError(f"its counters per value would take {count:,} auxiliary variables (at most "
+                                     f"2^20)")
 
 
 def _cardinality(count: np.ndarray, row, metric: str, base: int) -> np.ndarray:
