@@ -308,7 +308,9 @@ def _check(net: Network, keyword: str, scope: Sequence[int], p: dict) -> None:
         if bad:
             raise DecompositionError(f"state {bad[0]} out of range (the automaton has {p['nb_states']} states)")
     if keyword in ("walldiff", "walldifferent", "wsame", "ssame"):  # a counter chain per value
-        count = len(np.unique(np.concatenate([net.values[v] for v in scope]))) * len(scope)
+        count = max(net.variables[v].domain for v in scope) * len(scope)  # at most the count: no values made
+        if count <= MAX_STATES:
+            count = len(np.unique(np.concatenate([net.values[v] for v in scope]))) * len(scope)
         if count > MAX_STATES:
             raise DecompositionError(f"its counters per value would take {count:,} auxiliary variables (at most "
                                      f"2^20)")

@@ -435,6 +435,32 @@ def test_refusals_name_the_global(text, fragment, tmp_path):
     assert str(info.value).startswith(f"{path}:3:") and fragment in str(info.value)
 
 
+def test_large_decompositions_are_refused_before_they_are_made(tmp_path):
+    """An automaton of 10^9 states, a walldiff over two variables of 2^24 values (2^25 counters)."""
+    for text, fragment in [("2 2\n2 0 1 -1 wregular 1000000000 1 0 0 1 0 0 0", "states make tables of more than"),
+                           (f"{1 << 24} {1 << 24}\n2 0 1 -1 walldiff lin 1", "33,554,432 auxiliary variables")]:
+        path = tmp_path / "big.wcsp"
+        path.write_text(f"b 2 2 1 10\n{text}\n")
+        with pytest.raises(ParseError) as info:
+            read(path)
+        assert str(info.value).startswith(f"{path}:3:") and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("function, fragment", [
+    ("type:wgcc params:{metric:lin cost:1 bounds:[[0 1]]}", "wgcc: bounds rows are 3 numbers, found (0, 1)"),
+    ("type:wsum params:{metric:lin cost:1 comparator:\"<=\"}", "wsum: its params lack 'to'"),
+    ("type:wregular params:{nb_states:2 starts:[0] ends:[[1 0]] transitions:[]}", "starts rows are 2 numbers"),
+    ("type:\">=\" params:[1]", "needs a scope of 2 variables and parameters cst, delta"),
+    ("type:wdiverse params:{distance:1 values:[0 1]}", "global cost function wdiverse is not supported"),
+])
+def test_cfn_refusals_name_the_function(function, fragment, tmp_path):
+    path = tmp_path / "bad.cfn"
+    path.write_text(f'{{problem:{{name:t mustbe:"<10"}} variables:{{a:2 b:2}}\nfunctions:{{f:{{scope:[a b] {function}}}}}}}')
+    with pytest.raises(ParseError) as info:
+        read(path)
+    assert str(info.value).startswith(f"{path}:2: cost function f:") and fragment in str(info.value)
+
+
 def test_exponential_partial_sums_are_refused(tmp_path):
     """Coefficients 2^k make every partial sum distinct: 2^24 sums, refused by name."""
     terms = " ".join(f"x{i}" for i in range(24))
