@@ -228,7 +228,8 @@ TOULBAR2 = ("wsum", "wvarsum", "wamong", "wvaramong", "samong", "walldiff", "wal
 _SOFT = ("hard", "lin", "quad", "var")
 METRICS = {"wsum": _SOFT, "wvarsum": _SOFT, "wamong": _SOFT, "wvaramong": ("hard",), "samong": ("var",),
            "walldiff": _SOFT, "walldifferent": _SOFT, "wgcc": _SOFT, "sgcc": ("var", "dec", "wdec"), "wsame": _SOFT,
-           "sregular": ("var",)}  # the violation measures read, per global that takes one
+           "sregular": ("var", "edit")}  # the violation measures read, per global that takes one
+MAX_EDIT = 1 << 27  # states^3 x domain: the work of sregular edit's insertions
 
 
 def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: str) -> None:
@@ -300,8 +301,12 @@ def _check(net: Network, keyword: str, scope: Sequence[int], p: dict) -> None:
             if (len(row) if isinstance(row, (tuple, list)) else 0) != width:
                 raise DecompositionError(f"{field} rows are {width or 'single'} numbers, found {row}")
     if keyword in ("wregular", "sregular"):
-        if p["nb_states"] ** 2 * max(net.variables[v].domain for v in scope) > MAX_ENTRIES:
+        widest = max(net.variables[v].domain for v in scope)
+        if p["nb_states"] ** 2 * widest > MAX_ENTRIES:
             raise DecompositionError(f"{p['nb_states']:,} states make tables of more than 2^24 entries")
+        if p.get("metric") == "edit" and p["nb_states"] ** 3 * widest > MAX_EDIT:
+            raise DecompositionError(f"edit distance over {p['nb_states']:,} states: more than 2^27 steps to "
+                                     f"tabulate")
         states = [s[0] if weighted else s for s in p["starts"] + p["ends"]]
         states += [s for t in p["transitions"] for s in (t[0], t[2])]
         bad = [s for s in states if not 0 <= s < p["nb_states"]]
@@ -377,11 +382,17 @@ def _wregular(net: Network, scope: Sequence[int], p: dict, name: str) -> None:
 
 
 def _sregular(net: Network, scope: Sequence[int], p: dict, base: int, name: str) -> None:
-    """sregular's var measure: base times the least number of variables to change for a word of the
-    automaton (Hamming distance): a move q -> q' reads its own symbols at no cost, any other at base."""
-    q = p["nb_states"]
+    """sregular: base times the least number of variables to change (var: Hamming distance), or of
+    symbols to substitute, delete or insert (edit: edit distance), for a word of the automaton. A
+    move q -> q' reads its own symbols at no cost, any other at base; with edit a symbol may also be
+    deleted (the state stays, at base) and symbols inserted along moves (base each): the least
+    insertions between two states, `inserted`, come before each symbol read and after the last."""
+    q, edit = p["nb_states"], p["metric"] == "edit"
     initial = _state_costs(q, [(s, 0) for s in p["starts"]])
     final = _state_costs(q, [(s, 0) for s in p["ends"]])
+    if edit:
+        inserted = _insertions(q, p["transitions"], base)
+        final = np.min(_saturating_sum(inserted, final[None, :]), axis=1)
 
     def step(k: int) -> np.ndarray:
         table = np.full((q, net.variables[scope[k]].domain, q), FORBIDDEN, dtype=np.int64)
@@ -389,9 +400,24 @@ def _sregular(net: Network, scope: Sequence[int], p: dict, base: int, name: str)
             table[start, :, end] = min(base, FORBIDDEN)
         for start, symbol, end in p["transitions"]:
             table[start, net.values[scope[k]] == symbol, end] = 0
-        return table
+        if not edit:
+            return table
+        states = np.arange(q)
+        table[states, :, states] = np.minimum(table[states, :, states], base)  # a deletion
+        return np.min([_saturating_sum(inserted[:, s, None, None], table[s][None]) for s in states], axis=0)
 
     automaton(net, scope, initial, step, final, name)
+
+
+def _insertions(q: int, transitions, base: int) -> np.ndarray:
+    """(q, q) least cost of the symbols inserted to go from a state to another (Floyd-Warshall)."""
+    cost = np.full((q, q), FORBIDDEN, dtype=np.int64)
+    for start, _, end in transitions:
+        cost[start, end] = min(base, FORBIDDEN)
+    np.fill_diagonal(cost, 0)
+    for k in range(q):
+        cost = np.minimum(cost, _saturating_sum(cost[:, k, None], cost[None, k, :]))
+    return cost
 
 
 def _state_costs(q: int, pairs) -> np.ndarray:

@@ -161,8 +161,11 @@ def random_global(rng, kind, n, domains):
                 return best
 
             return text, regular
-        text = (f"sregular var {base} {q} {len(starts)} {' '.join(map(str, starts))} {len(ends)} "
+        metric = str(rng.choice(["var", "edit"]))
+        text = (f"sregular {metric} {base} {q} {len(starts)} {' '.join(map(str, starts))} {len(ends)} "
                 f"{' '.join(map(str, ends))} {len(moves)} " + " ".join(f"{s} {x} {e}" for s, x, e in moves))
+        if metric == "edit":
+            return text, lambda a: edit_distance(a, q, starts, ends, moves, base)
         symbols = sorted({x for _, x, _ in moves})
 
         def accepted(word):
@@ -186,6 +189,26 @@ def random_global(rng, kind, n, domains):
         return (f"wvaramong hard {base} {len(values)} {' '.join(map(str, values))}",
                 lambda a: base if sum(x in values for x in a[:-1]) != a[-1] else 0)
     raise AssertionError(kind)
+
+
+def edit_distance(a, q, starts, ends, moves, base):
+    """base times the least substitutions, deletions and insertions turning `a` into a word of the
+    automaton: shortest paths over (symbols read, state), insertions moving the state in place."""
+    dist = [[INF] * q for _ in range(len(a) + 1)]
+    for s in starts:
+        dist[0][s] = 0
+    for i in range(len(a) + 1):
+        for _ in range(q):  # insertions: Bellman-Ford along the moves
+            for s, _, e in moves:
+                dist[i][e] = min(dist[i][e], dist[i][s] + base)
+        if i == len(a):
+            break
+        for s in range(q):
+            dist[i + 1][s] = min(dist[i + 1][s], dist[i][s] + base)  # a[i] deleted
+            for s2, x, e in moves:
+                if s2 == s:
+                    dist[i + 1][e] = min(dist[i + 1][e], dist[i][s] + (0 if x == a[i] else base))
+    return min(dist[len(a)][f] for f in ends)
 
 
 KINDS = ["wsum", "wamong", "samong", "walldiff", "wgcc", "sgcc", "wsame", "ssame", "wregular", "sregular",
@@ -423,7 +446,7 @@ def test_toulbar2_validation_files_solve_to_their_ub(name):
 
 @pytest.mark.parametrize("text, fragment", [
     ("2 0 1 -1 woverlap hard 10 == 1", "global cost function woverlap is not supported"),
-    ("2 0 1 -1 sregular edit 1 1 1 0 1 0 1 0 0 0", "metric 'edit' is not supported"),
+    ("2 0 1 -1 sregular hamming 1 1 1 0 1 0 1 0 0 0", "metric 'hamming' is not supported"),
     ("2 0 1 -1 wregular 2 1 0 0 1 3 0 1 0 0 0 0", "state 3 out of range"),
     ("2 0 1 -1 wsum lin 1 =< 2", "comparator '=<' is none of"),
 ])
