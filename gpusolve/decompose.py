@@ -224,11 +224,13 @@ def automaton(net: Network, scope: Sequence[int], initial: np.ndarray, step: Cal
 
 # The globals decomposed here, by their toulbar2 keyword; toulbar2's others are refused by name.
 TOULBAR2 = ("wsum", "wvarsum", "wamong", "wvaramong", "samong", "walldiff", "walldifferent", "wgcc", "sgcc",
-            "wsame", "ssame", "wregular", "sregular", "knapsack")
+            "wsame", "ssame", "wsamegcc", "woverlap", "wregular", "sregular", "knapsack", "wdiverse", "whdiverse",
+            "wtdiverse")
 _SOFT = ("hard", "lin", "quad", "var")
+# The violation measures read, per global that takes one.
 METRICS = {"wsum": _SOFT, "wvarsum": _SOFT, "wamong": _SOFT, "wvaramong": ("hard",), "samong": ("var",),
            "walldiff": _SOFT, "walldifferent": _SOFT, "wgcc": _SOFT, "sgcc": ("var", "dec", "wdec"), "wsame": _SOFT,
-           "sregular": ("var", "edit")}  # the violation measures read, per global that takes one
+           "sregular": ("var", "edit"), "wsamegcc": ("hard", "lin", "quad", "dec"), "woverlap": _SOFT}
 MAX_EDIT = 1 << 27  # states^3 x domain: the work of sregular edit's insertions
 
 
@@ -262,14 +264,26 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
             count_cost(net, scope, [row[0]], lambda c, r=row: _cardinality(c, r, metric, base), f"{name}.{row[0]}")
     elif keyword == "sgcc":
         gcc_var(net, scope, p["bounds"], base, name)
-    elif keyword in ("wsame", "ssame"):
+    elif keyword in ("wsame", "ssame", "wsamegcc"):
         half = len(scope) // 2
-        left, right = (scope[:half], scope[half:]) if keyword == "wsame" else (p["vars1"], p["vars2"])
+        left, right = (p["vars1"], p["vars2"]) if keyword == "ssame" else (scope[:half], scope[half:])
+        bounds = {row[0]: row for row in p.get("bounds", ())}  # wsamegcc: each side's cardinalities
         for x in np.unique(np.concatenate(values)):
             a, b = counter(net, left, [x], f"{name}.{x}.l"), counter(net, right, [x], f"{name}.{x}.r")
             diff = net.values[a][:, None] - net.values[b][None, :]
-            net.add((a, b), lambda d=diff: violation(np.abs(d), metric, base) if keyword == "wsame"
-                    else scaled(np.maximum(d, 0), base))  # ssame: sum |diff| / 2 = the sum of the excesses
+            net.add((a, b), lambda d=diff: scaled(np.maximum(d, 0), base) if keyword == "ssame"
+                    else violation(np.abs(d), metric, base))  # ssame: sum |diff| / 2 = the sum of the excesses
+            for side in (a, b) if x in bounds else ():
+                net.add((side,), lambda c=side, r=bounds[x]: _cardinality(net.values[c], r, metric, base))
+    elif keyword == "woverlap":  # pairs (x_i, y_i) equal on a value other than 0, counted
+        half = len(scope) // 2
+        equal = [_indicator(net, x, y, lambda u, v: (u == v) & (v != 0), f"{name}.o{k}")
+                 for k, (x, y) in enumerate(zip(scope[:half], scope[half:]))]
+        linear(net, equal, [np.arange(2)] * half, [1] * half,
+               lambda s: violation(gap(s, p["comparator"], p["to"]), metric, base), name)
+    elif keyword in ("wdiverse", "whdiverse", "wtdiverse"):  # a Hamming distance at least `distance`
+        apart = [(net.values[v] != x).astype(np.int64) for v, x in zip(scope, p["values"])]
+        linear(net, scope, apart, [1] * len(scope), compare("ge", p["distance"]), name)
     elif keyword == "wregular":
         _wregular(net, scope, p, name)
     elif keyword == "sregular":
@@ -285,8 +299,10 @@ def _check(net: Network, keyword: str, scope: Sequence[int], p: dict) -> None:
         raise DecompositionError(f"metric {p.get('metric')!r} is not supported (read: {', '.join(METRICS[keyword])})")
     if "comparator" in p and p["comparator"] not in COMPARATORS:
         raise DecompositionError(f"comparator {p['comparator']!r} is none of {' '.join(COMPARATORS)}")
-    if keyword == "wsame" and len(scope) % 2:
-        raise DecompositionError(f"wsame needs a scope of even size, found {len(scope)}")
+    if keyword in ("wsame", "wsamegcc", "woverlap") and len(scope) % 2:
+        raise DecompositionError(f"{keyword} needs a scope of even size, found {len(scope)}")
+    if keyword in ("wdiverse", "whdiverse", "wtdiverse") and len(p["values"]) != len(scope):
+        raise DecompositionError(f"{keyword} needs a value per variable ({len(scope)}), found {len(p['values'])}")
     if keyword == "ssame" and (len(p["vars1"]) != len(p["vars2"]) or sorted(p["vars1"] + p["vars2"]) != sorted(scope)):
         raise DecompositionError("ssame needs two lists of equal size that split its scope")
     if keyword == "knapsack" and len(p["weights"]) != len(scope):
@@ -312,7 +328,7 @@ def _check(net: Network, keyword: str, scope: Sequence[int], p: dict) -> None:
         bad = [s for s in states if not 0 <= s < p["nb_states"]]
         if bad:
             raise DecompositionError(f"state {bad[0]} out of range (the automaton has {p['nb_states']} states)")
-    if keyword in ("walldiff", "walldifferent", "wsame", "ssame"):  # a counter chain per value
+    if keyword in ("walldiff", "walldifferent", "wsame", "ssame", "wsamegcc"):  # a counter chain per value
         count = max(net.variables[v].domain for v in scope) * len(scope)  # at most the count: no values made
         if count <= MAX_STATES:
             count = len(np.unique(np.concatenate([net.values[v] for v in scope]))) * len(scope)
@@ -335,6 +351,14 @@ def _cardinality(count: np.ndarray, row, metric: str, base: int) -> np.ndarray:
 def _pair_gap(sums: np.ndarray, right: np.ndarray, comparator: str) -> np.ndarray:
     """gap(sum, comparator, y) on the grid (sum values, y values): wvarsum's last variable is the bound."""
     return gap(sums[:, None], comparator, right[None, :])
+
+
+def _indicator(net: Network, x: int, y: int, test: Callable, name: str) -> int:
+    """An auxiliary variable (values 0, 1) equal to test(x's value, y's value)."""
+    flag = net.auxiliary(name, np.arange(2))
+    holds = test(net.values[x][:, None], net.values[y][None, :])
+    net.add((x, y, flag), lambda: np.where(holds[:, :, None] == (np.arange(2) == 1), 0, FORBIDDEN))
+    return flag
 
 
 def counter(net: Network, scope: Sequence[int], chosen, name: str) -> int:

@@ -47,8 +47,7 @@ MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s 
 # are decomposed).
 GLOBALS = ("salldiff", "alldiff")
 OTHER_GLOBALS = ("sregulardp", "sgrammar", "sgrammardp", "samongdp", "salldiffdp", "sgccdp", "max", "smaxdp",
-                 "MST", "smstdp", "wsamegcc", "woverlap", "wdiverse", "whdiverse", "wtdiverse", "knapsackp",
-                 "knapsackc", "knapsackv", "clique", "cfnconstraint", "slinear", "wcsp")
+                 "MST", "smstdp", "knapsackp", "knapsackc", "knapsackv", "clique", "cfnconstraint", "slinear", "wcsp")
 
 
 def read(path: str | Path) -> Problem:
@@ -224,11 +223,11 @@ def _global(t: Tokens, keyword: str, scope, domains) -> dict:
     p: dict = {}
     if keyword in decompose.METRICS:
         p["metric"] = t.word(f"{keyword} metric")
-    if keyword not in ("wregular", "knapsack"):
+    if keyword not in ("wregular", "knapsack", "wdiverse", "whdiverse", "wtdiverse"):
         p["cost"] = _cost(t, f"{keyword} cost")
-    if keyword in ("wsum", "wvarsum"):
+    if keyword in ("wsum", "wvarsum", "woverlap"):
         p["comparator"] = t.word("comparator")
-        if keyword == "wsum":
+        if keyword != "wvarsum":
             p["to"] = _param(t, "right-hand side")
     elif keyword == "samong":
         p["min"], p["max"] = _param(t, "lower bound"), _param(t, "upper bound")
@@ -237,7 +236,7 @@ def _global(t: Tokens, keyword: str, scope, domains) -> dict:
         p["values"] = _list(t, "value", lambda: _param(t, "value"))
         if keyword == "wamong":
             p["min"], p["max"] = _param(t, "lower bound"), _param(t, "upper bound")
-    elif keyword in ("wgcc", "sgcc"):
+    elif keyword in ("wgcc", "sgcc", "wsamegcc"):
         weights = 2 if p["metric"] == "wdec" else 0  # shortage and excess weights
         p["bounds"] = _list(t, "value", lambda: [_param(t, "value"), _param(t, "lower bound"), _param(t, "upper bound"),
                                                  *(_cost(t, "weight") for _ in range(weights))])
@@ -249,6 +248,9 @@ def _global(t: Tokens, keyword: str, scope, domains) -> dict:
     elif keyword == "knapsack":
         p["capacity"] = _param(t, "capacity")
         p["weights"] = [_param(t, "weight") for _ in scope]
+    elif keyword in ("wdiverse", "whdiverse", "wtdiverse"):
+        p["distance"] = _param(t, "distance")
+        p["values"] = [_param(t, "value") for _ in scope]
     return p
 
 

@@ -125,19 +125,35 @@ def random_global(rng, kind, n, domains):
             return sum(s * r[3] + e * r[4] for s, e, r in zip(short, excess, rows))
 
         return text, cardinality
-    if kind in ("wsame", "ssame"):
+    if kind in ("wsame", "ssame", "wsamegcc"):
         half = n // 2
+        rows = [(x, low, low + int(rng.integers(0, 2))) for x, low in zip(values, rng.integers(0, 2, len(values)))]
 
         def same(a):
             left, right = a[:half], a[half:]
             diffs = [left.count(x) - right.count(x) for x in set(a)]
-            if kind == "wsame":
-                return sum(unit(abs(d), metric, base) for d in diffs)
-            return base * sum(abs(d) for d in diffs) // 2
+            if kind == "ssame":
+                return base * sum(abs(d) for d in diffs) // 2
+            cost = sum(unit(abs(d), metric, base) for d in diffs)
+            if kind == "wsamegcc":  # each side within the bounds
+                cost += sum(unit(max(0, r[1] - side.count(r[0]), side.count(r[0]) - r[2]), metric, base)
+                            for r in rows for side in (left, right))
+            return cost
 
-        text = f"wsame {metric} {base}" if kind == "wsame" else \
-            f"ssame {base} {half} {half} {' '.join(map(str, range(2 * half)))}"
-        return text, same
+        text = {"wsame": f"wsame {metric} {base}",
+                "ssame": f"ssame {base} {half} {half} {' '.join(map(str, range(n)))}",
+                "wsamegcc": f"wsamegcc {metric} {base} {len(rows)} " + " ".join(" ".join(map(str, r)) for r in rows)}
+        return text[kind], same
+    if kind == "woverlap":
+        comparator, rhs = str(rng.choice(list(decompose.COMPARATORS))), int(rng.integers(0, n // 2 + 2))
+        return (f"woverlap {metric} {base} {comparator} {rhs}",
+                lambda a: unit(wsum_gap(sum(x == y != 0 for x, y in zip(a[:n // 2], a[n // 2:])), comparator, rhs),
+                               metric, base))
+    if kind == "wdiverse":
+        # distance >= 1: at 0 (no constraint) pytoulbar2's wtdiverse forces the given values
+        given, distance = [int(rng.integers(0, d)) for d in domains], int(rng.integers(1, n + 1))
+        return (f"{rng.choice(['wdiverse', 'whdiverse', 'wtdiverse'])} {distance} {' '.join(map(str, given))}",
+                lambda a: 0 if sum(x != g for x, g in zip(a, given)) >= distance else INF)
     if kind in ("wregular", "sregular"):
         q = int(rng.integers(1, 4))
         starts = sorted({int(s) for s in rng.integers(0, q, size=int(rng.integers(1, 3)))})
@@ -211,15 +227,16 @@ def edit_distance(a, q, starts, ends, moves, base):
     return min(dist[len(a)][f] for f in ends)
 
 
-KINDS = ["wsum", "wamong", "samong", "walldiff", "wgcc", "sgcc", "wsame", "ssame", "wregular", "sregular",
-         "knapsack", "wvarsum", "wvaramong"]
+KINDS = ["wsum", "wamong", "samong", "walldiff", "wgcc", "sgcc", "wsame", "ssame", "wsamegcc", "woverlap", "wregular",
+         "sregular", "knapsack", "wvarsum", "wvaramong", "wdiverse"]
 
 
 def global_instance(kind, seed, tmp_path):
     """A random wcsp file of unary costs and one `kind` global over every variable; its cost of each
     assignment."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 6)) // 2 * 2 if kind in ("wsame", "ssame") else int(rng.integers(1, 5))
+    paired = kind in ("wsame", "ssame", "wsamegcc", "woverlap")
+    n = int(rng.integers(2, 6)) // 2 * 2 if paired else int(rng.integers(1, 5))
     n = max(n, 2)
     domains = [int(d) for d in rng.integers(2, 4, size=n)]
     text, cost = random_global(rng, kind, n, domains)
@@ -431,7 +448,9 @@ VALIDATION = ["decomposable/B1-LU04-dec.wcsp", "decomposable/walldiff_simple.wcs
               "decomposable/wsum_hardc.cfn", "decomposable/wsum_linc.cfn", "decomposable/wsum_quadc.cfn",
               "decomposable/wvaramongc.cfn", "decomposable/wvarsum.cfn", "default/knapsack.wcsp",
               "default/knapsackc.cfn", "default/latin.wcsp", "default/sgcc1.cfn", "default/sgcc2.cfn",
-              "default/ssame.cfn", "default/sregular.cfn", "default/samong.cfn"]
+              "default/ssame.cfn", "default/sregular.cfn", "default/samong.cfn", "decomposable/wdiverse.wcsp",
+              "decomposable/wdiversec.cfn", "decomposable/woverlap.wcsp", "decomposable/woverlapc.cfn",
+              "decomposable/wsamegcc_simple.wcsp", "decomposable/wsamegcc.cfn"]
 
 
 @pytest.mark.parametrize("name", VALIDATION)
@@ -445,7 +464,8 @@ def test_toulbar2_validation_files_solve_to_their_ub(name):
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("2 0 1 -1 woverlap hard 10 == 1", "global cost function woverlap is not supported"),
+    ("2 0 1 -1 wgrammar hard 10 == 1", "unsupported cost function keyword wgrammar"),
+    ("2 0 1 -1 sgrammar var 1", "global cost function sgrammar is not supported"),
     ("2 0 1 -1 sregular hamming 1 1 1 0 1 0 1 0 0 0", "metric 'hamming' is not supported"),
     ("2 0 1 -1 wregular 2 1 0 0 1 3 0 1 0 0 0 0", "state 3 out of range"),
     ("2 0 1 -1 wsum lin 1 =< 2", "comparator '=<' is none of"),
@@ -474,11 +494,12 @@ def test_large_decompositions_are_refused_before_they_are_made(tmp_path):
     ("type:wsum params:{metric:lin cost:1 comparator:\"<=\"}", "wsum: its params lack 'to'"),
     ("type:wregular params:{nb_states:2 starts:[0] ends:[[1 0]] transitions:[]}", "starts rows are 2 numbers"),
     ("type:\">=\" params:[1]", "needs a scope of 2 variables and parameters cst, delta"),
-    ("type:wdiverse params:{distance:1 values:[0 1]}", "global cost function wdiverse is not supported"),
+    ("type:sgrammar params:{metric:var cost:1}", "global cost function sgrammar is not supported"),
 ])
 def test_cfn_refusals_name_the_function(function, fragment, tmp_path):
     path = tmp_path / "bad.cfn"
-    path.write_text(f'{{problem:{{name:t mustbe:"<10"}} variables:{{a:2 b:2}}\nfunctions:{{f:{{scope:[a b] {function}}}}}}}')
+    header = '{problem:{name:t mustbe:"<10"} variables:{a:2 b:2}'
+    path.write_text(f"{header}\nfunctions:{{f:{{scope:[a b] {function}}}}}}}")
     with pytest.raises(ParseError) as info:
         read(path)
     assert str(info.value).startswith(f"{path}:2: cost function f:") and fragment in str(info.value)
