@@ -478,7 +478,15 @@ class _Reader:
                 self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
         elif kind == "expression":
             text = o.text if o.find("list") is None else self._child_text(o, "list")
-            scope, value = self._evaluate(self._expression(text))
+            tree = self._expression(text)
+            form = _linear(tree)
+            if form is not None and len(form[0]) > 1:  # a sum of terms: a cost per variable, not one table
+                for v, a in form[0].items():
+                    self._guard((len(self.values[v]),))
+                    self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
+                self.functions.append(CostFunction((), self._costs(np.array(form[1], dtype=object), self.sense)))
+                return
+            scope, value = self._evaluate(tree)
             self._table(scope, self._costs(value, self.sense))
         else:
             raise self.error(f"objective type {quote(kind)} is not supported (sum or an expression)")
@@ -528,6 +536,40 @@ class _Reader:
             return int(text)
         except ValueError:
             raise self.error(f"expected an integer, found {quote(text)}") from None
+
+
+def _linear(tree) -> tuple[dict[int, int], int] | None:
+    """({variable: coefficient}, constant) of an expression that is a linear form (add, sub, neg,
+    mul by a constant), else None."""
+    if isinstance(tree, int):
+        return {}, tree
+    if tree[0] == "var":
+        return {tree[1]: 1}, 0
+    forms = [_linear(arg) for arg in tree[1]]
+    if None in forms:
+        return None
+    if tree[0] == "neg" and len(forms) == 1:
+        return _scale(forms[0], -1)
+    if tree[0] == "sub" and len(forms) == 2:
+        return _plus([forms[0], _scale(forms[1], -1)])
+    if tree[0] == "add":
+        return _plus(forms)
+    if tree[0] == "mul" and len(forms) == 2 and not (forms[0][0] and forms[1][0]):
+        (terms, const), factor = (forms[0], forms[1][1]) if forms[0][0] else (forms[1], forms[0][1])
+        return _scale((terms, const), factor)
+    return None
+
+
+def _plus(forms) -> tuple[dict[int, int], int]:
+    terms: dict[int, int] = {}
+    for t, _ in forms:
+        for v, a in t.items():
+            terms[v] = terms.get(v, 0) + a
+    return terms, sum(c for _, c in forms)
+
+
+def _scale(form, factor: int) -> tuple[dict[int, int], int]:
+    return {v: a * factor for v, a in form[0].items()}, form[1] * factor
 
 
 def _name(ident: str, cell: tuple) -> str:

@@ -546,7 +546,28 @@ def schedule_best():
     return best
 
 
+OBJECTIVE = [1, 2, -1, 3, -1, 1, -2, 1, 1, -1, 1, 2]  # pycsp3 writes x[0] + 2 * x[1] - ... as an expression
+
+
+def expression_best():
+    """min sum OBJECTIVE[i] x_i + 3 with sum x_i = 20, x_i in 0..4: a dynamic program over the sums."""
+    best = {0: 0}
+    for c in OBJECTIVE:
+        nxt = {}
+        for total, value in best.items():
+            for x in range(5):
+                nxt[total + x] = min(nxt.get(total + x, INF), value + c * x)
+        best = nxt
+    return best[20] + 3
+
+
 PYCSP3 = {
+    "expression": (f"""
+        x = VarArray(size=12, dom=range(5))
+        satisfy(Sum(x) == 20)
+        minimize(x[0] + 2 * x[1] - x[2] + 3 * x[3] - x[4] + x[5] - 2 * x[6] + x[7] + x[8] - x[9] + x[10]
+                 + 2 * x[11] + 3)
+        """, expression_best),
     "knapsack": (f"""
         x = VarArray(size=8, dom=range(4))
         satisfy(Sum(x[i] * {WEIGHTS}[i] for i in range(8)) <= {CAPACITY})
@@ -571,7 +592,8 @@ PYCSP3 = {
 @pytest.mark.parametrize("name", sorted(PYCSP3))
 def test_pycsp3_sum_models_solve_to_the_enumerated_optimum(name, tmp_path):
     """The knapsack's and the schedule's objective and constraint sums are chains of partial sums
-    (their whole tables have more than DIRECT_ENTRIES entries); the magic square's are tables."""
+    (their whole tables have more than DIRECT_ENTRIES entries); the magic square's are tables; the
+    expression's objective, a linear form, costs per variable."""
     pytest.importorskip("pycsp3")  # compiled in a child: pycsp3 writes its file at exit
     import subprocess
     import sys
