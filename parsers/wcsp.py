@@ -47,7 +47,8 @@ MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s 
 # are decomposed).
 GLOBALS = ("salldiff", "alldiff")
 OTHER_GLOBALS = ("sregulardp", "sgrammar", "sgrammardp", "samongdp", "salldiffdp", "sgccdp", "max", "smaxdp",
-                 "MST", "smstdp", "knapsackp", "knapsackc", "knapsackv", "clique", "cfnconstraint", "slinear", "wcsp")
+                 "MST", "smstdp", "knapsackp", "knapsackc", "knapsackv", "clique", "cfnconstraint", "slinear",
+                 "salldiffkp", "gcc", "wcsp")
 
 
 def read(path: str | Path) -> Problem:
