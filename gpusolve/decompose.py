@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .model import FORBIDDEN, CostFunction, TupleFunction, Variable
-from .parsers.tables import Labels, charge, linear_sum, too_large
+from .parsers.tables import MAX_LINEAR, Labels, charge, linear_sum, too_large
 
 MAX_STATES = 1 << 20  # values of one auxiliary variable
 MAX_ENTRIES = 1 << 24  # entries of one automaton table
 LISTED = 1 << 16  # entries above which a partial sum's step is kept as its tuples
-DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table
+DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table (whole_table)
 MAX_WEIGHT = 1 << 62  # |sum| of a linear constraint: exact int64 arithmetic ends there
 SEMANTICS = ("hard", "lin", "quad", "var", "dec")
 COMPARATORS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -139,9 +139,9 @@ def compare(op: str, right) -> Callable[[np.ndarray], np.ndarray]:
 def linear(net: Network, scope: Sequence[int], values: Sequence[np.ndarray], coeffs: Sequence[int], cost: Callable,
            name: str) -> None:
     """cost(s) for s = sum_k coeffs[k] * values[k][x_k] (`values[k]`: an integer per domain index of
-    scope[k]; cost maps an array of sums to costs, FORBIDDEN where forbidden). A small whole table
-    stays one table, its sums exact even beyond int64; a longer sum becomes a chain of partial sums."""
-    if math.prod(len(v) for v in values) <= DIRECT_ENTRIES:
+    scope[k]; cost maps an array of sums to costs, FORBIDDEN where forbidden): one table, its sums
+    exact even beyond int64, where `whole_table` says so, else a chain of partial sums."""
+    if whole_table(values, coeffs):
         sums = linear_sum(list(values), list(coeffs))
         if isinstance(sums, str):
             raise DecompositionError(sums)
@@ -149,6 +149,30 @@ def linear(net: Network, scope: Sequence[int], values: Sequence[np.ndarray], coe
         return
     total = partial_sums(net, scope, times(values, coeffs), name, lambda sums: cost(sums) < FORBIDDEN)
     net.add((total,), lambda: cost(net.values[total]))
+
+
+def whole_table(values: Sequence[np.ndarray], coeffs: Sequence[int]) -> bool:
+    """Whether a linear constraint is better as its whole table: one of at most DIRECT_ENTRIES
+    entries, or, up to MAX_LINEAR, no larger than the largest step (s, x, s') of its chain before
+    pruning (a binary x - y <= c over large domains), or whose chain's sums would leave int64 (the
+    table's are exact)."""
+    entries = math.prod(len(v) for v in values)
+    if entries <= DIRECT_ENTRIES or len(values) < 2:
+        return True
+    if entries > MAX_LINEAR:  # linear_sum's limit
+        return False
+    try:
+        weights = times(values, coeffs)
+    except DecompositionError:
+        return True
+    reach, largest = np.unique(weights[0]), 0
+    for w in weights[1:]:
+        if len(reach) * len(w) > MAX_STATES:
+            return False
+        after = np.unique(reach[:, None] + w[None, :])
+        largest = max(largest, len(reach) * len(w) * len(after))
+        reach = after
+    return entries <= largest
 
 
 def partial_sums(net: Network, scope: Sequence[int], weights: Sequence[np.ndarray], name: str,

@@ -256,8 +256,13 @@ def global_instance(kind, seed, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_toulbar2_globals_equal_their_whole_table(kind, tmp_path):
+def test_toulbar2_globals_equal_their_whole_table(kind, tmp_path, monkeypatch):
+    """Sums and counts as chains (two seeds in three; one of them with steps kept as tuples) or, as
+    these small ones are read, as one table."""
+    as_read = decompose.whole_table
     for seed in SEEDS:
+        monkeypatch.setattr(decompose, "whole_table", lambda values, coeffs: seed % 3 == 0 and as_read(values, coeffs))
+        monkeypatch.setattr(decompose, "LISTED", 0 if seed % 3 == 2 else 1 << 16)
         path, cost = global_instance(kind, seed, tmp_path)
         problem = read(path)
         expected = oracle_table(problem, cost)
@@ -318,7 +323,7 @@ def xcsp3(tmp_path, domains, constraints):
 def test_linear_chains_equal_their_whole_table(tmp_path, monkeypatch):
     """Every sum decomposed (no whole table), pruned partial sums included, against Python's sum; every
     other one with its steps kept as tuples."""
-    monkeypatch.setattr(decompose, "DIRECT_ENTRIES", 1)
+    monkeypatch.setattr(decompose, "whole_table", lambda values, coeffs: False)
     for seed in SEEDS:
         monkeypatch.setattr(decompose, "LISTED", 0 if seed % 2 else 1 << 16)
         rng = np.random.default_rng(seed)
@@ -382,7 +387,7 @@ FZN_CHECKS = {
 
 @pytest.mark.parametrize("constraint", sorted(FZN_CHECKS))
 def test_flatzinc_constraints_equal_their_whole_table(constraint, tmp_path, monkeypatch):
-    monkeypatch.setattr(decompose, "DIRECT_ENTRIES", 1)
+    monkeypatch.setattr(decompose, "whole_table", lambda values, coeffs: False)
     path = tmp_path / "m.fzn"
     path.write_text(f"var -1..3: x;\nvar -2..2: y;\nvar -3..4: z;\nvar bool: b;\nconstraint {constraint};\n"
                     "solve satisfy;\n")
@@ -639,3 +644,13 @@ def test_flatzinc_sum_models_solve_to_the_enumerated_optimum(name, tmp_path):
     path.write_text(text)
     result = run(path)
     assert result.status == "optimal" and result.upper_bound == best(), result
+
+
+def test_binary_comparisons_over_large_domains_stay_one_table(tmp_path):
+    """x <= y and y - x <= 3 over 100 values: a binary table of 10^4 entries is smaller than any chain
+    (one with 199 partial sums has a step of 2 x 10^6): no auxiliary variable."""
+    path = tmp_path / "b.fzn"
+    path.write_text("var 0..99: x;\nvar 0..99: y;\nconstraint int_le(x, y);\n"
+                    "constraint int_lin_le([1, -1], [y, x], 3);\nsolve maximize y;\n")
+    problem = read(path)
+    assert not any(v.auxiliary for v in problem.variables) and sorted(f.arity for f in problem.functions) == [1, 2, 2]
