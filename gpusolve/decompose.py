@@ -16,7 +16,9 @@ Costs follow toulbar2 (src/core/tb2globaldecomposable.cpp, the flow- and DP-base
 evalOriginal): a violation `gap` costs `base` (hard), `base * gap` (lin, var, dec) or
 `base * gap^2` (quad), FORBIDDEN from int64's end on. A decomposition that would take more than
 MAX_STATES partial sums, or an automaton whose tables would have more than MAX_ENTRIES entries,
-is refused (DecompositionError) with the reason.
+is refused (DecompositionError) with the reason. The CP models' constraints (XCSP3, FlatZinc) are
+decomposed here too: `linear` (a sum and a condition), `reified` (its truth as a 0/1 variable),
+`element` (a table per list entry).
 """
 from __future__ import annotations
 
@@ -33,8 +35,7 @@ MAX_ENTRIES = 1 << 24  # entries of one automaton table
 LISTED = 1 << 16  # entries above which a partial sum's step is kept as its tuples
 DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table (whole_table)
 MAX_WEIGHT = 1 << 62  # |sum| of a linear constraint: exact int64 arithmetic ends there
-SEMANTICS = ("hard", "lin", "quad", "var", "dec")
-COMPARATORS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+COMPARATORS = ("==", "!=", "<", "<=", ">", ">=")  # toulbar2's, in wsum, wvarsum, woverlap
 
 
 class DecompositionError(ValueError):
