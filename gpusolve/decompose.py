@@ -115,8 +115,9 @@ def violation(gap, semantics: str, base: int) -> np.ndarray:
     return scaled(gap * gap if semantics == "quad" else gap, base)
 
 
-def gap(sums: np.ndarray, comparator: str, rhs: int) -> np.ndarray:
-    """How far `sums` are from `sums comparator rhs`, as toulbar2's wsum measures it."""
+def gap(sums: np.ndarray, comparator: str, rhs) -> np.ndarray:
+    """How far `sums` are from `sums comparator rhs` (a number, or an array broadcast with them), as
+    toulbar2's wsum measures it."""
     if comparator == "==":
         return np.abs(sums - rhs)
     if comparator == "!=":
@@ -266,15 +267,13 @@ def toulbar2(net: Network, keyword: str, scope: Sequence[int], p: dict, name: st
     _check(net, keyword, scope, p)
     values = [net.values[v] for v in scope]
     metric, base = p.get("metric", "hard"), p.get("cost", FORBIDDEN)
-    if keyword in ("wsum", "wvarsum"):
-        terms = scope if keyword == "wsum" else scope[:-1]
-        if keyword == "wsum":
-            linear(net, terms, values, [1] * len(terms), lambda s: violation(gap(s, p["comparator"], p["to"]), metric,
-                                                                              base), name)
-            return
-        total, last = partial_sums(net, terms, values[:-1], name), scope[-1]
-        net.add((total, last), lambda: violation(_pair_gap(net.values[total], net.values[last], p["comparator"]),
-                                                 metric, base))
+    if keyword == "wsum":
+        linear(net, scope, values, [1] * len(scope),
+               lambda s: violation(gap(s, p["comparator"], p["to"]), metric, base), name)
+    elif keyword == "wvarsum":  # the last variable is the right-hand side
+        total, last = partial_sums(net, scope[:-1], values[:-1], name), scope[-1]
+        net.add((total, last), lambda: violation(gap(net.values[total][:, None], p["comparator"],
+                                                     net.values[last][None, :]), metric, base))
     elif keyword in ("wamong", "samong"):
         count_cost(net, scope, p["values"], lambda c: violation(np.maximum(np.maximum(p["min"] - c, c - p["max"]), 0),
                                                                  metric, base), name)
@@ -371,11 +370,6 @@ def _cardinality(count: np.ndarray, row, metric: str, base: int) -> np.ndarray:
         short, excess = scaled(np.maximum(low - count, 0), row[3]), scaled(np.maximum(count - high, 0), row[4])
         return np.where((short == FORBIDDEN) | (excess == FORBIDDEN), FORBIDDEN, short + excess)
     return violation(np.maximum(np.maximum(low - count, count - high), 0), "lin" if metric == "dec" else metric, base)
-
-
-def _pair_gap(sums: np.ndarray, right: np.ndarray, comparator: str) -> np.ndarray:
-    """gap(sum, comparator, y) on the grid (sum values, y values): wvarsum's last variable is the bound."""
-    return gap(sums[:, None], comparator, right[None, :])
 
 
 def _indicator(net: Network, x: int, y: int, test: Callable, name: str) -> int:
