@@ -124,9 +124,9 @@ def test_cfn_freedoms_names_and_maximisation(tmp_path):
      "value c is not in the domain"),
     ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] costs [1 zz]}}}", "found 'zz'"),
     ("{problem {name a mustbe 5} variables {x 2} functions {}}", "mustbe"),
-    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] type salldiff params []}}}",
-     "not supported"),
-    ("{problem {name a mustbe <5} variables {x 2}", "unclosed"),
+    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] type sgcc params []}}}",
+     "global cost function sgcc is not supported"),
+    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] costs [1 2]}", "unclosed"),
     ("{problem {name a mustbe <5} variables {x -5} functions {}}", "interval"),
 ])
 def test_cfn_errors_are_one_line_with_the_line(tmp_path, text, message):
