@@ -38,7 +38,7 @@ from gpusolve.model import (FORBIDDEN, MAX_TOP, AllDifferent, CostFunction, Mode
 from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
-from .wcsp import ARITHMETIC, MAX_PARAM, OTHER_GLOBALS, _arithmetic
+from .wcsp import ARITHMETIC, MAX_PARAM, _arithmetic
 
 # toulbar2's words: what is left between blanks, quotes, colons and commas; braces are words of their own
 TOKEN = re.compile(r'[{}\[\]]|[^\s":,{}\[\]]+')
@@ -49,8 +49,11 @@ MAX_DECIMALS = 18
 # What the tree keeps per token (the Atom, its text, the list entry: ~150 bytes measured with
 # tracemalloc), and a value name's index entry later.
 TOKEN_BYTES = 192
-# toulbar2's global cost functions in CFN beyond those of .wcsp (refused by name like them)
-CFN_ONLY_GLOBALS = ("salldiffkp", "gcc")
+# the global cost functions toulbar2 reads in CFN (tb2reader.cpp's GCFTemplates, and alldiff, gcc)
+TOULBAR2_GLOBALS = ("clique", "knapsack", "knapsackv", "cfnconstraint", "salldiff", "sgcc", "ssame", "sregular",
+                    "sregulardp", "sgrammar", "sgrammardp", "samong", "samongdp", "salldiffdp", "salldiffkp", "sgccdp",
+                    "max", "smaxdp", "MST", "smstdp", "wregular", "walldiff", "wgcc", "wsame", "wsamegcc", "wamong",
+                    "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse", "whdiverse", "wtdiverse", "alldiff", "gcc")
 
 
 @dataclass
@@ -334,7 +337,7 @@ class _Reader:
             return self._arithmetic(scope, kind, params, name)
         if kind.text in ("salldiff", "alldiff"):
             return self._alldiff(scope, kind, params, name)
-        if kind.text in OTHER_GLOBALS + CFN_ONLY_GLOBALS:
+        if kind.text in TOULBAR2_GLOBALS:
             raise self.error(kind, f"cost function {name}: global cost function {kind.text} is not supported "
                                    "(only salldiff, alldiff and the arithmetic ones)")
         raise self.error(kind, f"cost function {name}: unknown type {quote(kind.text)}")

@@ -46,7 +46,7 @@ OTHER_GLOBALS = ("sgcc", "ssame", "sregular", "sregulardp", "sgrammar", "sgramma
                  "salldiffdp", "sgccdp", "max", "smaxdp", "MST", "smstdp", "wregular", "walldiff", "wgcc",
                  "wsame", "wsamegcc", "wamong", "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse",
                  "whdiverse", "wtdiverse", "knapsack", "knapsackp", "knapsackc", "knapsackv", "clique",
-                 "cfnconstraint", "slinear", "sdisj")
+                 "cfnconstraint", "slinear", "sdisj", "salldiffkp", "gcc", "wcsp")
 
 
 def read(path: str | Path) -> Problem:
