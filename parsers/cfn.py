@@ -308,7 +308,9 @@ class _Reader:
             default = items[pos]
             pos += 1
         if tag("type"):
-            kind = items[pos] if pos < len(items) else None
+            if pos == len(items):
+                raise self.error(body, f"cost function {name}: no type")
+            kind = items[pos]
             pos += 1
             tag("params")
         elif not tag("costs") and pos + 1 < len(items) and isinstance(items[pos], Atom):

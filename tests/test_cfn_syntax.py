@@ -4,6 +4,7 @@ syntax, and the errors, one line naming FILE:LINE."""
 import gzip
 import json
 import lzma
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -280,6 +281,7 @@ HEAD = "{ problem { name e mustbe <10 }\n  variables { x [a b] y 2 }\n  function
     ("    f { scope [x]\n costs [1 2 3] } } }\n", 5, "3 costs, expected 2"),
     ("    f { scope [x] costs [1 1e5] } } }\n", 4, "found '1e5'"),
     ("    f { scope [x y] type foo params [] } } }\n", 4, "unknown type 'foo'"),
+    ("    f { scope [x y] type } } }\n", 4, "no type"),
     ("    f { scope [x y]\n type sgcc params {metric var cost 1 bounds []} } } }\n", 5,
      "global cost function sgcc is not supported"),
     ("    f { scope [x y] defaultcost 0 costs [a 1 5\n a 1 6] } } }\n", 5, "a tuple is given twice"),
@@ -308,3 +310,31 @@ def test_the_cli_refuses_a_bad_file_with_one_line_and_exit_code_2(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"{path}:4: cost function f: global cost function wregular is not "
                                              "supported (only salldiff, alldiff and the arithmetic ones)"]
+
+
+WORDS = ["{", "}", "[", "]", "problem", "variables", "functions", "name", "mustbe", "scope", "costs", "defaultcost",
+         "type", "params", "x", "y", "z", "a", "f", "0", "1", "2", "-1", "0.5", "<10", ">-1.5", "inf", "salldiff",
+         "alldiff", ">=", "disj", "metric", "var", "cost", "exceptedvalues", "deltacosts", "wregular", "1e3", "#"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 200), st.sampled_from(["delete", "insert", "replace"]),
+                          st.sampled_from(WORDS)), max_size=6),
+       st.sampled_from([" ", "\n", ":", ",", '"', "\n# c\n"]))
+def test_a_mangled_file_is_read_or_refused_with_file_and_line(tmp_path_factory, edits, separator):
+    """Words deleted, inserted or replaced anywhere in a good file: a model or a ParseError, nothing else."""
+    words = re.findall(r'[{}\[\]]|[^\s":,{}\[\]]+', json.dumps(edit(STRICT, a={"scope": ["x", "y", "z"],
+                                                                              "type": "salldiff",
+                                                                              "params": {"metric": "var", "cost": 2}})))
+    for at, op, word in edits:
+        at %= len(words) + 1
+        if op == "insert":
+            words.insert(at, word)
+        elif words[at:]:
+            words[at:at + 1] = [] if op == "delete" else [word]
+    path = tmp_path_factory.mktemp("mangled") / "m.cfn"
+    path.write_text(separator.join(words) + "\n")
+    try:
+        read(path)
+    except ParseError as e:
+        assert str(e).startswith(f"{path}")
