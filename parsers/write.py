@@ -74,10 +74,10 @@ def write_uai(problem: Problem, path: str | Path) -> None:
 def write_cfn(problem: Problem, path: str | Path) -> None:
     """toulbar2's CFN: named variables and values (when the model has them), dense cost lists,
     `mustbe` "<top" (or ">bound" when maximising, see `_cfn_bound`), forbidden entries as `inf`, the
-    offset as a 0-ary function, AllDifferents
-    left out of the tables as toulbar2's `salldiff` (or `alldiff` with excepted values); ValueError for
-    one toulbar2 cannot express (values other than the domain indices, a soft one with excepted values,
-    any when maximising: toulbar2 takes no negative violation cost)."""
+    offset as a 0-ary function, AllDifferents left out of the tables as toulbar2's `salldiff` (or
+    `alldiff` with excepted values); ValueError for one toulbar2 cannot express (values other than the
+    domain indices, a soft one with excepted values, any when maximising: toulbar2 takes no negative
+    violation cost)."""
     if not problem.integer:
         raise ValueError(".cfn is written for integer costs: write this problem as .uai")
     globals_ = [g for g in problem.globals if not g.tabled]
