@@ -1,52 +1,68 @@
 """toulbar2's CFN reader (.cfn, the format toulbar2 documents first).
 
 A JSON-like object `{problem: {name, mustbe}, variables: {...}, functions: {...}}`
-with toulbar2's freedoms: unquoted strings, optional commas and colons, `{}`
-and `[]` interchangeable, `#` comment lines. `mustbe` is `<UB` (minimise; a
-total cost >= UB is forbidden) or `>LB` (maximise; <= LB forbidden); its
-decimals set the precision of every cost (finer costs are truncated, as
-toulbar2 does). Variables carry value names or a
-domain size; functions are dense cost lists, sparse `defaultcost` + tuples
-(value names or indices), or the table of a function defined later in the
-file, named in place of the costs (toulbar2 reads a reference to an earlier
-one as no function at all; we refuse it).
-Global and arithmetic functions (`type` and `params`): toulbar2's binary arithmetic
-ones become tables, the globals of decompose.TOULBAR2 tables over auxiliary variables
-(decompose.py); others are refused by name. What the file
-declares is charged to the reading budget before it is allocated (tables.charge):
-the tokens line by line, the variables, and every table, sparse ones and
-references made dense only once the whole file is charged.
+read as toulbar2 reads it (tb2reader.cpp, CFNStreamReader): blanks, double quotes,
+colons and commas all only separate words, so quotes and commas are optional
+and `"type:"` is the word `type`; `{}` and `[]` are interchangeable; a line
+starting with `#` and the rest of a line after `//` are comments. Every object
+may also be written without its keys, in order (`{name <12.100}`, `[3 2]`,
+`{[x y] 0 [a 1 5]}`); the closing brace of the whole object may be missing, as
+in toulbar2's own tutorials (the functions' object must be closed).
+`mustbe` is `<UB` (minimise; a total cost >= UB is forbidden) or `>LB`
+(maximise; <= LB forbidden); its decimals set the precision of every cost
+(finer costs are truncated, as toulbar2 does). `inf` is a forbidden cost.
+Variables carry value names or a domain size, named or not; functions, named
+or not, are dense cost lists, sparse `defaultcost` + tuples (value names or
+indices), the table of a function defined later in the file, named in place of
+the costs (toulbar2 reads a reference to an earlier one as no function at all;
+we refuse it), or a `type` with `params`: the arithmetic functions (integer
+costs, minimisation, as in toulbar2) and `salldiff`/`alldiff` are read, the
+globals of decompose.TOULBAR2 become tables over auxiliary variables
+(decompose.py), other global cost functions are refused by name. What the file declares is charged
+to the reading budget before it is allocated (tables.charge): the tokens line
+by line, the variables, and every table, sparse ones and references made dense
+only once the whole file is charged.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from . import decompose
-from .decompose import DecompositionError, Indices, Network
-from gpusolve.model.problem import MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
+from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithmetic
+from gpusolve.model.problem import (FORBIDDEN, MAX_TOP, AllDifferent, CostFunction, ModelError, Problem, Variable,
+                            finalize_integer)
 
 from .errors import ParseError, quote
 from .source import read_lines, split_compression
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
+from .wcsp import MAX_PARAM
 
-TOKEN = re.compile(r'"([^"]*)"|([{}\[\]])|([^\s{}\[\]",:]+)')
+# toulbar2's words: what is left between blanks, quotes, colons and commas; braces are words of their own
+TOKEN = re.compile(r'[{}\[\]]|[^\s":,{}\[\]]+')
 NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")  # linear: no two ways to split the digits
+NUMBER_START = "0123456789-+."  # a word starting so is a number, never a name (the format's rule)
+INFINITY = "inf"  # the forbidden cost
 MAX_DECIMALS = 18
 # What the tree keeps per token (the Atom, its text, the list entry: ~150 bytes measured with
 # tracemalloc), and a value name's index entry later.
 TOKEN_BYTES = 192
+# the global cost functions toulbar2 reads in CFN (tb2reader.cpp's GCFTemplates, and alldiff, gcc)
+TOULBAR2_GLOBALS = ("clique", "knapsack", "knapsackv", "cfnconstraint", "salldiff", "sgcc", "ssame", "sregular",
+                    "sregulardp", "sgrammar", "sgrammardp", "samong", "samongdp", "salldiffdp", "salldiffkp", "sgccdp",
+                    "max", "smaxdp", "MST", "smstdp", "wregular", "walldiff", "wgcc", "wsame", "wsamegcc", "wamong",
+                    "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse", "whdiverse", "wtdiverse", "alldiff", "gcc")
 
 
 @dataclass
 class Atom:
     text: str
     line: int
-    quoted: bool = False
 
 
 @dataclass
@@ -67,25 +83,31 @@ def _tree(path) -> Group:
         if text.startswith("#"):
             continue
         count = 0
-        for count, m in enumerate(TOKEN.finditer(text), 1):
-            quoted, bracket, word = m.groups()
-            if bracket in ("{", "["):
+        for count, m in enumerate(TOKEN.finditer(text.partition("//")[0]), 1):
+            word = m.group()
+            if word in ("{", "["):
                 stack.append(Group([], lineno))
-            elif bracket:
+            elif word in ("}", "]"):
                 if len(stack) == 1:
-                    raise ParseError(path, lineno, f"unbalanced {bracket!r}")
+                    raise ParseError(path, lineno, f"unbalanced {word!r}")
                 group = stack.pop()
                 stack[-1].items.append(group)
             else:
-                stack[-1].items.append(Atom(quoted if quoted is not None else word, lineno, quoted is not None))
+                stack[-1].items.append(Atom(word, lineno))
         message = charge(count * TOKEN_BYTES, f"{count:,} tokens")  # checked line by line: a line's worth late
         if message:
             raise ParseError(path, lineno, message)
-    if len(stack) > 1:
+    if len(stack) > 2:
         raise ParseError(path, stack[-1].line, "unclosed '{' or '[' opened here")
+    if len(stack) == 2:  # the whole object left open: toulbar2 stops reading after the functions
+        stack[0].items.append(stack.pop())
     if len(stack[0].items) != 1 or not isinstance(stack[0].items[0], Group):
         raise ParseError(path, 1, "a CFN file holds one object {problem, variables, functions}")
     return stack[0].items[0]
+
+
+def _is_number(item) -> bool:
+    return isinstance(item, Atom) and item.text[0] in NUMBER_START
 
 
 class _Reader:
@@ -93,12 +115,13 @@ class _Reader:
         self.path = path
         self.precision = 0
         self.maximize = False
+        self.top: int | None = None
 
     def error(self, where, message: str) -> ParseError:
         return ParseError(self.path, where.line if where is not None else None, message)
 
     def _fields(self, group: Group, keys: tuple[str, ...], what: str) -> dict:
-        """A keyed object (`key value ...`, keys in this order, some optional) or the values alone."""
+        """A keyed object (`key value ...`, keys among `keys`) or the values alone, in the order of `keys`."""
         items = group.items
         if items and isinstance(items[0], Atom) and items[0].text in keys and len(items) % 2 == 0:
             out = {}
@@ -108,6 +131,9 @@ class _Reader:
                                         f"(expected {', '.join(keys)})")
                 out[k.text] = v
             return out
+        if len(items) > len(keys):
+            raise self.error(group, f"{what}: {len(items)} fields, expected at most {len(keys)} "
+                                    f"({', '.join(keys)})")
         return dict(zip(keys, items))
 
     def problem(self, root: Group) -> Problem:
@@ -116,13 +142,15 @@ class _Reader:
             if not isinstance(parts.get(key), Group):
                 raise self.error(root, f"missing or malformed {key!r} object")
         name, top = self._header(parts["problem"])
+        self.top = top
         variables = self._variables(parts["variables"])
         self.names = {v.name: i for i, v in enumerate(variables)}
         self.variables = variables
         self.positions = [{label: i for i, label in enumerate(v.labels or ())} for v in variables]
-        functions, offset = self._functions(parts["functions"])
+        functions, globals_, offset = self._functions(parts["functions"])
         problem = Problem(name, variables, functions, integer=True, offset=offset,
-                          sense=-1 if self.maximize else 1, task="WCSP", precision=self.precision)
+                          sense=-1 if self.maximize else 1, task="WCSP", precision=self.precision,
+                          globals=globals_)
         try:
             return finalize_integer(problem, top)
         except ModelError as err:
@@ -148,10 +176,13 @@ class _Reader:
         return name, self.cost(Atom(number, mustbe.line))
 
     def cost(self, atom, what: str = "cost") -> int:
-        """A file cost (utility when maximising) as an internal integer at the file's precision."""
+        """A file cost (utility when maximising) as an internal integer at the file's precision; `inf`
+        is FORBIDDEN."""
+        if isinstance(atom, Atom) and atom.text == INFINITY:
+            return FORBIDDEN
         if not isinstance(atom, Atom) or not NUMBER.fullmatch(atom.text):
             text = atom.text if isinstance(atom, Atom) else "{...}"
-            raise self.error(atom, f"expected a {what} (a decimal number), found {quote(text)}")
+            raise self.error(atom, f"expected a {what} (a decimal number or inf), found {quote(text)}")
         whole, _, fraction = atom.text.lstrip("+-").partition(".")
         # the decimals beyond the precision are cut off, as toulbar2 does, on the digits themselves: no
         # arithmetic that rounds (Decimal keeps 28 digits) or wraps
@@ -162,19 +193,25 @@ class _Reader:
         return -scaled if self.maximize else scaled
 
     def _variables(self, group: Group) -> list[Variable]:
-        items = group.items
-        named = bool(items) and isinstance(items[0], Atom) and not NUMBER.fullmatch(items[0].text)
-        pairs = zip(items[::2], items[1::2]) if named else ((None, d) for d in items)
-        if named and len(items) % 2:
-            raise self.error(items[-1], "variable without a domain")
-        count = len(items) // 2 if named else len(items)
-        self._charge(group, count * VARIABLE_BYTES, f"{count:,} variables")
+        """`name domain` pairs or domains alone, mixed as toulbar2 allows: a domain is a group of value
+        names or a size (a word starting as a number)."""
+        entries, items, i = [], group.items, 0
+        while i < len(items):
+            if isinstance(items[i], Group) or _is_number(items[i]):
+                entries.append((None, items[i]))
+                i += 1
+            elif i + 1 == len(items):
+                raise self.error(items[i], f"variable {items[i].text} without a domain")
+            else:
+                entries.append((items[i], items[i + 1]))
+                i += 2
+        self._charge(group, len(entries) * VARIABLE_BYTES, f"{len(entries):,} variables")
         variables: list[Variable] = []
         seen: set[str] = set()
-        for i, (key, domain) in enumerate(pairs):
+        for i, (key, domain) in enumerate(entries):
             name = key.text if key is not None else str(i)
             if name in seen:
-                raise self.error(key, f"variable {name} defined twice")
+                raise self.error(key or domain, f"variable {name} defined twice")
             seen.add(name)
             if isinstance(domain, Group):
                 labels = tuple(self._label(a, name) for a in domain.items)
@@ -201,72 +238,148 @@ class _Reader:
                                    f"{quote(atom.text if isinstance(atom, Atom) else '{...}')}")
         return int(atom.text)
 
-    def _functions(self, group: Group) -> tuple[list[CostFunction], int]:
-        items = group.items
-        named = bool(items) and isinstance(items[0], Atom)
-        if named and len(items) % 2:
-            raise self.error(items[-1], "cost function name without a definition")
-        pairs = list(zip(items[::2], items[1::2])) if named else [(None, b) for b in items]
+    def _functions(self, group: Group) -> tuple[list[CostFunction], list[AllDifferent], int]:
+        """The functions, named (`name {...}`) or not (`{...}`), mixed as toulbar2 allows."""
         declared: list[tuple[tuple[int, ...], np.ndarray | Listed]] = []  # (scope, table) in file order
-        by_name: dict[str, int] = {}  # a function's name -> its place in `declared`
+        by_name: dict[str, list[int]] = {}  # a function's name -> its places in `declared`
         references: list[tuple[tuple[int, ...], Atom, int]] = []  # (scope, name, functions declared before)
+        makers: list[tuple[tuple[int, ...], partial]] = []  # arithmetic functions' tables, made last
+        globals_: list[AllDifferent] = []
         offset = 0
-        net = Network(self.variables, Indices([v.domain for v in self.variables]), [])  # globals' tables
-        for k, (key, body) in enumerate(pairs):
-            name = key.text if key is not None else f"f{k}"
+        self.net = Network(self.variables, Indices([v.domain for v in self.variables]), [])  # decomposed globals
+        items, i = group.items, 0
+        while i < len(items):
+            key = items[i] if isinstance(items[i], Atom) else None
+            body = items[i + 1] if key is not None and i + 1 < len(items) else items[i]
+            i += 2 if key is not None else 1
+            name = key.text if key is not None else f"f{len(declared) + len(references)}"
             if not isinstance(body, Group):
                 raise self.error(body, f"cost function {name}: expected {{scope ... costs ...}}")
-            fields = self._fields(body, ("scope", "defaultcost", "type", "costs", "params"), f"cost function {name}")
-            scope = self._scope(fields.get("scope"), name, body)
-            if "type" in fields or "params" in fields:
-                self._global(net, name, scope, fields.get("type"), fields.get("params"), body)
-                continue
+            scope, default, kind, costs = self._parts(body, name)
             self._charge(body, FUNCTION_BYTES, f"cost function {name}")
-            costs = fields.get("costs")
-            if isinstance(costs, Atom):  # the table of the function of that name, defined later
+            if kind is not None:
+                if default is not None:
+                    raise self.error(body, f"cost function {name}: a {kind.text} function has no default cost")
+                made = self._typed(scope, kind, costs, name)
+                if isinstance(made, AllDifferent):
+                    globals_.append(made)
+                elif made is not None:  # None: decomposed into self.net
+                    makers.append((scope, made))
+            elif isinstance(costs, Atom):  # the table of the function of that name, defined later
+                if default is not None:
+                    raise self.error(costs, f"cost function {name}: a shared table has no default cost")
                 self._shape(scope, costs, name)  # charges the copy
                 references.append((scope, costs, len(declared)))
-                continue
-            if not isinstance(costs, Group):
-                raise self.error(body, f"cost function {name}: no costs")
-            if not scope:
-                if len(costs.items) != 1:
-                    raise self.error(costs, f"cost function {name}: a constant has one cost")
-                offset += self.cost(costs.items[0])
-                continue
-            by_name[name] = len(declared)
-            declared.append((scope, self._table(scope, fields.get("defaultcost"), costs, name)))
+            elif not scope:
+                cost = self._constant(default, costs, name)
+                if cost == FORBIDDEN:
+                    declared.append(((), np.full((), FORBIDDEN, dtype=np.int64)))
+                else:
+                    offset += cost
+            else:
+                if key is not None:
+                    by_name.setdefault(name, []).append(len(declared))
+                declared.append((scope, self._table(scope, default, costs, name)))
         sources = [self._reference(scope, ref, before, by_name, declared) for scope, ref, before in references]
         # every table is charged: now they are made
         tables = [table.table() if isinstance(table, Listed) else table for _, table in declared]
         functions = [CostFunction(scope, table) for (scope, _), table in zip(declared, tables)]
         functions += [CostFunction(scope, tables[i].copy()) for (scope, _, _), i in zip(references, sources)]
-        return functions + net.functions, offset
+        functions += [CostFunction(scope, make()) for scope, make in makers]
+        return functions + self.net.functions, globals_, offset
 
-    def _global(self, net: Network, name: str, scope, kind, params, body: Group) -> None:
-        """A global or arithmetic function `type` with its `params` (cfnformat.rst), as tables."""
-        kind = kind.text if isinstance(kind, Atom) else None
-        if kind not in decompose.TOULBAR2 and kind not in decompose.ARITHMETIC:
-            raise self.error(body, f"cost function {name}: global cost function {kind or '(no type)'} is not supported")
+    def _parts(self, body: Group, name: str):
+        """(scope, default cost, type, costs or params) of a function written with its keys
+        (`scope [..] defaultcost c costs [..]`, `scope [..] type t params [..]`) or without them."""
+        items, pos = body.items, 0
+
+        def tag(word: str) -> bool:
+            nonlocal pos
+            if pos < len(items) and isinstance(items[pos], Atom) and items[pos].text == word:
+                pos += 1
+                return True
+            return False
+
+        tag("scope")
+        if pos == len(items) or not isinstance(items[pos], Group):
+            raise self.error(body, f"cost function {name}: no scope")
+        scope = self._scope(items[pos], name)
+        pos += 1
+        default = kind = None
+        if tag("defaultcost") or (pos < len(items) and _is_number(items[pos])):  # without keys: a number
+            if pos == len(items):
+                raise self.error(body, f"cost function {name}: no default cost")
+            default = items[pos]
+            pos += 1
+        if tag("type"):
+            if pos == len(items):
+                raise self.error(body, f"cost function {name}: no type")
+            kind = items[pos]
+            pos += 1
+            tag("params")
+        elif not tag("costs") and pos + 1 < len(items) and isinstance(items[pos], Atom):
+            kind = items[pos]  # without keys: a type is followed by its parameters
+            pos += 1
+        if kind is not None and not isinstance(kind, Atom):
+            raise self.error(body, f"cost function {name}: a type must be a word")
+        if pos == len(items):
+            raise self.error(body, f"cost function {name}: no {'params' if kind else 'costs'}")
+        costs = items[pos]
+        if pos + 1 < len(items):
+            extra = items[pos + 1]
+            raise self.error(extra, f"cost function {name}: unexpected "
+                                    f"{quote(extra.text) if isinstance(extra, Atom) else '{...}'} after its costs")
+        return scope, default, kind, costs
+
+    def _constant(self, default, costs, name: str) -> int:
+        """A function of no variable: its one cost, or its default cost over no tuple."""
+        if not isinstance(costs, Group) or len(costs.items) > 1 or (not costs.items and default is None):
+            raise self.error(costs, f"cost function {name}: a constant has one cost")
+        return self.cost(costs.items[0] if costs.items else default)
+
+    def _typed(self, scope, kind: Atom, params, name: str):
+        """An arithmetic function's table maker, or an AllDifferent; other types are refused by name."""
+        if kind.text in ARITHMETIC:
+            return self._arithmetic(scope, kind, params, name)
+        if kind.text in ("salldiff", "alldiff"):
+            return self._alldiff(scope, kind, params, name)
+        if kind.text in decompose.TOULBAR2:
+            return self._decomposed(scope, kind, params, name)
+        if kind.text in TOULBAR2_GLOBALS:
+            raise self.error(kind, f"cost function {name}: global cost function {kind.text} is not supported")
+        raise self.error(kind, f"cost function {name}: unknown type {quote(kind.text)}")
+
+    def _arithmetic(self, scope, kind: Atom, params, name: str) -> partial:
+        if self.precision or self.maximize:
+            raise self.error(kind, f"cost function {name}: toulbar2 allows arithmetic functions ({kind.text}) "
+                                   "only with integer costs to minimise")
+        if len(scope) != 2:
+            raise self.error(kind, f"cost function {name}: {kind.text} needs a scope of 2 variables")
+        values = params.items if isinstance(params, Group) else [params]
+        names = ARITHMETIC[kind.text]
+        if len(values) != len(names):
+            raise self.error(kind, f"cost function {name}: {kind.text} takes {len(names)} parameters "
+                                   f"({', '.join(names)})")
+        costs = ("penalty", "costx", "costy")
+        ints = [self._int(v, f"parameter of {kind.text}") for v, n in zip(values, names) if n not in costs]
+        if any(abs(v) > MAX_PARAM for v in ints):
+            raise self.error(kind, f"cost function {name}: parameter out of range (|p| <= 2^60)")
+        params = [self.cost(v, f"{kind.text} {n}") if n in costs else self._int(v, n) for v, n in zip(values, names)]
+        shape = self._shape(scope, kind, name)
+        return partial(arithmetic, kind.text, tuple(params), shape)
+
+    def _decomposed(self, scope, kind: Atom, params, name: str) -> None:
+        """A global of decompose.TOULBAR2, its keyed params read, as tables over auxiliary variables."""
         if self.maximize:
-            raise self.error(body, f"cost function {name}: global cost function {kind} in a maximisation "
+            raise self.error(kind, f"cost function {name}: global cost function {kind.text} in a maximisation "
                                    "problem is not supported")
         if not isinstance(params, Group):
-            raise self.error(body, f"cost function {name}: {kind} needs its params")
+            raise self.error(kind, f"cost function {name}: {kind.text} needs its params")
         try:
-            if kind in decompose.ARITHMETIC:
-                names = decompose.ARITHMETIC[kind]
-                if len(scope) != 2 or len(params.items) != len(names):
-                    raise DecompositionError(f"{kind} needs a scope of 2 variables and parameters {', '.join(names)}")
-                values = tuple(self.cost(a) if n in ("penalty", "costx", "costy") else self._int(a, n)
-                               for n, a in zip(names, params.items))
-                shape = self._shape(scope, body, name)
-                net.add(scope, lambda: decompose.arithmetic(kind, values, shape))
-            else:
-                decompose.toulbar2(net, kind, scope, self._params(params, name), name)
+            decompose.toulbar2(self.net, kind.text, scope, self._params(params, name), name)
         except (DecompositionError, KeyError) as err:
             missing = f"its params lack {err}" if isinstance(err, KeyError) else str(err)
-            raise self.error(body, f"cost function {name}: {kind}: {missing}") from None
+            raise self.error(kind, f"cost function {name}: {kind.text}: {missing}") from None
 
     def _params(self, group: Group, name: str) -> dict:
         """A global's keyed params in decompose.toulbar2's form: costs at the file's precision, variables
@@ -281,11 +394,11 @@ class _Reader:
             elif field == "cost":
                 p[field] = self.cost(value)
             elif field in ("vars1", "vars2"):
-                p[field] = list(self._scope(value, name, group))
+                p[field] = list(self._scope(self._group(value, field), name))
             elif field in ("values", "weights"):
-                p[field] = [self._int(a, field) for a in self._items(value, field)]
+                p[field] = [self._int(a, field) for a in self._group(value, field).items]
             elif field in ("bounds", "starts", "ends", "transitions"):
-                p[field] = [self._row(row, field) for row in self._items(value, field)]
+                p[field] = [self._row(row, field) for row in self._group(value, field).items]
             else:
                 p[field] = self._int(value, field)
         return p
@@ -298,22 +411,49 @@ class _Reader:
         ints = {"bounds": 3, "starts": 1, "ends": 1, "transitions": 3}[field]
         return tuple(self._int(a, field) if i < ints else self.cost(a) for i, a in enumerate(row.items))
 
-    def _items(self, value, field: str) -> list:
+    def _group(self, value, field: str) -> Group:
         if not isinstance(value, Group):
             raise self.error(value, f"{field} must be a list")
-        return value.items
+        return value
 
     def _word(self, value, field: str) -> str:
         if not isinstance(value, Atom):
             raise self.error(value, f"{field} must be a word")
         return value.text
 
-    def _reference(self, scope, ref: Atom, before: int, by_name: dict[str, int], declared) -> int:
-        """The place in `declared` of the function whose table `ref` names."""
+    def _alldiff(self, scope, kind: Atom, params, name: str) -> AllDifferent:
+        """`salldiff {metric var|dec|decbi cost c}` or `alldiff {exceptedvalues [..] deltacosts []}`."""
+        if self.maximize:
+            raise self.error(kind, f"cost function {name}: {kind.text} is not supported when maximising")
+        if not isinstance(params, Group):
+            raise self.error(kind, f"cost function {name}: {kind.text} needs its params")
+        self._charge(kind, 8 * sum(self.variables[v].domain for v in scope), "the values of an AllDifferent")
+        values = tuple(np.arange(self.variables[v].domain, dtype=np.int64) for v in scope)
+        if kind.text == "alldiff":
+            fields = self._fields(params, ("exceptedvalues", "deltacosts"), f"cost function {name}")
+            if any(isinstance(fields.get(k), Atom) for k in fields):
+                raise self.error(params, f"cost function {name}: alldiff takes lists")
+            if isinstance(fields.get("deltacosts"), Group) and fields["deltacosts"].items:
+                raise self.error(params, f"cost function {name}: alldiff deltacosts are not supported")
+            excepted = fields.get("exceptedvalues")
+            exempt = frozenset(self._int(v, "excepted value") for v in (excepted.items if excepted else ()))
+            return AllDifferent(scope, values, FORBIDDEN, "var", exempt)
+        fields = self._fields(params, ("metric", "cost"), f"cost function {name}")
+        metric = fields.get("metric")
+        if not isinstance(metric, Atom) or metric.text not in ("var", "dec", "decbi"):
+            raise self.error(metric or params, f"cost function {name}: salldiff metric is none of var, dec, decbi")
+        cost = self.cost(fields.get("cost") or params, "salldiff cost")
+        if cost < 0:
+            raise self.error(params, f"cost function {name}: salldiff cost must not be negative")
+        hard = cost == FORBIDDEN or (self.top is not None and cost >= self.top)
+        return AllDifferent(scope, values, FORBIDDEN if hard else cost, "var" if metric.text == "var" else "dec")
+
+    def _reference(self, scope, ref: Atom, before: int, by_name: dict[str, list[int]], declared) -> int:
+        """The place in `declared` of the function whose table `ref` names (the first of that name after)."""
         if ref.text not in by_name:
             raise self.error(ref, f"shared cost table {quote(ref.text)} is not a cost function of this file")
-        place = by_name[ref.text]
-        if place < before:
+        place = next((p for p in by_name[ref.text] if p >= before), None)
+        if place is None:
             raise self.error(ref, f"shared cost table {quote(ref.text)} must be defined after the function "
                                   "using it, as toulbar2 requires")
         shape, table_shape = tuple(self.variables[v].domain for v in scope), declared[place][1].shape
@@ -333,9 +473,7 @@ class _Reader:
             raise self.error(where, f"cost function {name}: {message}")
         return shape
 
-    def _scope(self, group, name: str, body: Group) -> tuple[int, ...]:
-        if not isinstance(group, Group):
-            raise self.error(body, f"cost function {name}: no scope")
+    def _scope(self, group: Group, name: str) -> tuple[int, ...]:
         scope = []
         for atom in group.items:
             if not isinstance(atom, Atom):
@@ -351,9 +489,11 @@ class _Reader:
             scope.append(v)
         return tuple(scope)
 
-    def _table(self, scope, default, costs: Group, name: str) -> np.ndarray | Listed:
+    def _table(self, scope, default, costs, name: str) -> np.ndarray | Listed:
         """A dense table as listed, or the default and tuples of a sparse one (made dense once all are
         charged)."""
+        if not isinstance(costs, Group):
+            raise self.error(costs, f"cost function {name}: no costs")
         shape = self._shape(scope, costs, name)
         entries = costs.items
         if default is None:  # dense: every tuple in lexicographic order
@@ -373,6 +513,11 @@ class _Reader:
             for c, v in enumerate(scope):
                 rows[r, c] = self._value(chunk[c], v, name)
             values[r] = self.cost(chunk[-1])
+        flat = np.ravel_multi_index(rows.T, shape) if len(rows) else np.empty(0, dtype=np.intp)
+        order = np.argsort(flat, kind="stable")
+        again = np.flatnonzero(flat[order][1:] == flat[order][:-1])
+        if len(again):  # toulbar2 refuses a tuple given twice
+            raise self.error(entries[int(order[again[0] + 1]) * width], f"cost function {name}: a tuple is given twice")
         return Listed(shape, default_cost, rows, values)
 
     def _value(self, atom, v: int, name: str) -> int:

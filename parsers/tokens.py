@@ -7,6 +7,7 @@ back to token-by-token parsing to locate the offending entry.
 """
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Iterable
 
@@ -15,6 +16,7 @@ import numpy as np
 from .errors import ParseError, quote
 
 INT64_MAX = int(np.iinfo(np.int64).max)
+GLUED = re.compile(r"([-+]?\d+)([-+]\d.*)")  # an integer, then a signed one with no blank between
 
 
 class Lines:
@@ -80,8 +82,14 @@ class Tokens:
         return self._words[self._pos - 1]
 
     def int(self, what: str, low: int | None = None) -> int:
-        """One integer; `low` gives the smallest value accepted."""
+        """One integer; `low` gives the smallest value accepted. Signed integers written together
+        ("29-1") are read one by one, as C++'s `>>` reads them (toulbar2 writes such files)."""
         text = self.word(what)
+        glued = GLUED.fullmatch(text)
+        if glued:
+            text = glued.group(1)
+            self._pos -= 1
+            self._words[self._pos] = glued.group(2)
         try:
             value = int(text)
         except ValueError:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -74,16 +73,27 @@ def write_uai(problem: Problem, path: str | Path) -> None:
 
 def write_cfn(problem: Problem, path: str | Path) -> None:
     """toulbar2's CFN: named variables and values (when the model has them), dense cost lists,
-    `mustbe` "<top" (or ">bound" when maximising), the offset as a 0-ary function."""
+    `mustbe` "<top" (or ">bound" when maximising, see `_cfn_bound`), forbidden entries as `inf`, the
+    offset as a 0-ary function, AllDifferents left out of the tables as toulbar2's `salldiff` (or
+    `alldiff` with excepted values); ValueError for one toulbar2 cannot express (values other than the
+    domain indices, a soft one with excepted values, any when maximising: toulbar2 takes no negative
+    violation cost)."""
     if not problem.integer:
         raise ValueError(".cfn is written for integer costs: write this problem as .uai")
-    scale = Decimal(10) ** -problem.precision
+    globals_ = [g for g in problem.globals if not g.tabled]
+    if globals_ and problem.sense < 0:
+        raise ValueError("toulbar2 reads no AllDifferent in a maximisation .cfn")
 
-    def cost(internal: int) -> str:
-        """An internal cost as the file states it: utility when maximising, with the file's decimals."""
-        return str((problem.sense * Decimal(int(internal)) * scale).quantize(scale))
+    def cost(internal: int) -> _Number:
+        """An internal cost as the file states it: utility when maximising, with the file's decimals,
+        exact (digits moved, never a float)."""
+        value = problem.sense * int(internal)
+        if not problem.precision:
+            return _Number(value)
+        digits = str(abs(value)).rjust(problem.precision + 1, "0")
+        return _Number(f"{'-' if value < 0 else ''}{digits[:-problem.precision]}.{digits[-problem.precision:]}")
 
-    bound = cost(int(problem.top) + int(problem.offset))
+    bound = cost(_cfn_bound(problem))
     names: list[str] = []
     for i, v in enumerate(problem.variables):  # CFN names scopes by variable name: unique and plain
         names.append(v.name if _plain(v.name) and v.name not in names else f"x{i}_")
@@ -91,17 +101,30 @@ def write_cfn(problem: Problem, path: str | Path) -> None:
                  for n, v in zip(names, problem.variables)}
     functions = {}
     for k, f in enumerate(problem.functions):
-        top = int(problem.top)
         functions[f"f{k}"] = {"scope": [names[v] for v in f.scope],
-                              "costs": [_number(cost(min(int(c), top))) for c in f.table.reshape(-1)]}
+                              "costs": [cost(c) if c < problem.top else "inf" for c in f.table.reshape(-1)]}
+    for k, g in enumerate(globals_):
+        functions[f"g{k}"] = {"scope": [names[v] for v in g.scope], **_cfn_global(g, problem, cost)}
     if problem.offset:
-        functions["offset"] = {"scope": [], "costs": [_number(cost(int(problem.offset)))]}
+        functions["offset"] = {"scope": [], "costs": [cost(int(problem.offset))]}
     doc = {"problem": {"name": problem.name if _plain(problem.name) else "problem",
                        "mustbe": ("<" if problem.sense > 0 else ">") + bound},
            "variables": variables, "functions": functions}
     with open_text(path) as out:
-        json.dump(doc, out, separators=(",", ":"))
-        out.write("\n")
+        out.write(_json(doc) + "\n")
+
+
+class _Number(str):
+    """A cost's decimal text, written as a JSON number."""
+
+
+def _json(value) -> str:
+    """Compact JSON where costs (_Number) keep their exact decimal text (json's floats would not)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    return str(value) if isinstance(value, _Number) else json.dumps(value)
 
 
 def _plain(name: str) -> bool:
@@ -109,20 +132,45 @@ def _plain(name: str) -> bool:
     return bool(name) and name[0] not in "0123456789-.+" and not any(c in name for c in '/#[]{}" \t\n,:')
 
 
-def _number(text: str):
-    """A CFN cost as a JSON number (int when it has no decimals)."""
-    return int(text) if "." not in text else float(text)
+def _expressible(g, internal_top, fmt: str) -> None:
+    """Raise unless toulbar2 has a form for AllDifferent `g`: over the domain indices, soft only
+    without excepted values."""
+    if any(not np.array_equal(vals, np.arange(len(vals))) for vals in g.values):
+        raise ValueError(f"an AllDifferent over values other than the domain indices has no {fmt} form")
+    if g.exempt and g.cost < internal_top:
+        raise ValueError(f"a soft AllDifferent with exempt values has no {fmt} form")
 
 
 def _global(g, internal_top, top: int) -> str:
-    if any(not np.array_equal(vals, np.arange(len(vals))) for vals in g.values):
-        raise ValueError("an AllDifferent over values other than the domain indices has no .wcsp form")
+    _expressible(g, internal_top, ".wcsp")
     head = f"{len(g.scope)} {' '.join(map(str, g.scope))} -1"
     if g.exempt:
-        if g.cost < internal_top:
-            raise ValueError("a soft AllDifferent with exempt values has no .wcsp form")
         return f"{head} alldiff {len(g.exempt)}" + "".join(f" {v}" for v in sorted(g.exempt))
     return f"{head} salldiff {g.semantics} {top if g.cost >= internal_top else g.cost}"
+
+
+def _cfn_global(g, problem: Problem, cost) -> dict:
+    """The `type` and `params` of AllDifferent `g`; `cost` writes an internal cost as the file does."""
+    _expressible(g, problem.top, ".cfn")
+    if g.exempt:
+        return {"type": "alldiff", "params": {"exceptedvalues": sorted(int(v) for v in g.exempt), "deltacosts": []}}
+    return {"type": "salldiff", "params": {"metric": g.semantics, "cost": "inf" if g.cost >= problem.top
+                                           else cost(g.cost)}}
+
+
+def _cfn_bound(problem: Problem) -> int:
+    """The internal bound written in `mustbe`: top + offset. toulbar2 reads a bound strictly between -1
+    and 0 as its opposite (the integer part "-0" loses the sign); such a bound is moved to the integer
+    on its loose side when no total of finite costs reaches top (the forbidden entries are `inf`), and
+    refused otherwise."""
+    bound, unit = int(problem.top) + int(problem.offset), 10 ** problem.precision
+    if not -unit < problem.sense * bound < 0:
+        return bound
+    reach = sum(int(np.max(f.table, where=f.table < problem.top, initial=0)) for f in problem.functions)
+    reach += sum(int(g.cost) * g.worst() for g in problem.globals if not g.tabled and g.cost < problem.top)
+    if reach >= problem.top:
+        raise ValueError(f"toulbar2 cannot read this .cfn's bound ({problem.sense * bound / unit}: between -1 and 0)")
+    return 0 if problem.sense > 0 else unit
 
 
 def write_uai_result(path: str | Path, task: str, log10_value, assignment=None, marginals=None) -> None:

@@ -499,7 +499,7 @@ def test_large_decompositions_are_refused_before_they_are_made(tmp_path):
     ("type:wgcc params:{metric:lin cost:1 bounds:[[0 1]]}", "wgcc: bounds rows are 3 numbers, found (0, 1)"),
     ("type:wsum params:{metric:lin cost:1 comparator:\"<=\"}", "wsum: its params lack 'to'"),
     ("type:wregular params:{nb_states:2 starts:[0] ends:[[1 0]] transitions:[]}", "starts rows are 2 numbers"),
-    ("type:\">=\" params:[1]", "needs a scope of 2 variables and parameters cst, delta"),
+    ("type:\">=\" params:[1]", ">= takes 2 parameters (cst, delta)"),
     ("type:sgrammar params:{metric:var cost:1}", "global cost function sgrammar is not supported"),
 ])
 def test_cfn_refusals_name_the_function(function, fragment, tmp_path):

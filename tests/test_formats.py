@@ -13,6 +13,7 @@ from helpers import brute_force, random_problem
 
 import gpusolve
 from gpusolve.cli.commands import main
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.parsers import ParseError, read
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +23,8 @@ BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
 def toulbar2(path):
     """(optimum, assignment) by pytoulbar2 in a fresh process (its reader may abort on bad input)."""
     pytest.importorskip("pytoulbar2")
-    code = ("import pytoulbar2, sys, json\nc = pytoulbar2.CFN(verbose=-1)\nc.Read(sys.argv[1])\n"
-            "try:\n    r = c.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
+    code = ("import pytoulbar2, sys, json\nc = pytoulbar2.CFN(verbose=-1)\n"  # reading may prove infeasibility
+            "try:\n    c.Read(sys.argv[1])\n    r = c.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
             "print(json.dumps(None if r is None else [r[1], list(r[0])]))")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -96,6 +97,64 @@ def test_cfn_we_write_is_read_by_toulbar2(tmp_path, seed):
     assert (None if ref is None else round(ref[0])) == expected
 
 
+def random_cfn_problem(rng):
+    """A random integer model with what .cfn carries beyond .wcsp: value names, decimals, negative
+    costs, maximisation, AllDifferents (soft, hard, with excepted values)."""
+    base = random_problem(rng, n_max=5, d_max=4, f_max=7, arity_max=3)
+    variables = [Variable(v.name, v.domain, tuple(f"{v.name}_{j}" for j in range(v.domain)) if rng.random() < 0.5
+                          else None) for v in base.variables]
+    functions = [CostFunction(f.scope, np.where(f.table >= base.top, FORBIDDEN, f.table - int(rng.integers(0, 10))))
+                 for f in base.functions]
+    sense = -1 if rng.random() < 0.3 else 1
+    globals_ = []
+    if sense > 0 and len(variables) >= 2 and rng.random() < 0.7:
+        size = int(rng.integers(2, len(variables) + 1))
+        scope = tuple(int(v) for v in rng.choice(len(variables), size, replace=False))
+        hard = rng.random() < 0.5
+        globals_.append(AllDifferent(scope, tuple(np.arange(variables[v].domain) for v in scope),
+                                     FORBIDDEN if hard else int(rng.integers(1, 30)), str(rng.choice(["var", "dec"])),
+                                     frozenset({0}) if hard and rng.random() < 0.5 else frozenset()))
+    problem = Problem("r", variables, functions, offset=int(rng.integers(-40, 40)), sense=sense,
+                      precision=int(rng.integers(0, 3)), globals=globals_)
+    return finalize_integer(problem, None if rng.random() < 0.3 else int(rng.integers(20, 150)))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_cfn_we_write_is_read_by_toulbar2_to_the_same_optimum(tmp_path, seed):
+    problem = random_cfn_problem(np.random.default_rng(seed))
+    path = tmp_path / "p.cfn"
+    gpusolve.write(problem, path)
+    expected, ref = optimum(problem), toulbar2(path)
+    assert (None if ref is None else pytest.approx(ref[0], abs=1e-9)) == expected
+    assert optimum(read(path)) == expected
+
+
+def test_cfn_costs_are_written_exactly(tmp_path):
+    """Decimal costs past a float's 15 digits keep every digit (JSON floats would round them)."""
+    table = np.array([10 ** 17 + 1, 3], dtype=np.int64)
+    problem = finalize_integer(Problem("e", [Variable("x", 2)], [CostFunction((0,), table.copy())], precision=2,
+                                       offset=-(10 ** 16 + 7)), None)
+    path = tmp_path / "e.cfn"
+    gpusolve.write(problem, path)
+    back = read(path)
+    assert back.functions[0].table.tolist() == problem.functions[0].table.tolist()
+    assert back.offset == problem.offset
+
+
+def test_cfn_bound_toulbar2_misreads_is_loosened_or_refused(tmp_path):
+    """toulbar2 reads "<-0.05" as "<0.05": written as "<0.00" when no finite total reaches it, else refused."""
+    def problem(tables):
+        functions = [CostFunction((v,), np.array(t, dtype=np.int64)) for v, t in enumerate(tables)]
+        variables = [Variable(f"x{v}", 2) for v in range(len(tables))]
+        return finalize_integer(Problem("b", variables, functions, precision=2, offset=-60), -5)
+    path = tmp_path / "b.cfn"
+    loose = problem([[0, 50]])
+    gpusolve.write(loose, path)
+    assert '"mustbe":"<0.00"' in path.read_text() and toulbar2(path)[0] == optimum(loose) == -0.6
+    with pytest.raises(ValueError, match="between -1 and 0"):
+        gpusolve.write(problem([[0, 50], [0, 50]]), path)
+
+
 def test_cfn_freedoms_names_and_maximisation(tmp_path):
     """Unquoted strings, no commas or colons, [] for objects, # comments, sparse tuples by name,
     a shared table, a constant and `>` (maximise with a lower bound)."""
@@ -124,9 +183,9 @@ def test_cfn_freedoms_names_and_maximisation(tmp_path):
      "value c is not in the domain"),
     ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] costs [1 zz]}}}", "found 'zz'"),
     ("{problem {name a mustbe 5} variables {x 2} functions {}}", "mustbe"),
-    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] type salldiff params []}}}",
-     "not supported"),
-    ("{problem {name a mustbe <5} variables {x 2}", "unclosed"),
+    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] type sgrammardp params []}}}",
+     "global cost function sgrammardp is not supported"),
+    ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] costs [1 2]}", "unclosed"),
     ("{problem {name a mustbe <5} variables {x -5} functions {}}", "interval"),
 ])
 def test_cfn_errors_are_one_line_with_the_line(tmp_path, text, message):

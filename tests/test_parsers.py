@@ -399,3 +399,17 @@ def test_shared_instances_parse(shared_instances):
         for f in p.functions:
             assert f.table.shape == tuple(p.domains[v] for v in f.scope), name
             assert f.table.dtype == p.dtype, name
+
+
+def test_wcsp_integers_written_together_read_as_toulbar2_reads_them(tmp_path):
+    """toulbar2 reads .wcsp with C++'s `>>`, so `1-1` is 1 then -1 (its own lipa30a_invalldiff.wcsp.xz
+    writes `29-1 alldiff 0`)."""
+    glued, spaced = tmp_path / "glued.wcsp", tmp_path / "spaced.wcsp"
+    glued.write_text("g 3 2 3 10\n2 2 2\n2 0 1-1 >= 0 0\n3 0 1 2-1 alldiff 0\n1 2 0 1\n1 3\n")
+    spaced.write_text(glued.read_text().replace("1-1", "1 -1").replace("2-1", "2 -1"))
+    a, b = read(glued), read(spaced)
+    assert [(f.scope, f.table.tolist()) for f in a.functions] == [(f.scope, f.table.tolist()) for f in b.functions]
+    assert [g.scope for g in a.globals] == [g.scope for g in b.globals] == [(0, 1, 2)]
+    with pytest.raises(ParseError, match="found '1-x'"):
+        glued.write_text("g 3 2 1 10\n2 2 2\n2 0 1-x >= 0 0\n")
+        read(glued)
