@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from test_hardening import PEAK
 
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -168,7 +168,7 @@ def test_import_and_help_load_no_heavy_module():
     """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
     networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
     heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.schedule.solve")
-    code = ("import sys; from gpusolve.cli.commands import main\n"
+    code = ("import sys; from gpusolve.cli.group import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -181,7 +181,7 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     engine nor the other formats' readers."""
     unused = ("networkx", "gpusolve.engines.cupy_engine", "gpusolve.parsers.xcsp", "gpusolve.parsers.uai",
               "gpusolve.parsers.cfn")
-    code = ("import sys; from gpusolve.cli.commands import main\n"
+    code = ("import sys; from gpusolve.cli.group import main\n"
             f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
             f"print([m for m in {unused!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -254,7 +254,7 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
 
 
 def test_solve_help_lists_every_exit_code():
-    from gpusolve.cli import commands as cli
+    from gpusolve.cli import common as cli
     text = run("solve", "--help").stdout
     listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
     assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}

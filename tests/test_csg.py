@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpusolve.csg import dp as csg
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 
 
 def brute_force(v, n):

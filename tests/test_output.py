@@ -16,9 +16,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gpusolve
-from gpusolve.cli import commands as cli
+from gpusolve.cli import solve as solve_command
 from gpusolve.generate import markov_grid
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.report import SCHEMA_PATH, dumps, fields, record
 
@@ -126,7 +126,7 @@ def test_options_are_checked_before_any_work(files, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("solved before checking the options")
 
-    monkeypatch.setattr(cli, "solve_file", boom)
+    monkeypatch.setattr(solve_command, "solve_file", boom)
     for args in (["--uai-output", tmp_path / "x.MPE"], ["--solution", tmp_path / "no" / "dir" / "x.sol"],
                  ["--uai-output", tmp_path / "missing" / "x.MPE"]):
         r = run("solve", files["grid"], *args, "--json")
@@ -168,7 +168,7 @@ def test_short_version_flag():
 # lands mid-solve, however loaded the machine.
 MARKED = """import sys
 from gpusolve.schedule import anytime
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 offer = anytime.Bounds.offer
 
 
@@ -210,7 +210,7 @@ def test_info_plot_draws_the_bucket_profile(files, tmp_path):
     r = run("info", files["grid"], "--plot", png, "--mem-limit", "1M")
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code = "import sys, gpusolve.cli.commands; print('matplotlib' in sys.modules)"
+    code = "import sys, gpusolve.cli.group; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.strip() == "False"
 
 

@@ -495,7 +495,7 @@ def test_malformed_requests_are_answered_and_the_server_stays_up(server):
 def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
     """A process that started CUDA leaves with os._exit once its output is flushed: same code and
     output, no interpreter finalization (atexit handlers); others exit as usual."""
-    code = ("import atexit, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli.commands import entry\n"
+    code = ("import atexit, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli import entry\n"
             + ("engines._warming.append(None)\n" if cuda else "")
             + "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
               "print('out', end=''); print('err', end='', file=sys.stderr); entry.leave(3)")
@@ -506,7 +506,7 @@ def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
 
 def test_leave_after_cuda_with_the_reader_gone():
     """Output to a pipe nobody reads any more: leave still exits with the command's code, no traceback."""
-    code = ("import os, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli.commands import entry\n"
+    code = ("import os, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli import entry\n"
             "engines._warming.append(None)\n"
             "r, w = os.pipe(); os.close(r); sys.stdout = os.fdopen(w, 'w')\n"
             "print('lost'); entry.leave(0)")
