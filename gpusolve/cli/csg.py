@@ -8,7 +8,9 @@ from contextlib import contextmanager
 import click
 
 from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, _fail, _fmt, err, interruptible, out
-from gpusolve.csg import dp as csg_names
+from gpusolve.csg.dp import ALGORITHMS
+from gpusolve.csg.solve import PRECISIONS
+from gpusolve.csg.values import DISTRIBUTIONS
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.engines.select import DEVICES
 from gpusolve.host import fmt_bytes
@@ -17,16 +19,16 @@ from gpusolve.report import dumps
 
 @click.command("csg")
 @click.argument("file", required=False)
-@click.option("--generate", "distribution", type=click.Choice(csg_names.DISTRIBUTIONS), default=None,
+@click.option("--generate", "distribution", type=click.Choice(DISTRIBUTIONS), default=None,
               help="Draw the values from a standard CSG distribution instead of reading FILE.")
 @click.option("-n", "--agents", "n", type=int, default=None, help="Agents, with --generate.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the generated values (text, or .npy by its suffix).")
-@click.option("--algorithm", type=click.Choice(csg_names.ALGORITHMS), default="idp", show_default=True,
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="idp", show_default=True,
               help="idp: only the splits IDP needs (about 40% of dp's); dp: every split.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(("auto", *csg_names.PRECISIONS)), default="auto", show_default=True,
+@click.option("--precision", type=click.Choice(("auto", *PRECISIONS)), default="auto", show_default=True,
               help="f's values: single (float32, 4 bytes a coalition), double, or auto: single on the GPU, double "
                    "on the CPU engine. A finished double run is optimal; a single one where the values' grid "
                    "(integers, halves...) proves it, else bounded within float32's rounding.")
@@ -45,7 +47,8 @@ from gpusolve.report import dumps
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json, **options):
     """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""
-    from gpusolve.csg import dp as csg
+    from gpusolve.csg.solve import BudgetError, Options, solve
+    from gpusolve.csg.values import CSGError, check_agents, generate_values, read_values, write_values
     from gpusolve.parsers.errors import ParseError
     from gpusolve.report import of_result
     from gpusolve.distributed.cluster import ClusterError
@@ -62,28 +65,27 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
         t0 = time.perf_counter()
         spread = bool(workers or scheduler)
         if file is not None:
-            values, phase = csg.read_values(file), "read"
+            values, phase = read_values(file), "read"
         elif spread and not write_path:  # each worker draws them
-            csg.check_agents(n)
+            check_agents(n)
             values, phase = None, None
         else:
-            values, phase = csg.generate_values(distribution, n, seed), "generate"
+            values, phase = generate_values(distribution, n, seed), "generate"
             if write_path:
-                csg.write_values(write_path, values)
+                write_values(write_path, values)
         phases = {phase: time.perf_counter() - t0} if phase else {}
         with csg_progress(not as_json) as progress, interruptible() as stop:
             if spread:
                 source = ("file", os.path.abspath(file)) if file else ("generate", distribution, n, seed)
-                result = csg_on_workers(values, csg.Options(**options), source, workers, scheduler, name, phases,
+                result = csg_on_workers(values, Options(**options), source, workers, scheduler, name, phases,
                                         progress, stop)
             else:
-                result = csg.solve(values, csg.Options(**options), file=name, phases=phases, progress=progress,
-                                   stop=stop)
+                result = solve(values, Options(**options), file=name, phases=phases, progress=progress, stop=stop)
     except ParseError as e:
         fail(str(e), EXIT_INPUT)
-    except (csg.CSGError, DeviceError, ClusterError) as e:
+    except (CSGError, DeviceError, ClusterError) as e:
         fail(f"{name}: {e}", EXIT_INPUT)
-    except (csg.BudgetError, MemoryError) as e:
+    except (BudgetError, MemoryError) as e:
         fail(f"{name}: {e or 'out of memory despite the prediction; lower --mem-limit'}", EXIT_MEMORY)
     except Exception as e:  # a bug: still one line (GPUSOLVE_DEBUG=1 shows the traceback)
         if os.environ.get("GPUSOLVE_DEBUG"):
@@ -117,17 +119,19 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
 
 
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
-    """csg.solve_on_workers on the cluster scaleout.executor opens: with the GPU, one process per GPU."""
-    from gpusolve.csg import dp as csg
+    """solve_on_workers on the cluster gpusolve.distributed.cluster.executor opens: with the GPU, one process per
+    GPU."""
+    from gpusolve.csg.solve import AUTO_GPU_AGENTS
+    from gpusolve.csg.workers import solve_on_workers, source_agents
     from gpusolve.cuda.runtime import gpu_unavailable_reason
     from gpusolve.distributed.cluster import executor
-    n = csg.source_agents(source, values)
-    gpus = options.device == "gpu" or (options.device == "auto" and n >= csg.AUTO_GPU_AGENTS
+    n = source_agents(source, values)
+    gpus = options.device == "gpu" or (options.device == "auto" and n >= AUTO_GPU_AGENTS
                                        and gpu_unavailable_reason() is None)
     with executor(scheduler, workers, gpus=gpus) as (client, what, cluster_s):
         phases["cluster"] = cluster_s
-        return csg.solve_on_workers(values, options, client, source, workers if scheduler else None, name, phases,
-                                    progress, stop, executor=what)
+        return solve_on_workers(values, options, client, source, workers if scheduler else None, name, phases,
+                                progress, stop, executor=what)
 
 
 @contextmanager
