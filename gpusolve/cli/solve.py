@@ -10,14 +10,31 @@ import click
 from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, _fmt, _shown, err, interruptible,
                                  out, progress_bar, solve_file, solve_options)
 from gpusolve.host import fmt_bytes
+from gpusolve.parsers import COMPRESSIONS, FORMATS, READERS
 from gpusolve.report import dumps
 
-FORMATS = ("wcsp", "uai", "xml", "cfn", "fzn", "yaml", "yml")  # as gpusolve.parsers.FORMATS, without importing the readers
 if TYPE_CHECKING:
     from gpusolve.schedule.solve import Result
 
 
-@click.command("solve")
+# The formats and compressions are parsers' table: the command line keeps no copy of it.
+SOLVE_HELP = f"""Solve FILE ({", ".join(READERS)}, optionally {"/".join(COMPRESSIONS)}; - reads standard input).
+
+The time limit, Ctrl-C and SIGTERM apply while the file is read too; SIGTERM stops a solve as the
+time limit does.
+
+\b
+Exit codes:
+  0    solved, or bounds held at the time limit or SIGTERM
+  1    internal error (a bug; GPUSOLVE_DEBUG=1 shows its traceback)
+  2    bad input (FILE:LINE says what) or usage
+  3    the memory budget cannot hold what the file or the plan needs
+  4    time limit or SIGTERM before any bound (while reading; for PR and MAR, before Z)
+  130  Ctrl-C (the best result held printed first)
+  141  the reader of the output has gone (as SIGPIPE)"""
+
+
+@click.command("solve", help=SOLVE_HELP)
 @click.argument("file")
 @solve_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
@@ -39,20 +56,6 @@ if TYPE_CHECKING:
 @click.option("--no-serve", is_flag=True,
               help="Solve in this process even when `gpusolve serve` is running (as GPUSOLVE_NO_SERVE=1).")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **solve_kw):
-    """Solve FILE (.wcsp, .uai, .xml, .cfn, .fzn, optionally .gz/.xz/.bz2; - reads standard input).
-
-    The time limit, Ctrl-C and SIGTERM apply while the file is read too; SIGTERM stops a solve as the
-    time limit does.
-
-    \b
-    Exit codes:
-      0    solved, or bounds held at the time limit or SIGTERM
-      1    internal error (a bug; GPUSOLVE_DEBUG=1 shows its traceback)
-      2    bad input (FILE:LINE says what) or usage
-      3    the memory budget cannot hold what the file or the plan needs
-      4    time limit or SIGTERM before any bound (while reading; for PR and MAR, before Z)
-      130  Ctrl-C (the best result held printed first)
-      141  the reader of the output has gone (as SIGPIPE)"""
     from dataclasses import asdict
 
     from gpusolve.cli.outputs import check_outputs, clear_outputs
