@@ -274,12 +274,12 @@ def test_every_command_writes_its_json_through_report_dumps():
     """The one place that keeps JSON strict: no other module serialises a record itself (serve's
     client request, its own wire format with no numbers from a solve, aside)."""
     writers = []
-    for path in sorted((ROOT / "gpusolve").glob("*.py")):
+    for path in sorted((ROOT / "gpusolve").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
                 if isinstance(node, ast.Call) and ast.unparse(node.func) in ("json.dumps", "json.dump"):
-                    writers.append(f"{path.name}:{fn.name}")
-    assert sorted(set(writers)) == ["report.py:dumps", "serve.py:_request"], writers
+                    writers.append(f"{path.relative_to(ROOT / 'gpusolve').as_posix()}:{fn.name}")
+    assert sorted(set(writers)) == ["report.py:dumps", "serve/client.py:_request"], writers
