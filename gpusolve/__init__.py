@@ -15,9 +15,9 @@ import importlib
 __version__ = "0.1.0"
 __all__ = ["Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
 
-# name -> module that defines it; `solve` is the module gpusolve.schedule.solve itself, which is callable
-_LAZY = {"Model": "build", "Options": "solve", "Result": "solve", "Problem": "model", "ParseError": "parsers",
-         "write": "parsers.write"}
+# name -> module that defines it (`solve` is that module's `run`)
+_LAZY = {"Model": "build", "Options": "schedule.solve", "Result": "schedule.solve", "Problem": "model.problem",
+         "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
 
 
 def read(path, evidence=None, format: str | None = None):

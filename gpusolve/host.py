@@ -4,6 +4,10 @@ from __future__ import annotations
 import os
 
 
+class BudgetError(RuntimeError):
+    """Work that does not fit the memory budget (exit code 3); the message says what would."""
+
+
 def available_memory() -> int:
     """Memory available to a new allocation: the kernel's MemAvailable on Linux (what psutil reads
     there, without its 30-40 ms import in a 0.3 s start-up), psutil elsewhere, else free pages."""

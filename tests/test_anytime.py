@@ -354,7 +354,8 @@ def test_a_z_that_does_not_fit_runs_the_largest_that_does_and_says_so():
 def test_a_z_given_is_not_told_to_pass_z():
     problem = generate("grid", 36, 5, 0.3, 0.3, seed=3)
     order = graph.elimination_order(problem)
-    from gpusolve.plan.buckets import BudgetError, choose_plan
+    from gpusolve.plan.buckets import choose_plan
+    from gpusolve.host import BudgetError
     with pytest.raises(BudgetError) as e:
         choose_plan(problem, order, 4, 1024)
     assert "pass --z" not in str(e.value) and "raise --mem-limit" in str(e.value)

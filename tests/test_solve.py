@@ -7,7 +7,8 @@ from gpusolve.plan import buckets as plan_module
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.inference.eliminate import bounded_sparse
-from gpusolve.schedule.solve import BudgetError, Options, solve
+from gpusolve.schedule.solve import Options, solve
+from gpusolve.host import BudgetError
 
 SEEDS = range(320)
 

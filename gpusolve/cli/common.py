@@ -20,7 +20,7 @@ import click
 
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.engines.select import DEVICES
-from gpusolve.host import fmt_bytes
+from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.order.graph import OrderError
 from gpusolve.plan.buckets import TABLES
 from gpusolve.report import dumps
@@ -185,7 +185,8 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
 
     from gpusolve.schedule.anytime import Stop
     from gpusolve.model.problem import ModelError
-    from gpusolve.schedule.solve import BudgetError, TimeLimit, solve
+    from gpusolve.schedule.solve import TimeLimit, solve
+
     t0 = time.perf_counter()
     stop = stop or Stop()
     if options.time_limit is not None:

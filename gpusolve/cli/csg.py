@@ -13,7 +13,7 @@ from gpusolve.csg.solve import PRECISIONS
 from gpusolve.csg.values import DISTRIBUTIONS
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.engines.select import DEVICES
-from gpusolve.host import fmt_bytes
+from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.report import dumps
 
 
@@ -47,7 +47,7 @@ from gpusolve.report import dumps
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json, **options):
     """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""
-    from gpusolve.csg.solve import BudgetError, Options, solve
+    from gpusolve.csg.solve import Options, solve
     from gpusolve.csg.values import CSGError, check_agents, generate_values, read_values, write_values
     from gpusolve.parsers.errors import ParseError
     from gpusolve.report import of_result

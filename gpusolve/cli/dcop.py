@@ -9,6 +9,7 @@ import click
 from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, _fail, _fmt, _shown, out, progress_bar
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.engines.select import DEVICES
+from gpusolve.host import BudgetError
 from gpusolve.report import dumps
 
 
@@ -35,7 +36,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     from gpusolve import parsers
     from gpusolve.dcop.dpop import DcopError, solve_dcop
     from gpusolve.parsers.errors import ParseError
-    from gpusolve.plan.buckets import BudgetError
+
     from gpusolve.distributed.cluster import ClusterError
     try:
         problem = parsers.read(file)

@@ -6,7 +6,7 @@ import sys
 import click
 
 from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, Seconds, SizeParam, err, out
-from gpusolve.host import fmt_bytes
+from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.order import graph
 from gpusolve.order.graph import OrderError
 from gpusolve.plan.buckets import TABLES
@@ -36,7 +36,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     from rich.table import Table
 
     from gpusolve.model.problem import ModelError
-    from gpusolve.plan.buckets import BudgetError, build_plan, place
+    from gpusolve.plan.buckets import build_plan, place
+
     from gpusolve.schedule.solve import Options, make_schedule
     from gpusolve.host import available_memory
     try:

@@ -12,6 +12,7 @@ from gpusolve.csg.bounds import structure_and_bounds
 from gpusolve.csg.dp import ALGORITHMS, BLOCK, level_masks, level_splits, level_step, total_splits
 from gpusolve.csg.gpu import cuda_level
 from gpusolve.csg.values import GEN_CHUNK, CSGError, check_agents, popcount
+from gpusolve.host import BudgetError
 
 # NumPy loads in the functions that use it: the command line reads the names below without it.
 
@@ -19,10 +20,6 @@ PRECISIONS = {"single": "float32", "double": "float64"}  # f's dtype; "auto": si
 # --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
 # 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
 AUTO_GPU_AGENTS = 17
-
-
-class BudgetError(RuntimeError):
-    """The DP does not fit the memory given; the message says what would."""
 
 
 def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1, shares: bool = False) -> dict[str, int]:

@@ -48,10 +48,11 @@ from typing import Callable
 import numpy as np
 
 from gpusolve.distributed import cluster as scaleout
-from gpusolve.engines.sparse import slice_over
+from gpusolve.inference.eliminate import bucket_costs
 from gpusolve.order.graph import components, primal_graph
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import BudgetError, MiniBucket, Plan, build_plan
+from gpusolve.plan.buckets import MiniBucket, Plan, build_plan
+from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
 from gpusolve.search.andor import PseudoTree, pseudo_tree
 
@@ -160,12 +161,8 @@ def value(var: int, domain: int, top, integer: bool, functions: list, scopes: tu
     Returns (values chosen on the path to var, seconds, (seconds, engine) of each message received)."""
     t0 = time.perf_counter()
     chosen = dict(above[0]) if above is not None else {}
-    costs = np.zeros(domain, dtype=np.int64 if integer else np.float64)
-    for table, scope in functions + [(r[0], s) for r, s in zip(received, scopes)]:
-        costs = costs + slice_over(np, table, scope, var, chosen, top)
-        if integer:
-            costs = np.minimum(costs, top)
-    chosen[var] = int(costs.argmin())
+    inputs = functions + [(r[0], s) for r, s in zip(received, scopes)]
+    chosen[var] = int(bucket_costs(np, inputs, var, domain, chosen, top, np.int64 if integer else np.float64).argmin())
     return chosen, time.perf_counter() - t0, [r[1:] for r in received]
 
 

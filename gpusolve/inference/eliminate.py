@@ -87,15 +87,22 @@ def assign(problem: Problem, plan: Plan, engine: Engine, tables, messages) -> li
     for var in reversed(plan.order):
         if var in problem.evidence:
             continue
-        costs = xp.zeros(dom[var], dtype=problem.dtype)
-        for m in plan.buckets.get(var, ()):
-            mb = plan.minibuckets[m]
-            for table, scope in plan.inputs(problem, mb, tables, messages):
-                costs = costs + sparse.slice_over(xp, table, scope, var, value, problem.top)
-                if problem.integer:
-                    costs = xp.minimum(costs, problem.top)
-        value[var] = int(xp.argmin(costs))
+        inputs = [pair for m in plan.buckets.get(var, ())
+                  for pair in plan.inputs(problem, plan.minibuckets[m], tables, messages)]
+        value[var] = int(xp.argmin(bucket_costs(xp, inputs, var, dom[var], value, problem.top, problem.dtype)))
     return value
+
+
+def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
+    """The cost of each value of `var` in its bucket (`inputs`, (table, scope) pairs) given the values
+    `chosen` for the rest of their scopes: the VALUE step of BE and of DPOP alike. Integer costs
+    saturate at `top` after every addition."""
+    costs = xp.zeros(domain, dtype=dtype)
+    for table, scope in inputs:
+        costs = costs + sparse.slice_over(xp, table, scope, var, chosen, top)
+        if costs.dtype.kind in "iu":
+            costs = xp.minimum(costs, top)
+    return costs
 
 
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpusolve.host import fmt_bytes
+from gpusolve.host import BudgetError, fmt_bytes
 
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem
@@ -38,10 +38,6 @@ TABLES = ("auto", "dense", "sparse")
 SPARSE_FRACTION = 0.05
 # A streamed message is built chunk by chunk, this many in flight (one per CUDA stream).
 CHUNKS_IN_FLIGHT = 2
-
-
-class BudgetError(RuntimeError):
-    """The plan asked for does not fit the memory budget (exit code 3)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from gpusolve.engines import sparse
 from gpusolve.inference.eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from gpusolve.host import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import BudgetError, build_plan, choose_plan, plan_within
+from gpusolve.plan.buckets import build_plan, choose_plan, plan_within
+from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
 from gpusolve.consistency.preprocess import preprocess
 from gpusolve.distributed.cluster import Cluster
