@@ -4,7 +4,7 @@ The bucket: one eliminated variable and W separator variables, domain D, with
 one binary cost table pairing the eliminated variable with each separator
 variable (GpuBE's standard bucket, scaled to one CPU core). Run on 1, 2, 4, ...
 threads up to --threads (default: every core): the gain of each thread past
-the first is engines.THREAD_GAIN's measure. Prints the figures and writes JSON
+the first is engines/registry.py's THREAD_GAIN measure. Prints the figures and writes JSON
 to bench/results/.
 """
 from __future__ import annotations

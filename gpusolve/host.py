@@ -1,7 +1,9 @@
 """The host machine: the memory a run may use, the cores it may use, and sizes in words."""
 from __future__ import annotations
 
+import functools
 import os
+from typing import Callable
 
 
 class BudgetError(RuntimeError):
@@ -31,6 +33,20 @@ def cores() -> int:
 def host_threads(threads: int | None = None) -> int:
     """The CPU engine's threads: `threads`, else one per core this process may use."""
     return threads or cores()
+
+
+def over_threads(n: int, part: Callable[[int, int], None]) -> None:
+    """part(lo, hi) over equal slices of range(n), one per copy thread: one core fills fresh memory
+    at a few GB/s, and NumPy's copies release the GIL."""
+    pool, threads = _copy_pool()
+    list(pool.map(lambda i: part(i * n // threads, (i + 1) * n // threads), range(threads)))
+
+
+@functools.lru_cache(maxsize=1)
+def _copy_pool():
+    from concurrent.futures import ThreadPoolExecutor
+    threads = max(1, min(host_threads(), 16))
+    return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-copy"), threads
 
 
 def fmt_bytes(n: float) -> str:

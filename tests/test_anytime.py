@@ -13,13 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
 from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
 from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, plan_within
 from gpusolve.schedule.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem
 from gpusolve.parsers.write import write_wcsp
 
 
@@ -137,6 +138,28 @@ def test_interrupt_stops_at_the_next_check():
     assert r.search["nodes"] == 4 * SEARCH_CHECK_NODES and not r.search["complete"]
     assert r.status == "bounded" and r.upper_bound is not None and "interrupted" in r.device_note
     assert problem.evaluate(r.assignment) == r.upper_bound and "time limit" not in r.device_note
+
+
+def test_search_improvements_are_in_the_trace_as_they_come(tmp_path):
+    """A grid in float costs (no compiled search beside it), MBE(z=2) then AND/OR search stopped at its
+    4th check: the incumbents the search offered as it went are in the trace, under its name, and the
+    bounds held bracket pytoulbar2's optimum. (Cut off, the search once reported nothing it found.)"""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    integer = generate("grid", 25, 4, 0.4, 0.0, seed=1)
+    optimum = toulbar2_optimum(integer, tmp_path / "g.wcsp")
+    problem = Problem(integer.name, integer.variables, [CostFunction(f.scope, f.table.astype(np.float64))
+                                                        for f in integer.functions], integer=False, top=np.inf)
+    order = graph.elimination_order(problem)
+    schedule = Schedule((Phase("mbe", build_plan(problem, order, 2)), Phase("search", seconds=math.inf)), "numpy")
+    bounds = Bounds.start(problem, time.perf_counter())
+    stop = StopAt(lambda: stop.search_checks >= 4)
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, stop, 1 << 30)
+    assert out.search["nodes"] == 4 * SEARCH_CHECK_NODES and "AND/OR search cut off" in out.note
+    mbe_upper = max(hi for _, _, hi, phase in bounds.trace if phase == "MBE(z=2)")
+    found = [hi for _, _, hi, phase in bounds.trace if phase == "AND/OR search"]
+    assert found and found[0] < mbe_upper and bounds.upper == found[-1] == problem.evaluate(bounds.assignment)
+    assert bounds.lower <= optimum <= bounds.upper
+    assert_trace_monotone(bounds.trace)
 
 
 def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():

@@ -1,4 +1,5 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
+import io
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from test_hardening import PEAK
 
+from gpusolve.cli.common import LiveLine, progress_bar
 from gpusolve.cli.group import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -335,3 +337,67 @@ def test_a_z_over_the_memory_budget_runs_the_largest_that_fits(wide):
     rec = json.loads(r.stdout)
     assert rec["z"] == 2 and rec["status"] in ("optimal", "bounded")
     assert "MBE(z=3) needs" in rec["device_note"] and "running z=2" in rec["device_note"]
+
+
+def terminal():
+    """A console that takes itself for a terminal, what it draws kept."""
+    from rich.console import Console
+    return Console(file=io.StringIO(), force_terminal=True, width=200)
+
+
+def frames(console) -> list[str]:
+    """The lines a live display drew, control codes removed."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    return [line for line in re.split(r"[\r\n]", text) if line.strip()]
+
+
+def test_the_live_line_shows_the_time_the_bounds_the_phase_and_a_search_s_node_rate():
+    now, nodes = [100.0], [0]
+    line = LiveLine(clock=lambda: now[0])
+    line.begin("AND/OR search + DFBB (EDAC*)", lambda: nodes[0])
+    line.improved(3984, 4675, "local search")
+    now[0], nodes[0] = 104.0, 10_000
+    assert line.lines() == ("0:00:04 bounds [3984, 4675], gap 691 (local search)",
+                            "AND/OR search + DFBB (EDAC*) for 4 s, 10,000 nodes (2,500/s)")
+    line.begin("MBE(z=5)")
+    now[0] = 3704.0
+    assert line.lines() == ("1:00:04 bounds [3984, 4675], gap 691 (local search)", "MBE(z=5) for 3600 s")
+
+
+@pytest.mark.parametrize("time_limit", [None, 3600.0])
+def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit):
+    """A search interrupted at its 4th check (no clock involved): the live display went through the
+    phases and showed the search's nodes; no line but an elimination's bar carries a percentage (the
+    status once sat at 0.0% for minutes). With no time limit the run said once how it ends."""
+    from test_anytime import StopAt, hard_grid
+
+    from gpusolve.search.dfbb import Beside
+    from gpusolve.schedule.solve import Options, solve
+    con = terminal()
+    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    with progress_bar(True, "eliminating", time_limit is None, on=con) as (factory, on_bounds, on_phase):
+        solve(hard_grid(), Options(device="cpu", z=5, time_limit=time_limit), progress_factory=factory,
+              on_bounds=on_bounds, on_phase=on_phase, stop=stop)
+    lines = frames(con)
+    phases = {m.group(1) for m in (re.match(r"  (.+?) for \d+ s", line) for line in lines) if m}
+    assert {"MBE(z=5)", "local search", f"AND/OR search + {Beside.LABEL}"} <= phases
+    assert any(re.match(rf"  AND/OR search \+ {re.escape(Beside.LABEL)} for \d+ s, [\d,]+ nodes \(", line)
+               for line in lines)
+    assert any(re.search(r" bounds \[\d+, \d+\], gap \d+ \(", line) for line in lines)
+    eliminations = [line for line in lines if line.startswith("eliminating")]
+    assert eliminations and all("%" in line for line in eliminations)
+    assert not any("%" in line for line in lines if line not in eliminations)
+    assert len([line for line in lines if "Ctrl-C" in line]) == (time_limit is None)
+
+
+def test_json_keeps_the_terminal_quiet(monkeypatch, small):
+    shown, quiet = terminal(), terminal()
+    for module in ("gpusolve.cli.common", "gpusolve.cli.solve"):  # the live display's, and solve's own lines
+        monkeypatch.setattr(f"{module}.err", lambda: shown)
+    assert run("solve", small, "--device", "cpu", "--no-serve").exit_code == 0
+    assert frames(shown)  # on a terminal, the live display draws
+    for module in ("gpusolve.cli.common", "gpusolve.cli.solve"):
+        monkeypatch.setattr(f"{module}.err", lambda: quiet)
+    r = run("solve", small, "--device", "cpu", "--no-serve", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["status"] == "optimal"
+    assert quiet.file.getvalue() == ""

@@ -177,7 +177,7 @@ class Failure(Exception):
 
 
 def solve_file(path: str, options: Options, evidence=None, progress_factory=None, on_bounds=None,
-               stop=None, fmt: str | None = None) -> Result:
+               stop=None, fmt: str | None = None, on_phase=None) -> Result:
     """Read and solve one file; every expected failure becomes a Failure with its exit code. The time
     limit and `stop` (Ctrl-C, SIGTERM) apply while the file is read too."""
     from gpusolve import parsers
@@ -195,7 +195,7 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
         problem = parsers.read(path, evidence, fmt, options.mem_limit, stop)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
-                     on_bounds=on_bounds, stop=stop)
+                     on_bounds=on_bounds, stop=stop, on_phase=on_phase)
     except Stopped as e:
         if e.interrupted == signal.SIGINT:
             raise Failure(f"{path}: interrupted while reading, before any bound", EXIT_INTERRUPT,
@@ -221,30 +221,87 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
         raise Failure(f"{path}: internal error: {type(e).__name__}: {e}", 1) from None
 
 
+class LiveLine:
+    """The status of a solve on a terminal, made again at each refresh (a search's rate moves with no
+    event): the time so far and the bounds held; the phase under way and for how long, a search's
+    nodes and their rate (its node counters, the compiled core's included). `clock`: a test's own time."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.phase, self.nodes, self.start = "reading", None, clock()
+        self.since = self.start
+        self.bounds = "no bounds yet"
+
+    def begin(self, phase: str, nodes=None) -> None:
+        self.phase, self.nodes, self.since = phase, nodes, self.clock()
+
+    def improved(self, lower, upper, phase: str) -> None:
+        gap = "" if lower is None or upper is None else f", gap {_fmt(upper - lower)}"
+        self.bounds = f"bounds [{_fmt(lower)}, {_fmt(upper)}]{gap} ({phase})"
+
+    def lines(self) -> tuple[str, str]:
+        now = self.clock()
+        took, elapsed = now - self.since, int(now - self.start)
+        what = f"{self.phase} for {took:.0f} s"
+        if self.nodes is not None:
+            n = self.nodes()
+            what += f", {n:,} nodes" + (f" ({n / took:,.0f}/s)" if took > 0 else "")
+        return f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} {self.bounds}", what
+
+
 @contextmanager
-def progress_bar(enabled: bool, label: str):
-    """A rich display on stderr when it is a terminal: a bar per elimination and a line with the
-    bounds held (the gap shrinking live). Yields (factory(total) -> advance(n), on_bounds) or Nones."""
-    if not (enabled and err().is_terminal):
-        yield None, None
+def progress_bar(enabled: bool, label: str, until_proof: bool = False, on=None):
+    """A rich display on stderr (or the console `on`) when it is a terminal: a spinner and the
+    LiveLine once a phase is heard, cut to the terminal's width, and below it a bar per
+    elimination while it runs (a percentage only where the total is known). With `until_proof` (no
+    time limit) the first search says once how the run ends.
+    Yields (factory(total) -> advance(n), on_bounds, on_phase) or Nones."""
+    on = on or err()
+    if not (enabled and on.is_terminal):
+        yield None, None, None
         return
+    from rich.console import Group
+    from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.spinner import Spinner
+    from rich.text import Text
+    line, heard, said = LiveLine(), [], []
+
+    class Status:
+        spinner = Spinner("dots")
+
+        def __rich__(self):
+            if not heard:
+                return ""
+            first, second = line.lines()
+            shown = [self.spinner.render(on.get_time()).append(" " + first), Text("  " + second)]
+            for text in shown:  # each one line whatever the terminal's width: cut, never wrapped
+                text.no_wrap, text.overflow = True, "ellipsis"
+            return Group(*shown)
+
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                   TimeElapsedColumn(), console=err(), transient=True)
-    with bar:
-        held = bar.add_task("bounds: none yet", total=None)
-        tasks = []
-
+                   TimeElapsedColumn(), console=on)
+    with Live(Group(Status(), bar), console=on, transient=True, refresh_per_second=8) as live:
         def factory(total):
-            for t in tasks:  # one bar at a time: the phase before is over
+            for t in bar.task_ids:  # one bar at a time: the elimination before is over
                 bar.remove_task(t)
-            tasks[:] = [bar.add_task(label, total=max(total, 1))]
-            return lambda n: bar.advance(tasks[0], n)
+            task = bar.add_task(label, total=max(total, 1))
+            return lambda n: bar.advance(task, n)
 
-        def on_bounds(lower, upper, phase):
-            gap = "" if lower is None or upper is None else f", gap {_fmt(upper - lower)}"
-            bar.update(held, description=f"bounds [{_fmt(lower)}, {_fmt(upper)}]{gap} ({phase})")
-        yield factory, on_bounds
+        def on_bounds(lower, upper, phase):  # shown at the next refresh: improvements may come by the hundred
+            line.improved(lower, upper, phase)
+
+        def on_phase(phase, nodes=None):
+            for t in bar.task_ids:
+                bar.remove_task(t)
+            line.begin(phase, nodes)
+            if until_proof and nodes is not None and not said:
+                live.console.print("No --time-limit: the search runs until the optimum is proven; "
+                                   "Ctrl-C stops it and prints the best solution found so far.")
+                said.append(phase)
+            heard.append(phase)
+            live.refresh()
+        yield factory, on_bounds, on_phase
 
 
 @contextmanager

@@ -121,13 +121,12 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
 def csg_on_workers(values, options, source, workers, scheduler, name, phases, progress, stop):
     """solve_on_workers on the cluster gpusolve.distributed.cluster.executor opens: with the GPU, one process per
     GPU."""
-    from gpusolve.csg.solve import AUTO_GPU_AGENTS
+    from gpusolve.csg.solve import pick_device
     from gpusolve.csg.workers import solve_on_workers, source_agents
-    from gpusolve.cuda.runtime import gpu_unavailable_reason
     from gpusolve.distributed.cluster import executor
     n = source_agents(source, values)
-    gpus = options.device == "gpu" or (options.device == "auto" and n >= AUTO_GPU_AGENTS
-                                       and gpu_unavailable_reason() is None)
+    # each worker places its levels by the same policy, on its one thread unless --threads
+    gpus = pick_device(options.device, n, options.algorithm, options.threads or 1, here=False)[0].on_device
     with executor(scheduler, workers, gpus=gpus) as (client, what, cluster_s):
         phases["cluster"] = cluster_s
         return solve_on_workers(values, options, client, source, workers if scheduler else None, name, phases,

@@ -40,7 +40,7 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     from gpusolve.distributed.cluster import ClusterError
     try:
         problem = parsers.read(file)
-        with progress_bar(not as_json, "agents") as (factory, _):
+        with progress_bar(not as_json, "agents") as (factory, _, _):
             progress = None if factory is None else (lambda total: functools.partial(factory(total), 1))
             result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress,
                                 mem_limit)

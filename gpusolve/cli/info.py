@@ -6,6 +6,7 @@ import sys
 import click
 
 from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, Seconds, SizeParam, err, out
+from gpusolve.engines import registry
 from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.order import graph
 from gpusolve.order.graph import OrderError
@@ -102,7 +103,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
-            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp, "numpy")
+            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp,
+                                     registry.for_place(on_device=False))
         except (BudgetError, ValueError) as e:
             out().print(f"schedule: none ({e})", markup=False)
         else:

@@ -9,6 +9,7 @@ import click
 
 from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, _fmt, _shown, err, interruptible,
                                  out, progress_bar, solve_file, solve_options)
+from gpusolve.engines import registry
 from gpusolve.host import fmt_bytes
 from gpusolve.parsers import COMPRESSIONS, FORMATS, READERS
 from gpusolve.report import dumps
@@ -74,12 +75,16 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
     if problem:
         fail(problem, EXIT_INPUT)
     try:
-        with progress_bar(not as_json, "eliminating") as (factory, on_bounds), interruptible() as stop:
-            result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt)
+        until_proof = options.time_limit is None and options.search
+        with progress_bar(not as_json, "eliminating", until_proof) as (factory, on_bounds, on_phase), \
+                interruptible() as stop:
+            if on_phase:
+                on_phase("reading")
+            result = solve_file(file, options, evidence, factory, on_bounds, stop, fmt, on_phase)
     except Failure as f:
         fail(str(f), f.code, f.status)
     result.options = {**result.options, "evidence": evidence} if result.options else None
-    if as_json and result.device_note and options.device == "auto" and result.engine == "numpy":
+    if as_json and result.device_note and options.device == "auto" and registry.ran_on_host(result.engine):
         # human output shows the engine choice in its table
         err().print(f"note: {result.device_note}", markup=False, soft_wrap=True)
     failed = write_outputs(result, solution, uai_output)

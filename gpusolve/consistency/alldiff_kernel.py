@@ -14,8 +14,8 @@ reachability loops are Gauss-Seidel sweeps to a fixpoint (a variable found early
 extends the same sweep), a thread per variable over word-major domains. The removed edges come
 back as a list; when there are more than LIST_CAP of them, as bit-packed rows.
 
-The source is plain Python text (tested on any machine); cupy compiles it once per process and
-keeps the binary in its kernel cache. Correctness is checked against the CPU propagators in
+The source is plain Python text (tested on any machine); the kernel loader (cuda/loader.py) compiles
+it once per process, and CuPy keeps the binary in its kernel cache. Correctness is checked against the CPU propagators in
 tests/test_alldiff.py.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpusolve.model.problem import Infeasible
-from gpusolve.engines.streaming import pinned_array
+from gpusolve.cuda import loader
+from gpusolve.cuda.pinned import pinned_array
 
 THREADS = 1024  # one block: a thread per variable
 LIST_CAP = 1 << 16  # removed edges returned as a list up to this many (512 KiB), else as bit-packed rows
@@ -330,17 +331,11 @@ def kernel_source(n: int, m: int) -> str:
     return SOURCE.replace("SHARED_WORDS", str(words)).replace("BLOCK", str(THREADS)).replace("NAME", NAME)
 
 
-_kernels: dict = {}
-
-
-def _kernel(cp, n: int, m: int):
-    """The kernel for this size class, compiled once per process; cupy caches the binary."""
+def _kernel(n: int, m: int):
+    """The kernel for this size class (cuda/loader.py: compiled once per process, kept by CuPy's disk cache)."""
     if not fits(n, m):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
-    source = kernel_source(n, m)
-    if source not in _kernels:
-        _kernels[source] = cp.RawModule(code=source).get_function(NAME)
-    return _kernels[source]
+    return loader.load(kernel_source(n, m), NAME)
 
 
 class _HostBuffer:
@@ -383,7 +378,7 @@ class DeviceDomains:
     def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None, replay: bool = True):
         n, width = words.shape
         self.cp, self.n, self.m = cp, n, m
-        self.kernel = _kernel(cp, n, m)
+        self.kernel = _kernel(n, m)
         self.words = cp.asarray(np.ascontiguousarray(words.T))  # word-major: the kernel's layout
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))

@@ -100,12 +100,10 @@ extern "C" __global__ void csg_level(T* f, const long long* binom, int n, int k,
 """
 
 
-@functools.cache
 def _kernel(dtype_name: str):
-    import cupy
+    from gpusolve.cuda import loader
     ctype = {"float32": "float", "float64": "double"}[dtype_name]
-    return cupy.RawKernel("#define T " + ctype + "\n" + LEVEL_SOURCE, "csg_level",
-                          options=("-std=c++17",))
+    return loader.load("#define T " + ctype + "\n" + LEVEL_SOURCE, "csg_level", options=("-std=c++17",))
 
 
 @functools.cache

@@ -17,9 +17,6 @@ from gpusolve.host import BudgetError
 # NumPy loads in the functions that use it: the command line reads the names below without it.
 
 PRECISIONS = {"single": "float32", "double": "float64"}  # f's dtype; "auto": single on the GPU, else double
-# --device auto uses the GPU from this many agents: the CPU engine's IDP takes 0.41 s at n = 16 and
-# 1.1 s at 17 (bench/csg.py), CuPy's import and context about 0.5 s on an H100.
-AUTO_GPU_AGENTS = 17
 
 
 def predict_memory(n: int, precision: str, on_gpu: bool, threads: int = 1, shares: bool = False) -> dict[str, int]:
@@ -97,23 +94,17 @@ class Result:
         return asdict(self)
 
 
-def pick_device(device: str, n: int):
-    """(array module, engine name, note) for --device."""
-    import numpy as np
-    from gpusolve.cuda.runtime import DeviceError, gpu_unavailable_reason
-    if device == "cpu":
-        return np, "numpy", "cpu requested"
-    if device == "auto" and n < AUTO_GPU_AGENTS:
-        return np, "numpy", f"auto: {n} agents, below the {AUTO_GPU_AGENTS} where the GPU starts to gain"
-    reason = gpu_unavailable_reason()
-    if reason:
-        if device == "gpu":
-            raise DeviceError(f"--device gpu: {reason}")
-        return np, "numpy", f"GPU not used: {reason}; running on the CPU"
-    import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    return cupy, "cupy", ("gpu requested" if device == "gpu" else "auto") + f"; {name}"
+def pick_device(device: str, n: int, algorithm: str, threads: int | None, here: bool = True):
+    """(engine spec, note) for --device: the solver's device policy (engines/select.py) on the DP's
+    split evaluations, a step per level; --device gpu takes the GPU whatever n. `here`: the DP runs
+    in this process (else on Dask workers)."""
+    from gpusolve.cuda import runtime
+    from gpusolve.engines.select import choose
+    spec, note = choose(device, total_splits(n, algorithm), n, 0 if device == "gpu" else None, threads, "split", here)
+    if spec.on_device and here:
+        runtime.mark_started()
+        note += "; " + runtime.device_info(runtime.import_cupy().cuda.runtime.getDevice())[0]
+    return spec, note
 
 
 class Table:
@@ -125,7 +116,6 @@ class Table:
     """
 
     def __init__(self, values: np.ndarray, options: Options, threads: int | None = None, shares: bool = False):
-        import numpy as np
         from gpusolve.host import cores
         from gpusolve.host import available_memory
         n = values.size.bit_length() - 1
@@ -135,17 +125,17 @@ class Table:
         self.values, self.options, self.n = values, options, n
         if options.precision not in ("auto", *PRECISIONS):
             raise CSGError(f"unknown precision {options.precision!r}")
-        self.xp, self.engine, self.note = pick_device(options.device, n)
-        xp = self.xp
-        self.on_gpu = xp is not np
-        self.precision = precision_on(options.precision, self.on_gpu)
         self.threads = options.threads or threads or cores()
+        spec, self.note = pick_device(options.device, n, options.algorithm, self.threads)
+        self.xp, self.engine, self.on_gpu = spec.array_module(), spec.name, spec.on_device
+        xp = self.xp
+        self.precision = precision_on(options.precision, self.on_gpu)
         if not self.on_gpu:
             self.note += f"; {self.threads} thread{'s' if self.threads > 1 else ''}"
         device_budget = None
         if self.on_gpu:
-            free = xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes()
-            device_budget = int(free * 0.95) if options.gpu_mem_limit is None else options.gpu_mem_limit
+            from gpusolve.cuda.runtime import device_budget as room
+            device_budget = room(options.gpu_mem_limit)
         host_budget = options.mem_limit if options.mem_limit is not None else available_memory() + values.nbytes
         self.need = check_memory(n, self.precision, self.on_gpu, host_budget, device_budget, self.threads, shares)
         self.dtype = PRECISIONS[self.precision]

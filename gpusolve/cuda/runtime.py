@@ -1,13 +1,20 @@
-"""The CUDA runtime of a process: CuPy's import, whether a device is usable, and the driver's start.
+"""The CUDA runtime of a process: CuPy's import, whether a device is usable, the driver's start, the
+device's name and size, and the device memory a run may take (pinned host memory: pinned.py; kernels:
+loader.py).
 
 Nothing here imports CuPy or NumPy at import time: the command line and a CPU run never pay for them.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 _started: list[bool] = []  # non-empty once an engine on the device was made: CUDA is up in this process
 _warming: list = []  # warm_up_cuda's thread, once started
+# The share of the device memory free (CuPy's cached blocks counted free) that a run may hold: the rest
+# is left to the CUDA context's growth, CuPy's workspaces and fragmentation. One margin for every
+# user of the device (engines, CSG).
+DEVICE_MEMORY_SHARE = 0.9
 
 
 class DeviceError(RuntimeError):
@@ -54,6 +61,32 @@ def warm_up_cuda() -> None:
 def cuda_started() -> bool:
     """Whether this process started CUDA (an engine on the device, or its warm-up)."""
     return bool(_started or _warming)
+
+
+def mark_started() -> None:
+    """Something on the device was made: CUDA is up in this process, and its start is paid."""
+    if not _started:
+        _started.append(True)
+
+
+@functools.lru_cache(maxsize=None)
+def device_info(device_id: int) -> tuple[str, int, str]:
+    """(name, SM count, compute capability as CuPy writes it, "90") of a device: read once per
+    process, the query takes about a millisecond."""
+    cupy = import_cupy()
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"]
+    return ((name.decode() if isinstance(name, bytes) else str(name)), props["multiProcessorCount"],
+            cupy.cuda.Device(device_id).compute_capability)
+
+
+def device_budget(limit: int | None = None) -> int:
+    """Bytes of the current device a run may hold: DEVICE_MEMORY_SHARE of what is free now, and
+    at most `limit` (--gpu-mem-limit)."""
+    cupy = import_cupy()
+    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+    room = int(free * DEVICE_MEMORY_SHARE)
+    return room if limit is None else min(int(limit), room)
 
 
 def _retain_primary_context() -> None:

@@ -48,6 +48,7 @@ from typing import Callable
 import numpy as np
 
 from gpusolve.distributed import cluster as scaleout
+from gpusolve.engines import registry
 from gpusolve.inference.eliminate import bucket_costs
 from gpusolve.order.graph import components, primal_graph
 from gpusolve.model.problem import Problem
@@ -346,7 +347,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
         assignment=assignment, values=problem.value_labels(assignment), agents=len(set(dp.agent)), variables=n, induced_width=dp.plan.induced_width,
         messages=dp.messages(), wall_s=wall, simulated_s=simulated, util_simulated_s=util_end,
         latency_s=latency, compute_s=sum(util_s.values()) + sum(value_s.values()), cluster_s=cluster_s,
-        pseudo_tree_s=tree_s, executor=description, engines=sorted(engines) or ["numpy"],
+        pseudo_tree_s=tree_s, executor=description, engines=sorted(engines) or [registry.for_place(on_device=False).name],
         time_s=time.perf_counter() - t0, repair_s=repair_s, message=message)
 
 

@@ -111,32 +111,30 @@ def _gpu_cluster(workers: int | None):
                           silence_logs=logging.ERROR)
 
 
-@functools.cache
-def _engine(kind: str):
-    """On a Dask worker, the CPU engine takes the worker's threads, not one per core: workers
-    share the host."""
-    from gpusolve.engines.select import select_engine
-    threads = None
+def _threads() -> int | None:
+    """On a Dask worker, the worker's threads, not one per core: workers share the host."""
     if "distributed" in sys.modules:  # not imported: not a worker, and not worth its import
         try:
-            threads = sys.modules["distributed"].get_worker().state.nthreads
+            return sys.modules["distributed"].get_worker().state.nthreads
         except ValueError:  # not on a worker
             pass
-    return select_engine(kind, threads=threads)[0]
+    return None
 
 
 @functools.cache
-def _gpu_usable() -> bool:
-    from gpusolve.cuda.runtime import gpu_unavailable_reason
-    return gpu_unavailable_reason() is None
+def _engine(name: str):
+    """One engine of each kind per process."""
+    from gpusolve.engines import registry
+    from gpusolve.engines.select import make_engine
+    return make_engine(registry.get(name), _threads())
 
 
 def engine_for(device: str, joint_entries: int):
-    """The engine of this process for one computation; auto takes the GPU for large ones, as solve does."""
-    from gpusolve.engines.select import AUTO_MIN_JOINT
-    if device == "auto":
-        device = "gpu" if joint_entries >= AUTO_MIN_JOINT and _gpu_usable() else "cpu"
-    return _engine(device)
+    """The engine of this process for one computation of `joint_entries` in one step, placed by the
+    device policy as solve places a plan (engines/select.py); --device gpu takes the GPU whatever the size."""
+    from gpusolve.engines.select import choose
+    spec, _ = choose(device, joint_entries, 1, 0 if device == "gpu" else None, _threads())
+    return _engine(spec.name)
 
 
 def bucket_message(mb, scopes: tuple, domains: tuple, top, integer: bool, device: str, op: str, *tables):

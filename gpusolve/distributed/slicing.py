@@ -231,6 +231,6 @@ def sliced_step(cluster: Cluster | None, plan: Plan, domains: Sequence[int], eng
         yield None
         return
     from gpusolve.distributed.cluster import executor, worker_addresses
-    with executor(cluster.scheduler, cluster.workers, gpus=engine.name == "cupy") as (client, what, started):
+    with executor(cluster.scheduler, cluster.workers, gpus=engine.spec.on_device) as (client, what, started):
         slicing = plan_slicing(plan, domains, len(worker_addresses(client)), threshold)
         yield SlicedStep(client, slicing, engine, cluster.device, f"{what}, started in {started:.2f} s")

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
 from gpusolve.plan import buckets as sizes  # row sizes read at call time (tests change them)
+from gpusolve.engines import registry
 from gpusolve.engines.dense import Scoped, host_or_table
 from gpusolve.plan.buckets import CHUNK_ENTRIES, MiniBucket
 
@@ -26,6 +27,11 @@ class Engine(ABC):
     budget: int | None = None  # device bytes the engine may hold; None: tables live in host memory
     compile_s: float = 0.0  # seconds spent compiling kernels so far
     threads: int = 1  # host threads the dense step may use
+
+    @property
+    def spec(self) -> registry.EngineSpec:
+        """This engine's registry entry: its rates and capabilities."""
+        return registry.get(self.name)
 
     @property
     def device_bytes(self) -> int:

@@ -98,6 +98,8 @@ class Bounds:
     trivial: object = 0  # the bound before any phase: each function's minimum
     trace: list[tuple[float, object, object, str]] = field(default_factory=list)
     on_change: Callable[["Bounds", str], None] | None = None
+    # A live display: hears each phase as it starts and, for a search, how to count its nodes so far.
+    on_phase: Callable[[str, Callable[[], int] | None], None] | None = None
 
     @classmethod
     def start(cls, problem: Problem, t0: float, on_change=None) -> "Bounds":
@@ -130,6 +132,11 @@ class Bounds:
             self.lower = cost
         self._record(phase)
         return True
+
+    def begin(self, phase: str, nodes: Callable[[], int] | None = None) -> None:
+        """A phase starts (nothing is recorded: the trace holds improvements)."""
+        if self.on_phase:
+            self.on_phase(phase, nodes)
 
     def prove(self, phase: str) -> None:
         """The incumbent is optimal (or, with none, the problem is infeasible)."""
@@ -375,6 +382,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
         if phase.shifted and shifted is None:
             out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
             continue
+        bounds.begin(phase.label)
         t = time.perf_counter()
         on = shifted if phase.shifted else problem
         cut = False
@@ -512,6 +520,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
         raise Stopped()
     beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
+        bounds.begin(beside.LABEL, lambda: beside.search.nodes)
         beside.run_here(bounds, stop)
         out.search = {"dfbb": beside.stats(), "complete": beside.complete}
         if not beside.complete:
@@ -521,16 +530,30 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
         return "AND/OR search (Dask)"
-    check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
-    # Floats: only a clear improvement counts, so summation order cannot fake one.
-    target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
-        bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
+    def target(upper):
+        """The cost the search must beat. Floats: only a clear improvement counts, so summation order
+        cannot fake one."""
+        return upper if problem.integer or problem.is_forbidden(upper) else upper - 1e-9 * max(1.0, abs(float(upper)))
+
+    def offered(assignment):  # the search's greedy completions, as it goes
+        bounds.offer(assignment, "AND/OR search")
+        return target(bounds.upper)
+
+    def check():
+        done = beside is not None and beside.publish(bounds)
+        s.tighten(target(bounds.upper))  # the core's incumbents prune the AND/OR search too
+        return done or stop()
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem),
+                    on_incumbent=offered)
+    label = "AND/OR search" if beside is None else f"AND/OR search + {beside.LABEL}"
+    bounds.begin(label, lambda: s.stats.nodes + (beside.search.nodes if beside is not None else 0))
     if beside is not None:
         beside.start()
     try:
-        cost, assignment = s.run(target)
-    except Stopped:
+        cost, assignment = s.run(target(bounds.upper))
+    except Stopped as e:
+        if e.lower is not None:  # the least bound of the open nodes holds for the whole problem
+            bounds.raise_lower(e.lower, "AND/OR search")
         if beside is None or not beside.complete:
             raise
         assignment = None  # the core proved first
@@ -544,13 +567,14 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
         if assignment is not None:
             bounds.offer(assignment, "AND/OR search")
         bounds.prove("AND/OR search")
-    return "AND/OR search" if beside is None else f"AND/OR search + {beside.LABEL}"
+    return label
 
 
 def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
     """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
     from gpusolve.search.mac import Mac
-    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.name == "cupy" else None)
+    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.spec.on_device else None)
+    bounds.begin("MAC", lambda: m.stats.nodes)
     try:
         assignment = m.run()
     finally:

@@ -19,6 +19,8 @@ from typing import Callable
 from gpusolve.order import graph
 from gpusolve.inference import probabilistic
 from gpusolve.schedule.anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.engines import registry
+from gpusolve.engines.registry import EngineSpec
 from gpusolve.engines.select import select_engine
 from gpusolve.host import host_threads
 from gpusolve.engines import sparse
@@ -100,12 +102,14 @@ def elimination_order(problem: Problem, how: str, g=None) -> list[int]:
 def solve(problem: Problem, options: Options, file: str = "",
           progress_factory: Callable[[int], Callable[[int], None]] | None = None,
           read_time: float = 0.0, on_bounds: Callable[[object, object, str], None] | None = None,
-          stop: Stop | None = None) -> Result:
+          stop: Stop | None = None, on_phase: Callable[[str, Callable[[], int] | None], None] | None = None
+          ) -> Result:
     """Solve a problem; raises BudgetError, TimeLimit (PR, MAR), DeviceError, ValueError, OrderError.
 
     Optimisation tasks (WCSP, MPE) run the anytime schedule and always return the bounds held
     when the time limit passes or `stop` is interrupted; `on_bounds(lower, upper, phase)` hears
-    every improvement, in the file's objective.
+    every improvement, in the file's objective; `on_phase(phase, nodes)` each phase as it starts
+    (`nodes`: a search's node count so far, else None).
     """
     t0 = time.perf_counter()
     task = check_task(problem, options)
@@ -113,6 +117,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     if options.time_limit is not None:  # counted from the start of reading
         stop.deadline = t0 - read_time + options.time_limit
     phases = {"read": read_time}
+    if on_phase:
+        on_phase(f"{task} by elimination" if task in PROBABILISTIC else "preprocessing and planning")
     if task in PROBABILISTIC:
         return _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases)
     reduced = preprocess(problem)  # removing values would change a sum over assignments: not for PR, MAR
@@ -126,7 +132,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
-    schedule = make_schedule(problem, order, options, budget, n_comp, "numpy")
+    schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False))
     joint, buckets = schedule.largest
     if any(p.name == "mac" for p in schedule.phases):
         from gpusolve.search.mac import gac_on_device
@@ -134,8 +140,8 @@ def solve(problem: Problem, options: Options, file: str = "",
             joint = None
     engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
                                  options.threads)
-    if engine.name != "numpy":
-        schedule = make_schedule(problem, order, options, budget, n_comp, engine.name, engine.budget)
+    if engine.spec.on_device:
+        schedule = make_schedule(problem, order, options, budget, n_comp, engine.spec, engine.budget)
     t2 = time.perf_counter()
     phases["plan"] = t2 - t1
     if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
@@ -146,6 +152,7 @@ def solve(problem: Problem, options: Options, file: str = "",
             on_bounds(*problem.file_bounds(b.lower, None if b.assignment is None else b.upper), phase)
 
     bounds = Bounds.start(problem, t0, heard)
+    bounds.on_phase = on_phase
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
     out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
@@ -188,18 +195,18 @@ def _order(problem: Problem, options: Options, t0: float, phases: dict):
 
 
 def make_schedule(problem: Problem, order: list[int], options: Options, budget: int, n_comp: int,
-                  engine: str, device_budget: int | None = None) -> Schedule:
-    """The anytime schedule for these options (`device_budget`: the GPU engine's device bytes);
-    raises BudgetError when no bound fits the budget."""
+                  engine: EngineSpec, device_budget: int | None = None) -> Schedule:
+    """The anytime schedule for these options on `engine` (`device_budget`: the GPU engine's device
+    bytes); raises BudgetError when no bound fits the budget."""
     exact = None
     if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
         # The GPU runs every dense bucket with one compiled kernel, while its sparse path compiles a
         # dozen CuPy kernels on a new machine (5-11 s, bench/batch_gpu.py): auto stays dense there
         # while the dense plan fits the budget.
-        if engine == "cupy" and options.tables == "auto":
+        if engine.dense_first and options.tables == "auto":
             exact = plan_within(problem, order, None, budget, n_comp, "dense")
         exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables)
-    return plan_schedule(problem, order, exact, budget, options.time_limit, engine, options.z, options.search,
+    return plan_schedule(problem, order, exact, budget, options.time_limit, engine.name, options.z, options.search,
                          n_comp, options.tables, host_threads(options.threads), device_budget)
 
 

@@ -19,6 +19,14 @@ that is below the budget, otherwise a lower bound >= the budget. The root's
 budget is the incumbent's cost, so finishing the search either improves the
 incumbent or proves it optimal. A `Subproblem` (a variable, its context's
 values and a budget) is the unit of work a distributed search would hand out.
+
+The search is anytime (after Otten & Dechter, AI Comm. 2012): each time a
+subproblem is solved under the current path, the path, the subproblems solved
+beside it and a greedy completion of the others (each variable top-down at
+the argmin of its bucket functions and heuristic, as MBE's own assignment) make
+a complete assignment, offered as an incumbent; the incumbent's cost then
+bounds every budget on the path. A stop reports the least lower bound over
+the open nodes: a bound for the whole problem.
 """
 from __future__ import annotations
 
@@ -39,6 +47,14 @@ from gpusolve.plan.buckets import Plan
 CACHE_VALUES = 100_000_000
 # Depth of Python recursion the search needs per pseudo-tree level (frames of _or_node and helpers).
 _FRAMES_PER_LEVEL = 2
+# A greedy completion costs about one node per variable it fills and per function its evaluation reads:
+# the next one waits for this many times as many nodes, so completions take a small share of the search.
+COMPLETION_SPACING = 4
+
+
+def _number(x):
+    """A Python number: NumPy scalars on the path would make every budget's arithmetic slower."""
+    return x.item() if isinstance(x, np.generic) else x
 
 
 @dataclass(frozen=True)
@@ -159,7 +175,12 @@ class Subproblem:
 
 
 class Stopped(Exception):
-    """The search was asked to stop (deadline or interrupt)."""
+    """The search was asked to stop (deadline or interrupt). `lower`, when set, bounds from below
+    the cost of the problem (`run`) or subproblem (`solve`) searched: the least bound of its open nodes."""
+
+    def __init__(self, lower=None):
+        super().__init__()
+        self.lower = lower
 
 
 @dataclass
@@ -186,8 +207,14 @@ class AndOrSearch:
 
     def __init__(self, problem: Problem, order: list[int], heuristic: Heuristic,
                  should_stop: Callable[[], bool] | None = None, cache_values: int = CACHE_VALUES,
-                 propagators=()):
+                 propagators=(), on_incumbent: Callable[[list[int]], object] | None = None):
+        """`on_incumbent(assignment)` is offered greedy completions as the search goes and returns the
+        incumbent's cost then (or None): the search prunes against it, as against `tighten`."""
         self.problem = problem
+        self.on_incumbent = on_incumbent
+        self.upper = math.inf  # the incumbent's cost (internal): no budget on the path exceeds it
+        self.path: list[list] = []  # the AND nodes open on the current path, see _offer_completion
+        self.complete_at = 0  # the node count from which the next completion is offered
         self.propagators = tuple(propagators)
         self.tree = pseudo_tree(len(problem.variables), [f.scope for f in problem.functions]
                                 + [p.scope for p in self.propagators], order)
@@ -307,10 +334,20 @@ class AndOrSearch:
         return out
 
     # --- the search ---------------------------------------------------------------------------
-    def _or_node(self, v: int, budget, value: np.ndarray):
+    def _costs(self, v: int, value: np.ndarray) -> np.ndarray:
+        """_evaluate with the propagators' costs added to v's own row."""
+        costs = self._evaluate(v, value)
+        for prop, above in self.watch[v]:
+            costs = costs.copy() if costs is self.lookups[v].zeros else costs
+            costs[0] = np.minimum(costs[0] + prop.lower(v, above, value), self.top)
+        return costs
+
+    def _or_node(self, v: int, budget, value: np.ndarray, outside=0):
         """(value of the subtree below v given its ancestors, its values in `subtree[v]` order)
-        when below `budget`; else (a lower bound >= budget, None). Budgets and costs are Python
-        numbers here: scalar arithmetic on NumPy values would cost more than the gathers."""
+        when below `budget`; else (a lower bound >= the budget reached, None). `outside`: what the
+        rest of the path costs at least, so that `upper - outside` bounds the budget as the incumbent
+        improves. Budgets and costs are Python numbers here: scalar arithmetic on NumPy values would
+        cost more than the gathers."""
         cache = self.cache[v]
         if cache is not None:
             key = value[self.ctx[v]].tobytes()
@@ -322,17 +359,14 @@ class AndOrSearch:
         self.stats.nodes += 1
         if self.stats.nodes & 255 == 0 and self.should_stop():
             raise Stopped
-        costs = self._evaluate(v, value)
-        for prop, above in self.watch[v]:
-            costs = costs.copy() if costs is self.lookups[v].zeros else costs
-            costs[0] = np.minimum(costs[0] + prop.lower(v, above, value), self.top)
+        costs = self._costs(v, value)
         kids = self.tree.children[v]
         if not kids:  # a leaf: its cheapest value
             x = int(costs[0].argmin())
             cost = costs[0, x].item()
             result = ((cost, (x,)) if cost < budget else (max(cost, budget), None))
         else:
-            result = self._branch(v, kids, costs, budget, value)
+            result = self._branch(v, kids, costs, budget, value, outside)
         if cache is not None and self.stats.cached < self.cache_values:
             old = cache.get(key)
             if old is None or result[1] is not None or result[0] > old[0]:
@@ -340,36 +374,56 @@ class AndOrSearch:
                 self.stats.cached += len(self.subtree[v]) if result[1] is not None else 1
         return result
 
-    def _branch(self, v: int, kids, costs: np.ndarray, budget, value: np.ndarray):
+    def _branch(self, v: int, kids, costs: np.ndarray, budget, value: np.ndarray, outside):
         """An OR node with children: its values cheapest first, each an AND node solving the
-        children in turn against what is left of the budget."""
+        children in turn against what is left of the budget (or of the incumbent, once lower).
+        Stopped, it sets the exception's `lower` to this subproblem's least open bound."""
         heur = self._sum_rows(costs[1:])
         fval = heur + costs[0] if not self.saturating else np.minimum(heur + costs[0], self.top)
         rows, hl, fl = costs.tolist(), heur.tolist(), fval.tolist()
         w = rows[0]
         top, integer = self.top, self.integer
         best, best_sub, lower = budget, None, None
-        for x in fval.argsort().tolist():
-            if fl[x] >= best:
+        ranked = fval.argsort().tolist()
+        node = [v, kids, 0, [0]]  # this AND node on the path: children solved, values (x first)
+        self.path.append(node)
+        for i, x in enumerate(ranked):
+            limit = min(best, self.upper - outside)
+            if fl[x] >= limit:
                 lower = fl[x] if lower is None else min(lower, fl[x])
                 break
             value[v] = x
             acc, rest = w[x], hl[x]
-            parts = [x]
+            parts = node[3] = [x]
+            node[2] = 0
             for k, c in enumerate(kids):
                 rest -= rows[1 + k][x]
-                got, csub = self._or_node(c, best - acc - rest, value)
+                try:
+                    got, csub = self._or_node(c, min(best, self.upper - outside) - acc - rest, value,
+                                              outside + acc + rest)
+                except Stopped as e:
+                    below = rows[1 + k][x] if e.lower is None else max(e.lower, rows[1 + k][x])  # both bound it
+                    open_ = [acc + below + rest] + ([best] if best_sub is not None else []) \
+                        + ([lower] if lower is not None else []) + ([fl[ranked[i + 1]]] if i + 1 < len(ranked) else [])
+                    e.lower = min(min(open_), top) if integer else min(open_)
+                    self.path.pop()
+                    raise
                 acc = min(acc + got, top) if integer else acc + got
                 if csub is None:  # the child cannot fit its budget: x cannot beat `best`
                     lb_x = min(acc + rest, top) if integer else acc + rest
                     lower = lb_x if lower is None else min(lower, lb_x)
                     break
                 parts.extend(csub)
+                node[2] = k + 1
+                if self.stats.nodes >= self.complete_at and self.on_incumbent is not None:
+                    self._offer_completion(value)
             else:
                 best, best_sub = acc, tuple(parts)
-        if best_sub is not None:
+        self.path.pop()
+        if best_sub is not None and (lower is None or lower >= best):
             return best, best_sub
-        return max(lower if lower is not None else budget, budget), None
+        # Either nothing fits, or the incumbent fell below `best` and cut values that could beat it.
+        return lower if best_sub is None else min(lower, best), None
 
     def _sum_rows(self, rows):
         if not self.saturating:
@@ -379,13 +433,20 @@ class AndOrSearch:
             acc = np.minimum(acc + row, self.top)
         return acc
 
+    def tighten(self, upper) -> None:
+        """The incumbent's cost fell to `upper` (found elsewhere): budgets on the path shrink to it."""
+        if upper is not None and upper < self.upper:
+            self.upper = _number(upper)
+
     def run(self, incumbent) -> tuple[object, list[int] | None]:
         """Search for an assignment cheaper than `incumbent` (internal cost; top: none known).
 
         Returns (cost, assignment) of a strictly better one, or (lower bound >= incumbent, None)
-        when none exists: the incumbent is then optimal. Raises Stopped when asked to stop.
+        when none exists: the incumbent (or a better one offered since) is then optimal. Raises
+        Stopped when asked to stop, with `lower` set.
         """
-        result = self._in_thread(lambda value: self._roots(incumbent, value))
+        self.upper = _number(incumbent)
+        result = self._in_thread(self._roots)
         self.stats.complete = True
         return result
 
@@ -402,6 +463,7 @@ class AndOrSearch:
     def _in_thread(self, fn):
         """fn(value array) in a thread with a C stack and recursion limit deep enough for the tree."""
         t0 = time.perf_counter()
+        self.path = []
         value = np.zeros(len(self.dom), dtype=np.int64)
         for var, val in self.problem.evidence.items():
             value[var] = val
@@ -433,22 +495,61 @@ class AndOrSearch:
             raise result[0]
         return result[0]
 
-    def _roots(self, incumbent, value):
+    def _roots(self, value):
+        """The independent subtrees of the roots in turn: the first AND node of the path."""
         roots = [r for r in self.tree.roots if r not in self.problem.evidence]
-        hs = [self.root_h[r] for r in roots]
-        acc = self.constant
+        hs = [_number(self.root_h[r]) for r in roots]
+        acc = _number(self.constant)
         rest = sum(hs)
-        if self.problem.add(acc, rest) >= incumbent:
+        if self.problem.add(acc, rest) >= self.upper:
             return self.problem.add(acc, rest), None
-        full = list(value.tolist())
-        for r, h in zip(roots, hs):
+        node = [-1, roots, 0, [-1]]  # no variable of its own: a placeholder value
+        self.path = [node]
+        for k, (r, h) in enumerate(zip(roots, hs)):
             rest -= h
-            got, sub = self._or_node(r, incumbent - acc - rest, value)
+            try:
+                got, sub = self._or_node(r, self.upper - acc - rest, value, acc + rest)
+            except Stopped as e:
+                e.lower = self.problem.add(acc, (h if e.lower is None else max(e.lower, h)) + rest)
+                raise
             acc = self.problem.add(acc, got)
             if sub is None:
-                return max(self.problem.add(acc, rest), incumbent), None
-            for var, val in zip(self.subtree[r], sub):
-                full[var] = val
-        if acc >= incumbent:
-            return incumbent, None
-        return acc, full
+                return max(self.problem.add(acc, rest), self.upper), None
+            node[3].extend(sub)
+            node[2] = k + 1
+            if k + 1 < len(roots) and self.stats.nodes >= self.complete_at and self.on_incumbent is not None:
+                self._offer_completion(value)
+        if acc >= self.upper:
+            return self.upper, None
+        full = value.copy()
+        for r, (start, stop) in zip(roots, self._spans(roots)):
+            full[self.subtree[r]] = node[3][1 + start:1 + stop]
+        return acc, full.tolist()
+
+    def _spans(self, kids):
+        """(start, stop) of each child's values in an AND node's list of its children's values."""
+        stops = np.cumsum([len(self.subtree[c]) for c in kids]).tolist()
+        return zip([0] + stops[:-1], stops)
+
+    def _offer_completion(self, value: np.ndarray) -> None:
+        """The current path, the subproblems solved beside it and, for the subproblems still open,
+        each variable top-down at the argmin of its bucket functions and heuristic given the
+        values above it: a complete assignment, offered as an incumbent."""
+        full = value.copy()
+        open_: list[int] = []
+        last = len(self.path) - 1
+        for depth, (v, kids, solved, parts) in enumerate(self.path):
+            if v >= 0:
+                full[v] = parts[0]
+            for c, (start, stop) in zip(kids[:solved], self._spans(kids[:solved])):
+                full[self.subtree[c]] = parts[1 + start:1 + stop]
+            open_.extend(kids[solved + (depth < last):])  # above the last, the next child is on the path
+        filled = 0
+        for c in open_:
+            for u in self.subtree[c]:
+                if u in self.problem.evidence:
+                    continue
+                full[u] = int(self._sum_rows(self._costs(u, full)).argmin())
+                filled += 1
+        self.tighten(self.on_incumbent(full.tolist()))
+        self.complete_at = self.stats.nodes + COMPLETION_SPACING * (filled + len(self.problem.functions))

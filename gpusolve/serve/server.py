@@ -428,13 +428,12 @@ def release() -> None:
 def load_kernels() -> tuple[str, int]:
     """Load (prebuilt, from CuPy's disk cache, or compiled) the GPU engine's kernels that serve every
     plan shape (kernels.shape_generic_specs). (device name, how many)."""
-    from gpusolve.engines.cupy_engine import CupyEngine
-    from gpusolve.engines.kernels import shape_generic_specs
-    engine = CupyEngine()
+    from gpusolve.cuda.runtime import device_info, import_cupy
+    from gpusolve.engines.kernels import load, shape_generic_specs
     specs = shape_generic_specs()
     for spec in specs:
-        engine.kernel(spec)
-    return engine.device_name, len(specs)
+        load(spec)
+    return device_info(import_cupy().cuda.runtime.getDevice())[0], len(specs)
 
 
 def _frame(conn, lock, kind: bytes, payload: bytes) -> None:

@@ -1,4 +1,5 @@
-"""Device code built ahead of time for the kernels every plan may need (kernels.shape_generic_specs).
+"""Device code built ahead of time for the kernels every plan may need (engines/kernels.py:
+shape_generic_specs); loader.py loads a kernel from here when its cubin runs on the device.
 
 On a new machine CuPy compiles each kernel through NVRTC the first time (0.4-0.5 s of a fresh
 process that eliminates on the GPU, bench/gpube.py), and even with its disk cache warm it loads
@@ -10,7 +11,7 @@ source, and its architecture: a kernel whose source changed is never matched wit
 A cubin for sm_XY runs on devices of compute capability X.Z with Z >= Y: sm_80 serves
 Ampere and Ada, sm_90 Hopper; other devices compile as before.
 
-    python -m gpusolve.engines.cubins      # writes gpusolve/engines/cubin/*.cubin
+    python -m gpusolve.engines.kernels      # writes gpusolve/cuda/cubin/*.cubin (make cubins)
 """
 from __future__ import annotations
 
@@ -35,15 +36,14 @@ def find(name: str, capability: str) -> Path | None:
     return None
 
 
-def build(archs=ARCHS) -> list[Path]:
-    """Compile every shape-generic kernel for `archs` with NVRTC (no GPU needed) into FOLDER,
-    removing cubins of kernels that no longer exist."""
+def build(specs, archs=ARCHS) -> list[Path]:
+    """Compile kernels `specs` (each with a name and a source) for `archs` with NVRTC (no GPU needed)
+    into FOLDER, removing cubins of kernels that are not among them."""
     from cupy_backends.cuda.libs import nvrtc
 
-    from .kernels import shape_generic_specs
     FOLDER.mkdir(exist_ok=True)
     written = []
-    for spec in shape_generic_specs():
+    for spec in specs:
         for arch in archs:
             program = nvrtc.createProgram(spec.source, spec.name + ".cu", [], [])
             try:
@@ -56,8 +56,3 @@ def build(archs=ARCHS) -> list[Path]:
     for stale in set(FOLDER.glob("*.cubin")) - set(written):
         stale.unlink()
     return written
-
-
-if __name__ == "__main__":
-    for p in build():
-        print(f"{p} ({p.stat().st_size:,} bytes)")
