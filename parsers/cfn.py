@@ -10,7 +10,9 @@ domain size; functions are dense cost lists, sparse `defaultcost` + tuples
 (value names or indices), or the table of a function defined later in the
 file, named in place of the costs (toulbar2 reads a reference to an earlier
 one as no function at all; we refuse it).
-Global and arithmetic functions (`type`) are not supported. What the file
+Global and arithmetic functions (`type` and `params`): toulbar2's binary arithmetic
+ones become tables, the globals of decompose.TOULBAR2 tables over auxiliary variables
+(decompose.py); others are refused by name. What the file
 declares is charged to the reading budget before it is allocated (tables.charge):
 the tokens line by line, the variables, and every table, sparse ones and
 references made dense only once the whole file is charged.
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import decompose
+from .decompose import DecompositionError, Indices, Network
 from gpusolve.model.problem import MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
@@ -207,16 +211,16 @@ class _Reader:
         by_name: dict[str, int] = {}  # a function's name -> its place in `declared`
         references: list[tuple[tuple[int, ...], Atom, int]] = []  # (scope, name, functions declared before)
         offset = 0
+        net = Network(self.variables, Indices([v.domain for v in self.variables]), [])  # globals' tables
         for k, (key, body) in enumerate(pairs):
             name = key.text if key is not None else f"f{k}"
             if not isinstance(body, Group):
                 raise self.error(body, f"cost function {name}: expected {{scope ... costs ...}}")
             fields = self._fields(body, ("scope", "defaultcost", "type", "costs", "params"), f"cost function {name}")
-            if "type" in fields or "params" in fields:
-                kind = fields.get("type")
-                raise self.error(body, f"cost function {name}: global or arithmetic functions "
-                                       f"({kind.text if isinstance(kind, Atom) else 'type'}) are not supported")
             scope = self._scope(fields.get("scope"), name, body)
+            if "type" in fields or "params" in fields:
+                self._global(net, name, scope, fields.get("type"), fields.get("params"), body)
+                continue
             self._charge(body, FUNCTION_BYTES, f"cost function {name}")
             costs = fields.get("costs")
             if isinstance(costs, Atom):  # the table of the function of that name, defined later
@@ -237,7 +241,72 @@ class _Reader:
         tables = [table.table() if isinstance(table, Listed) else table for _, table in declared]
         functions = [CostFunction(scope, table) for (scope, _), table in zip(declared, tables)]
         functions += [CostFunction(scope, tables[i].copy()) for (scope, _, _), i in zip(references, sources)]
-        return functions, offset
+        return functions + net.functions, offset
+
+    def _global(self, net: Network, name: str, scope, kind, params, body: Group) -> None:
+        """A global or arithmetic function `type` with its `params` (cfnformat.rst), as tables."""
+        kind = kind.text if isinstance(kind, Atom) else None
+        if kind not in decompose.TOULBAR2 and kind not in decompose.ARITHMETIC:
+            raise self.error(body, f"cost function {name}: global cost function {kind or '(no type)'} is not supported")
+        if self.maximize:
+            raise self.error(body, f"cost function {name}: global cost function {kind} in a maximisation "
+                                   "problem is not supported")
+        if not isinstance(params, Group):
+            raise self.error(body, f"cost function {name}: {kind} needs its params")
+        try:
+            if kind in decompose.ARITHMETIC:
+                names = decompose.ARITHMETIC[kind]
+                if len(scope) != 2 or len(params.items) != len(names):
+                    raise DecompositionError(f"{kind} needs a scope of 2 variables and parameters {', '.join(names)}")
+                values = tuple(self.cost(a) if n in ("penalty", "costx", "costy") else self._int(a, n)
+                               for n, a in zip(names, params.items))
+                shape = self._shape(scope, body, name)
+                net.add(scope, lambda: decompose.arithmetic(kind, values, shape))
+            else:
+                decompose.toulbar2(net, kind, scope, self._params(params, name), name)
+        except (DecompositionError, KeyError) as err:
+            missing = f"its params lack {err}" if isinstance(err, KeyError) else str(err)
+            raise self.error(body, f"cost function {name}: {kind}: {missing}") from None
+
+    def _params(self, group: Group, name: str) -> dict:
+        """A global's keyed params in decompose.toulbar2's form: costs at the file's precision, variables
+        by name or index."""
+        if len(group.items) % 2 or not all(isinstance(k, Atom) for k in group.items[::2]):
+            raise self.error(group, f"cost function {name}: params must be keyed (name: value ...)")
+        p = {}
+        for key, value in zip(group.items[::2], group.items[1::2]):
+            field = key.text
+            if field in ("metric", "comparator"):
+                p[field] = self._word(value, field)
+            elif field == "cost":
+                p[field] = self.cost(value)
+            elif field in ("vars1", "vars2"):
+                p[field] = list(self._scope(value, name, group))
+            elif field in ("values", "weights"):
+                p[field] = [self._int(a, field) for a in self._items(value, field)]
+            elif field in ("bounds", "starts", "ends", "transitions"):
+                p[field] = [self._row(row, field) for row in self._items(value, field)]
+            else:
+                p[field] = self._int(value, field)
+        return p
+
+    def _row(self, row, field: str):
+        """A row of integers whose trailing costs (bounds' weights, wregular's costs) are costs; a
+        bare integer (sregular's states)."""
+        if isinstance(row, Atom):
+            return self._int(row, field)
+        ints = {"bounds": 3, "starts": 1, "ends": 1, "transitions": 3}[field]
+        return tuple(self._int(a, field) if i < ints else self.cost(a) for i, a in enumerate(row.items))
+
+    def _items(self, value, field: str) -> list:
+        if not isinstance(value, Group):
+            raise self.error(value, f"{field} must be a list")
+        return value.items
+
+    def _word(self, value, field: str) -> str:
+        if not isinstance(value, Atom):
+            raise self.error(value, f"{field} must be a word")
+        return value.text
 
     def _reference(self, scope, ref: Atom, before: int, by_name: dict[str, int], declared) -> int:
         """The place in `declared` of the function whose table `ref` names."""

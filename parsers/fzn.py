@@ -2,11 +2,13 @@
 
 Read: parameters (`int: n = 5;`, arrays of int), `var` integers with a domain (`1..8`,
 `{1,3,5}`) or `bool`, arrays of variables, the constraints `int_eq`, `int_ne`, `int_le`,
-`int_lt`, `int_lin_eq`, `int_lin_le`, `int_lin_ne`, `all_different_int` (also as
+`int_lt`, `int_lin_eq`, `int_lin_le`, `int_lin_ne` (and their `_reif`), `int_times`,
+`array_int_element`, `array_var_int_element`, `all_different_int` (also as
 `fzn_all_different_int`), and `solve satisfy | minimize x | maximize x`. Annotations are
-ignored. A linear constraint becomes a table over its variables (refused beyond
-tables.MAX_LINEAR entries), an all_different_int a model.AllDifferent. Anything else is
-refused with the constraint's name and line; `var int` without a domain too.
+ignored. A linear constraint becomes a table over its variables when small, else a chain of
+partial sums over auxiliary variables (decompose.py), an all_different_int a
+model.AllDifferent. Anything else is refused with the constraint's name and line; `var int`
+without a domain too.
 """
 from __future__ import annotations
 
@@ -15,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from . import decompose
+from .decompose import DecompositionError, Network
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
 
 from .errors import ParseError, quote
 from .source import read_lines
 from .tables import COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem, \
-    exact_costs, linear_sum
+    exact_costs
 
 ANNOTATION = re.compile(r"::\s*[\w]+(\s*\((?:[^()]|\([^()]*\))*\))?")
 VAR = re.compile(r"var\s+(.+?)\s*:\s*(\w+)\s*(?:=\s*(.+))?", re.S)
@@ -31,6 +35,7 @@ SOLVE = re.compile(r"solve\s+(satisfy|minimize|maximize)\s*(.*)", re.S)
 LINEAR = {"int_lin_eq": "eq", "int_lin_le": "le", "int_lin_ne": "ne"}
 BINARY = {"int_eq": "eq", "int_ne": "ne", "int_le": "le", "int_lt": "lt"}
 ALLDIFF = ("all_different_int", "fzn_all_different_int")
+OTHERS = ("int_times", "array_int_element", "array_var_int_element")
 
 
 def read(path: str | Path) -> Problem:
@@ -47,6 +52,7 @@ class _Reader:
         self.functions: list[CostFunction] = []
         self.globals: list[AllDifferent] = []
         self.sense = 1
+        self.net = Network(self.variables, self.values, self.functions)  # decompositions add to them
 
     def error(self, message: str) -> ParseError:
         return ParseError(self.path, self.line, message)
@@ -199,12 +205,13 @@ class _Reader:
             raise self.error("an integer constant is expected, not a variable or an array")
         return term[1]
 
-    def _as_var(self, term) -> int:
-        """A variable index; a constant in a scope becomes a variable of one value."""
+    def _as_var(self, term, hidden: bool = False) -> int:
+        """A variable index; a constant in a scope becomes a variable of one value (`hidden`: auxiliary)."""
         if isinstance(term, list):
             raise self.error("an array where a variable is expected")
         if isinstance(term, tuple):
-            return self._new(f"const{term[1]}", np.array([self._value(term[1])], dtype=np.int64))
+            value = np.array([self._value(term[1])], dtype=np.int64)
+            return self.net.auxiliary(f"const{term[1]}", value) if hidden else self._new(f"const{term[1]}", value)
         return term
 
     # --- constraints and objective ------------------------------------------------------------
@@ -213,39 +220,67 @@ class _Reader:
         if not m:
             raise self.error(f"cannot read the constraint {item[:40]!r}")
         name, args = m[1], _split_args(m[2])
-        if name in LINEAR:
-            if len(args) != 3:
-                raise self.error(f"{name} takes 3 arguments")
-            coeffs = [self._const(t) for t in self._list(args[0])]
-            self._compare(LINEAR[name], coeffs, self._list(args[1]), self._const(self._term(args[2])))
-        elif name in BINARY:
-            if len(args) != 2:
-                raise self.error(f"{name} takes 2 arguments")
-            self._compare(BINARY[name], [1, -1], [self._term(args[0]), self._term(args[1])], 0)
+        reif = name.endswith("_reif")
+        base = name.removesuffix("_reif")
+        try:
+            if base in LINEAR:
+                self._arguments(name, args, 4 if reif else 3)
+                coeffs = [self._const(t) for t in self._list(args[0])]
+                self._compare(LINEAR[base], coeffs, self._list(args[1]), self._const(self._term(args[2])),
+                              self._as_var(self._term(args[3]), hidden=True) if reif else None)
+            elif base in BINARY:
+                self._arguments(name, args, 3 if reif else 2)
+                self._compare(BINARY[base], [1, -1], [self._term(args[0]), self._term(args[1])], 0,
+                              self._as_var(self._term(args[2]), hidden=True) if reif else None)
+            else:
+                self._other(name, args)
+        except DecompositionError as err:
+            raise self.error(f"{name}: {err}") from None
+
+    def _arguments(self, name: str, args: list, count: int) -> None:
+        if len(args) != count:
+            raise self.error(f"{name} takes {count} arguments")
+
+    def _other(self, name: str, args: list) -> None:
+        if name == "int_times":
+            self._arguments(name, args, 3)
+            a, b, c = (self._as_var(self._term(t), hidden=True) for t in args)
+            x, y, z = (self.values[v].astype(object) for v in (a, b, c))  # exact products
+            self.net.add((a, b, c), lambda: np.where(x[:, None, None] * y[None, :, None] == z[None, None, :],
+                                                     0, FORBIDDEN))
+        elif name in ("array_int_element", "array_var_int_element"):
+            self._arguments(name, args, 3)
+            items = [self._as_var(t, hidden=True) for t in self._list(args[1])]
+            decompose.element(self.net, self._as_var(self._term(args[0]), hidden=True), 1, items,
+                              self._as_var(self._term(args[2]), hidden=True))
         elif name in ALLDIFF:
             scope = [self._as_var(t) for t in self._list(args[0])]
             if len(set(scope)) != len(scope):
                 raise self.error(f"{name} lists a variable twice")
             self.globals.append(AllDifferent(tuple(scope), tuple(self.values[v] for v in scope), FORBIDDEN))
         else:
-            raise self.error(f"constraint {name} is not supported (read: {', '.join([*LINEAR, *BINARY, *ALLDIFF])})")
+            read = [*LINEAR, *BINARY, *(f"{c}_reif" for c in (*LINEAR, *BINARY)), *ALLDIFF, *OTHERS]
+            raise self.error(f"constraint {name} is not supported (read: {', '.join(read)})")
 
-    def _compare(self, op: str, coeffs: list[int], terms: list, rhs: int) -> None:
-        """sum coeffs * terms <op> rhs as a table over the variables (constants moved right)."""
+    def _compare(self, op: str, coeffs: list[int], terms: list, rhs: int, flag: int | None = None) -> None:
+        """sum coeffs * terms <op> rhs (constants moved right), or with `flag` the 0/1 variable equal to
+        its truth (`_reif`)."""
+        if len(coeffs) != len(terms):
+            raise self.error(f"{len(coeffs)} coefficients for {len(terms)} variables")
         merged: dict[int, int] = {}
-        for a, t in zip(coeffs, terms, strict=True):
+        for a, t in zip(coeffs, terms):
             if isinstance(t, tuple):  # a constant
                 rhs -= a * t[1]
             else:
                 merged[t] = merged.get(t, 0) + a
         if not merged:
-            if not COMPARE[op](0, rhs):
-                self.functions.append(CostFunction((), np.array(FORBIDDEN, dtype=np.int64)))
-            return
-        total = linear_sum([self.values[v] for v in merged], list(merged.values()))
-        if isinstance(total, str):
-            raise self.error(total)
-        self.functions.append(CostFunction(tuple(merged), np.where(COMPARE[op](total, rhs), 0, FORBIDDEN)))
+            merged[self._as_var(("c", 0), hidden=True)] = 0
+        values, name = [self.values[v] for v in merged], f"lin{len(self.functions)}"
+        if flag is None:
+            decompose.linear(self.net, list(merged), values, list(merged.values()), decompose.compare(op, rhs), name)
+        else:
+            weights = decompose.times(values, list(merged.values()))
+            decompose.reified(self.net, list(merged), weights, lambda s: COMPARE[op](s, rhs), flag, name)
 
     def _solve(self, item: str) -> None:
         m = SOLVE.fullmatch(item)

@@ -19,7 +19,9 @@ Global cost functions (`arity scope -1 keyword ...`):
 `salldiff var|dec|decbi cost` (a soft AllDifferent, cost per variable to change or
 per pair of equal variables; hard when cost >= ub) and `alldiff k v1 .. vk` (hard,
 values v1..vk exempt, as toulbar2 writes it) are kept whole (model.AllDifferent);
-other global keywords are refused by name.
+the ones of decompose.TOULBAR2 (wsum, wamong, wregular, sgcc, knapsack, ...) are read
+into the parameters toulbar2's CFN format names (`_global`) and decomposed into tables
+over auxiliary variables (decompose.py); other global keywords are refused by name.
 """
 from __future__ import annotations
 
@@ -29,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model.problem import (
-    FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
-)
+from . import decompose
+from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithmetic
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
 from .source import read_lines
@@ -39,16 +41,14 @@ from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens
 
 DENSE_SHARED = 3  # toulbar2 keeps shared tables up to this arity dense, longer ones as tuples
-CHUNK = 1 << 18  # tokens (or table entries) converted at a time, bounding the temporaries
+CHUNK = 1 << 18  # tokens converted at a time, bounding the temporaries
 MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s sums) inside int64
-ARITHMETIC = (">=", ">", "<=", "<", "=", "disj")
-# toulbar2's global cost functions: the ones read, then the ones refused by name.
+# toulbar2's global cost functions: the ones kept whole, then the ones refused by name (decompose.TOULBAR2
+# are decomposed).
 GLOBALS = ("salldiff", "alldiff")
-OTHER_GLOBALS = ("sgcc", "ssame", "sregular", "sregulardp", "sgrammar", "sgrammardp", "samong", "samongdp",
-                 "salldiffdp", "sgccdp", "max", "smaxdp", "MST", "smstdp", "wregular", "walldiff", "wgcc",
-                 "wsame", "wsamegcc", "wamong", "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse",
-                 "whdiverse", "wtdiverse", "knapsack", "knapsackp", "knapsackc", "knapsackv", "clique",
-                 "cfnconstraint", "slinear", "sdisj")
+OTHER_GLOBALS = ("sregulardp", "sgrammar", "sgrammardp", "samongdp", "salldiffdp", "sgccdp", "max", "smaxdp",
+                 "MST", "smstdp", "knapsackp", "knapsackc", "knapsackv", "clique", "cfnconstraint", "slinear",
+                 "salldiffkp", "gcc", "wcsp")
 
 
 def read(path: str | Path) -> Problem:
@@ -70,6 +70,8 @@ def read(path: str | Path) -> Problem:
 
     pending: list[tuple[tuple[int, ...], Callable[[], np.ndarray]]] = []  # (scope, its table's maker)
     globals_: list[AllDifferent] = []
+    variables = [Variable(f"x{i}", d) for i, d in enumerate(domains)]
+    net = Network(variables, Indices(domains), [])  # decompositions add to it
     shared: list[Listed] = []  # the shared definitions toulbar2 numbers, in order
     offset = 0
     for _ in range(e):
@@ -88,6 +90,8 @@ def read(path: str | Path) -> Problem:
             keyword = t.word("cost function keyword")
             if keyword in GLOBALS:
                 globals_.append(_alldiff(t, keyword, scope, domains, ub))
+            elif keyword in decompose.TOULBAR2:
+                _decompose(t, net, keyword, scope, _global(t, keyword, scope, domains))
             else:
                 pending.append((scope, _intension(t, keyword, scope, domains)))
         elif default < 0:
@@ -98,7 +102,9 @@ def read(path: str | Path) -> Problem:
     t.expect_end(f"unexpected data after the last cost function (the header announces {e})")
 
     functions = [CostFunction(scope, _forbid(make(), ub)) for scope, make in pending]
-    variables = [Variable(f"x{i}", d) for i, d in enumerate(domains)]
+    for f in net.functions:  # dense tables or a partial sum's tuples: costs >= ub are forbidden there too
+        f.map_costs(lambda costs: np.where(costs >= ub, FORBIDDEN, costs))
+    functions += net.functions
     problem = Problem(name, variables, functions, integer=True, offset=offset, sense=1, task="WCSP",
                       globals=globals_)
     try:
@@ -212,46 +218,83 @@ def _alldiff(t: Tokens, keyword: str, scope, domains, ub: int) -> AllDifferent:
     return AllDifferent(scope, values, FORBIDDEN if cost >= ub else cost, "var" if metric == "var" else "dec")
 
 
+def _global(t: Tokens, keyword: str, scope, domains) -> dict:
+    """The parameters of a decomposed global, read in toulbar2's wcsp order (tb2reader.cpp) into
+    the names of its CFN format."""
+    p: dict = {}
+    if keyword in decompose.METRICS:
+        p["metric"] = t.word(f"{keyword} metric")
+    if keyword not in ("wregular", "knapsack", "wdiverse", "whdiverse", "wtdiverse"):
+        p["cost"] = _cost(t, f"{keyword} cost")
+    if keyword in ("wsum", "wvarsum", "woverlap"):
+        p["comparator"] = t.word("comparator")
+        if keyword != "wvarsum":
+            p["to"] = _param(t, "right-hand side")
+    elif keyword == "samong":
+        p["min"], p["max"] = _param(t, "lower bound"), _param(t, "upper bound")
+        p["values"] = _list(t, "value", lambda: _param(t, "value"))
+    elif keyword in ("wamong", "wvaramong"):
+        p["values"] = _list(t, "value", lambda: _param(t, "value"))
+        if keyword == "wamong":
+            p["min"], p["max"] = _param(t, "lower bound"), _param(t, "upper bound")
+    elif keyword in ("wgcc", "sgcc", "wsamegcc"):
+        weights = 2 if p["metric"] == "wdec" else 0  # shortage and excess weights
+        p["bounds"] = _list(t, "value", lambda: [_param(t, "value"), _param(t, "lower bound"), _param(t, "upper bound"),
+                                                 *(_cost(t, "weight") for _ in range(weights))])
+    elif keyword == "ssame":
+        sizes = t.int("size of the first list", low=0), t.int("size of the second list", low=0)
+        p["vars1"], p["vars2"] = [[t.int("variable", low=0) for _ in range(size)] for size in sizes]
+    elif keyword in ("wregular", "sregular"):
+        _automaton(t, keyword, p)
+    elif keyword == "knapsack":
+        p["capacity"] = _param(t, "capacity")
+        p["weights"] = [_param(t, "weight") for _ in scope]
+    elif keyword in ("wdiverse", "whdiverse", "wtdiverse"):
+        p["distance"] = _param(t, "distance")
+        p["values"] = [_param(t, "value") for _ in scope]
+    return p
+
+
+def _list(t: Tokens, what: str, read_one: Callable) -> list:
+    """A count, then that many items."""
+    return [read_one() for _ in range(t.int(f"number of {what}s", low=0))]
+
+
+def _automaton(t: Tokens, keyword: str, p: dict) -> None:
+    """wregular: states, (state cost) starts and ends, (start symbol end cost) transitions; sregular:
+    the same without costs."""
+    p["nb_states"] = t.int("number of states", low=1)
+    width = 1 if keyword == "wregular" else 0
+
+    def ends() -> list:
+        return _list(t, "state", lambda: (t.int("state"), *(_cost(t, "state cost") for _ in range(width))))
+
+    p["starts"], p["ends"] = ends(), ends()
+    p["transitions"] = _list(t, "transition", lambda: (t.int("state"), _param(t, "symbol"), t.int("state"),
+                                                       *(_cost(t, "transition cost") for _ in range(width))))
+    if not width:
+        p["starts"], p["ends"] = [s for s, in p["starts"]], [s for s, in p["ends"]]
+
+
+def _decompose(t: Tokens, net: Network, keyword: str, scope, params: dict) -> None:
+    try:
+        decompose.toulbar2(net, keyword, scope, params, f"{keyword}{len(net.variables)}")
+    except DecompositionError as err:
+        raise t.error(f"global cost function {keyword}: {err}") from None
+
+
 def _intension(t: Tokens, keyword: str, scope, domains) -> Callable[[], np.ndarray]:
     """The maker of a binary arithmetic function's table, its parameters read now."""
     if keyword in OTHER_GLOBALS:
-        raise t.error(f"global cost function {keyword} is not supported (only salldiff and alldiff)")
+        raise t.error(f"global cost function {keyword} is not supported")
     if keyword not in ARITHMETIC:
         raise t.error(f"unsupported cost function keyword {keyword}")
     if len(scope) != 2:
         raise t.error(f"keyword {keyword} needs a scope of 2 variables, found {len(scope)}")
     shape = _shape(t, scope, domains)
-    if keyword == "disj":
-        params = (_param(t, "cstx"), _param(t, "csty"), _cost(t, "penalty"))
-    else:
-        params = (_param(t, "cst"), _param(t, "delta"))
-    return partial(_arithmetic, keyword, params, shape)
-
-
-def _arithmetic(keyword: str, params: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
-    """The table, CHUNK entries at a time: numpy's temporaries take several times what they compute."""
-    table = np.empty(shape, dtype=np.int64)
-    flat = table.reshape(-1)
-    for start in range(0, flat.size, CHUNK):
-        index = np.arange(start, min(start + CHUNK, flat.size), dtype=np.int64)
-        flat[start:start + len(index)] = _arithmetic_costs(keyword, params, index // shape[1], index % shape[1])
-    return table
-
-
-def _arithmetic_costs(keyword: str, params: tuple[int, ...], x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if keyword == "disj":
-        cstx, csty, penalty = params
-        return np.where((x >= y + csty) | (y >= x + cstx), 0, penalty)
-    cst, delta = params
-    if keyword == ">=":
-        return _geq(x, y, cst, delta)
-    if keyword == ">":
-        return _geq(x, y, cst + 1, delta)
-    if keyword == "<=":
-        return _geq(y, x, -cst, delta)
-    if keyword == "<":
-        return _geq(y, x, -cst + 1, delta)
-    return _saturating_sum(_geq(x, y, cst, delta), _geq(y, x, -cst, delta))  # "=": both ways, as toulbar2
+    costs = ("penalty", "costx", "costy")
+    params = tuple(_cost(t, name) if name in costs else _param(t, name) for name in ARITHMETIC[keyword])
+    return partial(arithmetic, keyword, params, shape)
 
 
 def _param(t: Tokens, what: str) -> int:
@@ -259,13 +302,3 @@ def _param(t: Tokens, what: str) -> int:
     if abs(value) > MAX_PARAM:
         raise t.error(f"{what} {value} out of range (|{what}| <= 2^60)")
     return value
-
-
-def _geq(a: np.ndarray, b: np.ndarray, cst: int, delta: int) -> np.ndarray:
-    """toulbar2's soft `a >= b + cst`: max(gap, 0) with gap = b + cst - a, forbidden if gap > delta."""
-    gap = b + cst - a
-    return np.where(gap <= delta, np.maximum(gap, 0), FORBIDDEN)
-
-
-def _saturating_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where((a == FORBIDDEN) | (b == FORBIDDEN), FORBIDDEN, a + b)

@@ -3,10 +3,13 @@
 Read: integer variables and arrays (`size="[3][4]"`, per-cell `<domain for=...>`, `others`),
 `extension` (supports/conflicts, `*`), `intension` (the functional expression language:
 arithmetic, comparison, logic, `dist`, `if`, `in`/`set`), `allDifferent` (lists, `except`),
-`sum` (coefficients, a condition), `group` (templates with `%i` / `%...`) and `block`, and
-one objective, `minimize`/`maximize` over `sum` or an expression. A constraint becomes a dense
-table (0 or forbidden), a linear objective unary costs, an objective expression a cost table;
-an allDifferent stays whole (model.AllDifferent). Anything else is refused by name, at its line.
+`sum` (coefficients, a condition on a value, a variable, a set or a range), `element` (a list
+of variables or values, an index, a value), `group` (templates with `%i` / `%...`) and
+`block`, and one objective, `minimize`/`maximize` over `sum` or an expression. A constraint
+becomes a dense table (0 or forbidden), a long `sum` a chain of partial sums and `element` a
+table per list entry, over auxiliary variables (decompose.py); a linear objective unary costs,
+an objective expression a cost table; an allDifferent stays whole (model.AllDifferent).
+Anything else is refused by name, at its line.
 XCSP3 files are compact, so the whole tree is read at once (with each element's line). What the
 reader builds (the tree, variables, domains, tables, the evaluation of expressions) is charged to
 the reading budget before it is allocated; arithmetic is exact (intension.py).
@@ -24,13 +27,15 @@ from xml.parsers import expat
 
 import numpy as np
 
+from . import decompose
+from .decompose import DecompositionError, Network
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
 from .errors import ParseError, quote
 from .intension import Evaluation, ExpressionError, parse, scope_of
 from .source import read_lines
-from .tables import (COMPARE, ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem,
-                     exact_costs, linear_sum, too_large)
+from .tables import (ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem, exact_costs,
+                     too_large)
 
 MAX_DOMAIN = 1 << 24
 LISTED_MIN = 1 << 16  # entries above which a functional intension constraint is kept as its tuples
@@ -38,7 +43,7 @@ ELEMENT_BYTES = 512  # an XML element of the tree and its line (measured: 164 wi
 CHARGE_STEP = 1 << 20  # the tree is charged to the budget in steps of this many bytes
 MAX_NESTING = 100  # elements nested deeper are refused: blocks are read recursively
 REF = re.compile(r"([A-Za-z_][\w.]*)((?:\[[^\]]*\])*)")
-SUPPORTED = ("extension", "intension", "allDifferent", "sum", "group", "block")
+SUPPORTED = ("extension", "intension", "allDifferent", "sum", "element", "group", "block")
 
 
 def read(path: str | Path) -> Problem:
@@ -112,6 +117,7 @@ class _Reader:
         self.globals: list[AllDifferent] = []
         self.sense = 1
         self.elem = None  # element being read, for error lines
+        self.net = Network(self.variables, self.values, self.functions)  # decompositions add to them
 
     def error(self, message: str, elem=None) -> ParseError:
         elem = self.elem if elem is None else elem
@@ -251,7 +257,10 @@ class _Reader:
         self.elem = c
         if c.tag not in SUPPORTED:
             raise self.error(f"constraint <{c.tag}> is not supported (read: {', '.join(SUPPORTED)})")
-        getattr(self, "_" + c.tag.lower())(c)
+        try:
+            getattr(self, "_" + c.tag.lower())(c)
+        except DecompositionError as err:
+            raise self.error(f"<{c.tag}>: {err}") from None
 
     def _block(self, c) -> None:
         for child in c:
@@ -262,13 +271,23 @@ class _Reader:
         template = c[0] if len(c) else None
         if template is None or template.tag == "args":
             raise self.error("<group> without a template constraint")
+        wanted = max((_max_index(e.text or "") for e in template.iter()), default=-1)
         for args in c.findall("args"):
-            values = (args.text or "").split()
+            values = [name for word in (args.text or "").split() for name in self._expanded(word)]
+            if len(values) <= wanted:
+                raise self.error(f"<args> gives {len(values)} arguments, the template uses %{wanted}", args)
             inst = copy.deepcopy(template)
             for e in inst.iter():
                 e.text = _substitute(e.text, values)
             self.lines[id(inst)] = self.lines.get(id(template))
             self._constraint(inst)
+
+    def _expanded(self, word: str) -> list[str]:
+        """A group argument as the words it stands for: a compact array form (`m[0][]`) its variables."""
+        m = REF.fullmatch(word)
+        if m and m[1] in self.arrays and ("[]" in m[2] or ".." in m[2]):
+            return [self.variables[v].name for v in self._list(word)]
+        return [word]
 
     def _child_text(self, c, tag: str, required: bool = True) -> str | None:
         e = c.find(tag)
@@ -374,20 +393,52 @@ class _Reader:
         self.globals.append(AllDifferent(tuple(scope), tuple(values), FORBIDDEN, "var", exempt))
 
     def _sum(self, c) -> None:
+        """A linear condition; a variable on its right moves left with coefficient -1."""
         scope = self._list(self._child_text(c, "list"))
         coeffs = self._coefficients(c, len(scope))
+        op, right = self._condition(self._child_text(c, "condition"))
+        if isinstance(right, tuple):  # ("var", v)
+            scope, coeffs, right = scope + [right[1]], coeffs + [-1], 0
         merged: dict[int, int] = {}
         for v, a in zip(scope, coeffs):
             merged[v] = merged.get(v, 0) + a
-        total = linear_sum([self.values[v] for v in merged], list(merged.values()))
-        if isinstance(total, str):
-            raise self.error(total)
-        op, right = self._condition(self._child_text(c, "condition"))
-        if op in ("in", "notin"):
-            holds = np.isin(total, right) == (op == "in")
+        decompose.linear(self.net, list(merged), [self.values[v] for v in merged], list(merged.values()),
+                         decompose.compare(op, right), f"sum{len(self.functions)}")
+
+    def _element(self, c) -> None:
+        """list[index - startIndex] = value: the list of variables or integers, the value a variable or
+        an integer (or `<condition>` (eq, it))."""
+        lists = c.findall("list")
+        if len(lists) != 1 or c.find("index") is None:
+            raise self.error("element without one <list> and an <index> is not supported")
+        items = [self._operand(w) for w in (lists[0].text or "").split()]
+        index = self._list(self._child_text(c, "index"))
+        if len(index) != 1:
+            raise self.error("element's <index> must be one variable")
+        value = self._child_text(c, "value", required=False)
+        if value is None:
+            op, value = self._condition(self._child_text(c, "condition"))
+            if op != "eq":
+                raise self.error(f"element with a condition ({op}, ...) is not supported (eq is)")
+            value = value[1] if isinstance(value, tuple) else self._constant(value)
         else:
-            holds = COMPARE[op](total, right)
-        self._table(list(merged), np.where(holds, 0, FORBIDDEN))
+            value = self._operand(value.strip())
+        decompose.element(self.net, index[0], self._int(lists[0].get("startIndex", "0")), items, value)
+
+    def _operand(self, word: str) -> int:
+        """A variable, or an integer as an auxiliary variable of one value."""
+        return self._constant(self._int(word)) if re.fullmatch(r"-?\d+", word) else self._one(word)
+
+    def _one(self, word: str) -> int:
+        found = self._list(word)
+        if len(found) != 1:
+            raise self.error(f"{quote(word)} is not one variable")
+        return found[0]
+
+    def _constant(self, x: int) -> int:
+        if not -INT64_MAX - 1 <= x <= INT64_MAX:
+            raise self.error(f"value {x} beyond 64-bit integers")
+        return self.net.auxiliary(f"const{x}", np.array([x], dtype=np.int64))
 
     def _coefficients(self, c, count: int) -> list[int]:
         """The <coeffs> of c (1s without it), XCSP3's compact `3x4` (4 times 3) expanded; one per variable."""
@@ -406,7 +457,7 @@ class _Reader:
         if m[1] in ("in", "notin"):
             return m[1], self._domain_text(m[2].replace(",", " ").strip("{} "))
         if m[2] in self.index:
-            raise self.error("a condition on a variable is not supported (an integer is)")
+            return m[1], ("var", self.index[m[2]])
         return m[1], self._int(m[2])
 
     # --- objectives ---------------------------------------------------------------------------
@@ -427,7 +478,15 @@ class _Reader:
                 self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
         elif kind == "expression":
             text = o.text if o.find("list") is None else self._child_text(o, "list")
-            scope, value = self._evaluate(self._expression(text))
+            tree = self._expression(text)
+            form = _linear(tree)
+            if form is not None and len(form[0]) > 1:  # a sum of terms: a cost per variable, not one table
+                for v, a in form[0].items():
+                    self._guard((len(self.values[v]),))
+                    self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
+                self.functions.append(CostFunction((), self._costs(np.array(form[1], dtype=object), self.sense)))
+                return
+            scope, value = self._evaluate(tree)
             self._table(scope, self._costs(value, self.sense))
         else:
             raise self.error(f"objective type {quote(kind)} is not supported (sum or an expression)")
@@ -477,6 +536,40 @@ class _Reader:
             return int(text)
         except ValueError:
             raise self.error(f"expected an integer, found {quote(text)}") from None
+
+
+def _linear(tree) -> tuple[dict[int, int], int] | None:
+    """({variable: coefficient}, constant) of an expression that is a linear form (add, sub, neg,
+    mul by a constant), else None."""
+    if isinstance(tree, int):
+        return {}, tree
+    if tree[0] == "var":
+        return {tree[1]: 1}, 0
+    forms = [_linear(arg) for arg in tree[1]]
+    if None in forms:
+        return None
+    if tree[0] == "neg" and len(forms) == 1:
+        return _scale(forms[0], -1)
+    if tree[0] == "sub" and len(forms) == 2:
+        return _plus([forms[0], _scale(forms[1], -1)])
+    if tree[0] == "add":
+        return _plus(forms)
+    if tree[0] == "mul" and len(forms) == 2 and not (forms[0][0] and forms[1][0]):
+        (terms, const), factor = (forms[0], forms[1][1]) if forms[0][0] else (forms[1], forms[0][1])
+        return _scale((terms, const), factor)
+    return None
+
+
+def _plus(forms) -> tuple[dict[int, int], int]:
+    terms: dict[int, int] = {}
+    for t, _ in forms:
+        for v, a in t.items():
+            terms[v] = terms.get(v, 0) + a
+    return terms, sum(c for _, c in forms)
+
+
+def _scale(form, factor: int) -> tuple[dict[int, int], int]:
+    return {v: a * factor for v, a in form[0].items()}, form[1] * factor
 
 
 def _name(ident: str, cell: tuple) -> str:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "startup", "unique", "csg",
-       "alldiff", "dcop", "scaleout", "slicing", "serve", "search")
+       "alldiff", "dcop", "scaleout", "slicing", "serve", "search", "vac")
 GPU = ("gpu_kernel", "gpu_largest", "gpu_streaming", "gpu_end_to_end", "gpube", "batch_gpu")
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from gpusolve.parsers import decompose
 from gpusolve.model.problem import MAX_TOP
 from gpusolve.parsers import ParseError, read, wcsp
 from gpusolve.schedule.solve import Options, solve
@@ -133,14 +134,14 @@ def test_a_file_over_budget_is_refused_before_any_table_is_made(tmp_path, name, 
     assert rss < 25_000_000 * 8 / MIB  # less than one of the tables
 
 
-@pytest.mark.parametrize("keyword", [">=", ">", "<=", "<", "=", "disj"])
+@pytest.mark.parametrize("keyword", [">=", ">", "<=", "<", "=", "disj", "sdisj"])
 def test_arithmetic_tables_are_made_in_chunks(tmp_path, monkeypatch, keyword):
     """Chunk after chunk, the same table as in one piece (chunks of 7 entries against one of all)."""
     path = tmp_path / "a.wcsp"
-    params = "3 2 4" if keyword == "disj" else "-2 5"
+    params = {"disj": "3 2 4", "sdisj": "3 2 9 8 4 6"}.get(keyword, "-2 5")
     path.write_text(f"p 2 13 3 20\n13 11\n2 0 1 -1 {keyword} {params}\n1 0 0 1\n4 7\n1 1 0 1\n3 5\n")
     whole = read(path).functions[0].table
-    monkeypatch.setattr(wcsp, "CHUNK", 7)
+    monkeypatch.setattr(decompose, "CHUNK", 7)
     assert np.array_equal(read(path).functions[0].table, whole)
 
 

@@ -30,6 +30,7 @@ class Variable:
     domain: int
     labels: tuple[str, ...] | None = None  # value names, when the file gives them
     agent: str | None = None  # DCOP files: the agent holding the variable (None: an agent of its own)
+    auxiliary: bool = False  # a state variable of a global's decomposition (parsers/decompose.py): never reported
 
     def label(self, index: int) -> str:
         return self.labels[index] if self.labels else str(index)
@@ -234,11 +235,17 @@ class Problem:
             lo, hi = hi, lo
         return lo, hi
 
+    def visible(self, assignment: list[int]) -> list[int]:
+        """The assignment of the file's own variables: a decomposition's auxiliary ones are left out."""
+        return [a for v, a in zip(self.variables, assignment) if not v.auxiliary]
+
     def value_labels(self, assignment: list[int] | None) -> list[str] | None:
-        """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
-        if assignment is None or not any(v.labels for v in self.variables):
+        """The assignment (of the visible variables) as domain values when the file names them (XCSP
+        values, CFN value names)."""
+        shown = [v for v in self.variables if not v.auxiliary]
+        if assignment is None or not any(v.labels for v in shown):
             return None
-        return [v.label(a) for v, a in zip(self.variables, assignment)]
+        return [v.label(a) for v, a in zip(shown, assignment)]
 
     def to_file_value(self, cost):
         """Internal cost (sum of tables) -> objective as the file states it, None if forbidden."""

@@ -160,7 +160,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     infeasible = problem.is_forbidden(bounds.lower)
     upper = None if bounds.assignment is None else bounds.upper
     status = "infeasible" if infeasible else "optimal" if bounds.closed and upper is not None else "bounded"
-    assignment = None if infeasible or bounds.assignment is None else reduced.expand(bounds.assignment)
+    assignment = None if infeasible or bounds.assignment is None \
+        else named.visible(reduced.expand(bounds.assignment))
     lb, ub = (None, None) if infeasible else problem.file_bounds(bounds.lower, upper)
     if stop.interrupted:
         note += "; interrupted"

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusolve.model.problem import Problem
+from gpusolve.inference.vac import before_search
 
 from gpusolve.search.dfbb_state import (
     AC, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, N_CTL, NODES, QLEN, SLACK, UB
@@ -100,6 +101,7 @@ class DepthFirst:
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
+        problem = before_search(problem)  # VAC's root bound where it is cheap: an equivalent problem
         top = int(problem.top)
         n = len(problem.variables)
         d = max(problem.domains, default=1)
