@@ -9,7 +9,7 @@ per second and, on the GPU, the device's copy bandwidth with the rate it would a
 split read its two f values from DRAM once (2 x 4 bytes in single precision), and if each read
 cost a 32-byte sector.
 
---workers N times the DP over Dask workers instead (csg.solve_on_workers): for each n, on the
+--workers N times the DP over Dask workers instead (solve_on_workers): for each n, on the
 first worker alone and on the first N, both through the same code, answers compared. Without
 --scheduler it starts an embedded cluster: one process per GPU (worker i sees GPU i only, as
 dask-cuda's LocalCUDACluster would) when the GPU is used, else N CPU processes. On a 2-GPU host,
@@ -30,7 +30,10 @@ import time
 
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve.csg import dp as csg
+from gpusolve.csg.dp import ALGORITHMS, total_splits
+from gpusolve.csg.solve import PRECISIONS, Options, solve
+from gpusolve.csg.values import DISTRIBUTIONS, generate_values
+from gpusolve.csg.workers import solve_on_workers
 from gpusolve.cuda.runtime import gpu_unavailable_reason
 from gpusolve.host import cores
 
@@ -50,8 +53,8 @@ def copy_bandwidth(cp, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / best
 
 
-def options(device: str, args) -> csg.Options:
-    return csg.Options(algorithm=args.algorithm, device=device, precision=args.precision, time_limit=args.budget,
+def options(device: str, args) -> Options:
+    return Options(algorithm=args.algorithm, device=device, precision=args.precision, time_limit=args.budget,
                        threads=args.threads)
 
 
@@ -60,7 +63,7 @@ def row_of(r, device: str, args) -> dict:
             "levels_done": r.levels_done, "dp_s": r.phases["dp"], "total_s": r.time_s, "phases": r.phases,
             "splits": r.splits, "splits_per_s": r.splits_per_s, "engine": r.engine, "device_note": r.device_note,
             "distribution": args.distribution, "algorithm": args.algorithm, "precision": args.precision,
-            "total_splits": csg.total_splits(r.n, args.algorithm)}
+            "total_splits": total_splits(r.n, args.algorithm)}
 
 
 def agree(a: dict, b: dict, what: str) -> None:
@@ -79,11 +82,11 @@ def sweep(args, gpu: bool, save) -> list[dict]:
             print(f"n = {n}: stopping, the predicted time exceeds the {args.budget:.0f} s budget")
             break
         t = time.perf_counter()
-        values = csg.generate_values(args.distribution, n, 1)
+        values = generate_values(args.distribution, n, 1)
         gen_s = time.perf_counter() - t
         answers = {}
         for device in devices:
-            row = row_of(csg.solve(values, options(device, args)), device, args)
+            row = row_of(solve(values, options(device, args)), device, args)
             row["generate_s"] = gen_s
             rows.append(row)
             answers[device] = row
@@ -113,8 +116,8 @@ def workers_sweep(args, gpu: bool) -> tuple[list[dict], str]:
                 break
             answers = []
             for w in sorted({1, count}):  # each worker draws the values itself
-                r = csg.solve_on_workers(None, options(device, args), client,
-                                         ("generate", args.distribution, n, 1), workers=w, executor=what)
+                r = solve_on_workers(None, options(device, args), client,
+                                     ("generate", args.distribution, n, 1), workers=w, executor=what)
                 row = row_of(r, device, args)
                 row.update(workers=w, worker_compute_s=r.worker_compute_s,
                            other_s=r.phases["dp"] - max(r.worker_compute_s, default=0.0))
@@ -137,9 +140,9 @@ def main():
     ap.add_argument("--cpu-max-n", type=int, default=24, help="largest n also solved on the CPU engine")
     ap.add_argument("--threads", type=int, default=None, help="CPU engine threads (default: one per core)")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds per solve (its time limit)")
-    ap.add_argument("--algorithm", choices=csg.ALGORITHMS, default="idp")
-    ap.add_argument("--precision", choices=tuple(csg.PRECISIONS), default="single")
-    ap.add_argument("--distribution", choices=csg.DISTRIBUTIONS, default="uniform")
+    ap.add_argument("--algorithm", choices=ALGORITHMS, default="idp")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="single")
+    ap.add_argument("--distribution", choices=DISTRIBUTIONS, default="uniform")
     ap.add_argument("--no-gpu", action="store_true", help="CPU engine only")
     ap.add_argument("--workers", type=int, default=None,
                     help="time the DP on 1 against this many Dask workers (see above)")

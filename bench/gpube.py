@@ -91,7 +91,7 @@ def main():
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-gpube-"))
     bytecode = cache_bytecode(work / "pycache")
-    warm_bytecode("gpusolve.cli.commands", "gpusolve.schedule.solve", "cupy")
+    warm_bytecode("gpusolve.cli.group", "gpusolve.schedule.solve", "cupy")
     files = []
     for topo, n, d in QUICK if args.quick else FAMILIES:
         path = work / f"{topo}-n{n}-d{d}-s{args.seed}.wcsp"

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.cli.commands import batch_record  # noqa: E402
+from gpusolve.cli.batch import batch_record  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
 from gpusolve.cli.batch import batch_on_dask  # noqa: E402
 from gpusolve.schedule.solve import Options, solve  # noqa: E402

@@ -6,7 +6,7 @@
     result.status, result.lower_bound, result.upper_bound, result.assignment
 
 Importing the package loads nothing heavy (no NumPy): each name below imports what it needs when
-first used, so `import gpusolve.cli.commands` stays fast.
+first used, so `import gpusolve.cli.group` stays fast.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 "-" reads standard input in the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line; a stop
 asked while reading (time limit, Ctrl-C, SIGTERM) as Stopped. A reader's
-module is imported when a file of its format is read.
+module (and NumPy) is imported when a file of its format is read.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from .errors import OverBudget, ParseError, Stopped
 from .source import COMPRESSIONS, STDIN, check_stop, reading_limits, split_compression
-from .tables import reading_budget
 
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem
@@ -26,8 +25,8 @@ READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn"
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["FORMATS", "OverBudget", "ParseError", "SUPPORTED_SUFFIXES", "Stopped", "check_stop", "format_of",
-           "read"]
+__all__ = ["COMPRESSIONS", "FORMATS", "OverBudget", "ParseError", "READERS", "SUPPORTED_SUFFIXES", "Stopped",
+           "check_stop", "format_of", "read"]
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
@@ -39,6 +38,8 @@ def read(path: str | Path, evidence: str | Path | None = None, format: str | Non
     (default: available memory) before it is allocated; once `stop()` is true (gpusolve.schedule.anytime.Stop:
     a deadline, Ctrl-C, SIGTERM) reading raises Stopped."""
     from gpusolve.host import available_memory
+
+    from .tables import reading_budget  # with NumPy: the command line reads the table above without it
     budget = available_memory() if mem_limit is None else mem_limit
     with reading_budget(budget) as allowance, reading_limits(budget, stop):
         try:

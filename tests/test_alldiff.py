@@ -471,7 +471,7 @@ def test_generated_xcsp3_reads_back_as_the_models(tmp_path):
     assignment of small ones costs the same), and solve finds a solution or proves there is none."""
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     from gpusolve.generate import langford, queens
     for model, n, build, status in [("queens", 5, queens, "optimal"), ("queens", 3, queens, "infeasible"),
                                     ("langford", 3, langford, "optimal"), ("langford", 2, langford, "infeasible")]:

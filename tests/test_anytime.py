@@ -334,7 +334,7 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
 # The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
 MARKED_SOLVE = """
 import sys
-from gpusolve.schedule import anytime; from gpusolve.cli import commands as cli
+from gpusolve.schedule import anytime; from gpusolve.cli import group as cli
 search = anytime._search
 def started(*args, **kwargs):
     print("search started", file=sys.stderr, flush=True)

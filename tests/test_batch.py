@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 import gpusolve
-from gpusolve.cli.commands import SHOWN, main
+from gpusolve.cli.batch import SHOWN
+from gpusolve.cli.group import main
 from gpusolve.generate import markov_grid
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -69,7 +69,7 @@ def cpu_optimum(name: str, folder: Path):
     """The NumPy engine's optimum (None: infeasible) of a script's generated instance
     `topology-nN-dD-sS.wcsp`, made again."""
     from gpusolve import parsers
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     from gpusolve.schedule.solve import Options, solve
     topology, n, d, seed = re.fullmatch(r"(\w+)-n(\d+)-d(\d+)-s(\d+)\.wcsp", name).groups()
     path = folder / name

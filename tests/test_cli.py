@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 from test_hardening import PEAK
 
-from gpusolve.cli.commands import LiveLine, main, progress_bar
+from gpusolve.cli.common import LiveLine, progress_bar
+from gpusolve.cli.group import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -167,9 +168,12 @@ def test_bundled_instance_solves():
 
 def test_import_and_help_load_no_heavy_module():
     """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
-    networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
-    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.schedule.solve")
-    code = ("import sys; from gpusolve.cli.commands import main\n"
+    networkx, rich, the readers nor the solver (they load inside the commands that use them); the
+    readers' table in gpusolve.parsers may load."""
+    from gpusolve.parsers import READERS
+    readers = tuple(f"gpusolve.parsers.{module}" for module in sorted(set(READERS.values())))
+    heavy = ("numpy", "networkx", "rich", *readers, "gpusolve.parsers.tables", "gpusolve.schedule.solve")
+    code = ("import sys; from gpusolve.cli.group import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -182,7 +186,7 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     engine nor the other formats' readers."""
     unused = ("networkx", "gpusolve.engines.cupy_engine", "gpusolve.parsers.xcsp", "gpusolve.parsers.uai",
               "gpusolve.parsers.cfn")
-    code = ("import sys; from gpusolve.cli.commands import main\n"
+    code = ("import sys; from gpusolve.cli.group import main\n"
             f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
             f"print([m for m in {unused!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -255,7 +259,7 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
 
 
 def test_solve_help_lists_every_exit_code():
-    from gpusolve.cli import commands as cli
+    from gpusolve.cli import common as cli
     text = run("solve", "--help").stdout
     listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
     assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}
@@ -388,10 +392,12 @@ def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit):
 
 def test_json_keeps_the_terminal_quiet(monkeypatch, small):
     shown, quiet = terminal(), terminal()
-    monkeypatch.setattr("gpusolve.cli.commands.err", lambda: shown)
+    for module in ("gpusolve.cli.common", "gpusolve.cli.solve"):  # the live display's, and solve's own lines
+        monkeypatch.setattr(f"{module}.err", lambda: shown)
     assert run("solve", small, "--device", "cpu", "--no-serve").exit_code == 0
     assert frames(shown)  # on a terminal, the live display draws
-    monkeypatch.setattr("gpusolve.cli.commands.err", lambda: quiet)
+    for module in ("gpusolve.cli.common", "gpusolve.cli.solve"):
+        monkeypatch.setattr(f"{module}.err", lambda: quiet)
     r = run("solve", small, "--device", "cpu", "--no-serve", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["status"] == "optimal"
     assert quiet.file.getvalue() == ""

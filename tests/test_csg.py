@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gpusolve.csg import dp as csg
-from gpusolve.cli.commands import main
+from gpusolve.csg import bounds, dp, values, workers
+from gpusolve.csg import gpu as csg_gpu
+from gpusolve.csg import solve as csg
+from gpusolve.cli.group import main
 
 
 def brute_force(v, n):
@@ -42,13 +44,13 @@ def check_answer(r, v, n, optimum):
         assert r.upper_bound == r.lower_bound == pytest.approx(optimum, rel=1e-13, abs=1e-13)
 
 
-@pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
+@pytest.mark.parametrize("distribution", values.DISTRIBUTIONS)
 def test_optimal_against_brute_force(distribution):
     for n, seeds in ((1, 2), (2, 2), (3, 2), (5, 2), (7, 2), (9, 2), (11, 1)):  # Bell(11) = 678,570
         for seed in range(seeds):
-            v = csg.generate_values(distribution, n, seed)
+            v = values.generate_values(distribution, n, seed)
             optimum = brute_force(v, n)
-            for algorithm in csg.ALGORITHMS:
+            for algorithm in dp.ALGORITHMS:
                 for precision in ("single", "double"):
                     r = csg.solve(v, csg.Options(algorithm=algorithm, device="cpu", precision=precision))
                     assert r.status == "optimal" or precision == "single"  # real values: within float32 rounding
@@ -56,7 +58,7 @@ def test_optimal_against_brute_force(distribution):
                     assert r.value == pytest.approx(optimum, rel=1e-5 if precision == "single" else 1e-12)
 
 
-@pytest.mark.parametrize("algorithm", csg.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", dp.ALGORITHMS)
 def test_float32_ties_never_pass_for_optimal(algorithm):
     """Every structure worth n plus a perturbation of 1e-9: all tie in float32, so the single-precision
     DP picks one at random. It may say `optimal` only with bounds equal to the brute-force optimum;
@@ -64,7 +66,7 @@ def test_float32_ties_never_pass_for_optimal(algorithm):
     for n in range(2, 9):
         for seed in range(3):
             rng = np.random.default_rng(seed)
-            v = csg.popcount(np, np.arange(1 << n)) + 1e-9 * rng.uniform(0, 1, 1 << n)
+            v = values.popcount(np, np.arange(1 << n)) + 1e-9 * rng.uniform(0, 1, 1 << n)
             optimum = brute_force(v, n)
             statuses = {}
             for precision in ("single", "double", "auto"):
@@ -90,15 +92,15 @@ def test_single_precision_proves_games_on_a_grid():
 
 @pytest.mark.parametrize("n", range(1, 13))
 def test_idp_rule_reaches_every_structure_shape(n):
-    assert csg.idp_shapes_reachable(n)
+    assert dp.idp_shapes_reachable(n)
 
 
 @pytest.mark.parametrize("n", (7, 8))
 def test_idp_finds_every_planted_shape(n):
     """For each integer partition of n, a game whose unique optimum has that shape: IDP must find it."""
     rng = np.random.default_rng(n)
-    sizes = csg.popcount(np, np.arange(1 << n))
-    for shape in csg.integer_partitions(n):
+    sizes = values.popcount(np, np.arange(1 << n))
+    for shape in dp.integer_partitions(n):
         v = rng.uniform(0, 1, 1 << n) * sizes  # every coalition below its size...
         perm, planted, at = rng.permutation(n), [], 0
         for s in shape:
@@ -113,7 +115,7 @@ def test_idp_finds_every_planted_shape(n):
 @pytest.mark.parametrize("distribution", ("ndcs", "agent-based"))
 def test_idp_equals_full_dp(distribution):
     for n in (10, 12, 13):
-        v = csg.generate_values(distribution, n, n)
+        v = values.generate_values(distribution, n, n)
         idp, dp = (csg.solve(v, csg.Options(algorithm=a, device="cpu", precision="double")) for a in ("idp", "dp"))
         assert idp.value == pytest.approx(dp.value, rel=1e-12)
         assert idp.splits < 0.75 * dp.splits
@@ -122,17 +124,17 @@ def test_idp_equals_full_dp(distribution):
 def test_split_counts():
     # full DP: every unordered split of every coalition, sum over C of 2^(|C|-1) - 1 = (3^n + 1)/2 - 2^n
     for n in range(2, 12):
-        assert csg.total_splits(n, "dp") == (3 ** n + 1) // 2 - 2 ** n
-    assert 0.35 < csg.total_splits(25, "idp") / csg.total_splits(25, "dp") < 0.45
+        assert dp.total_splits(n, "dp") == (3 ** n + 1) // 2 - 2 ** n
+    assert 0.35 < dp.total_splits(25, "idp") / dp.total_splits(25, "dp") < 0.45
 
 
 def test_split_range_is_the_rule():
     for n in range(2, 33):
         for k in range(2, n + 1):
-            for algorithm in csg.ALGORITHMS:
-                lo, hi = csg.split_range(n, k, algorithm)
+            for algorithm in dp.ALGORITHMS:
+                lo, hi = dp.split_range(n, k, algorithm)
                 assert [a for a in range(k) if lo <= a <= hi] == \
-                    [a for a in range(k) if csg.split_allowed(n, k, a, algorithm)], (n, k, algorithm)
+                    [a for a in range(k) if dp.split_allowed(n, k, a, algorithm)], (n, k, algorithm)
 
 
 def plain_level(f, n, k, algorithm):
@@ -143,28 +145,28 @@ def plain_level(f, n, k, algorithm):
             continue
         for a in range(1, c):
             b = c ^ a
-            if a & c == a and a < b and csg.split_allowed(n, k, bin(a).count("1"), algorithm):
+            if a & c == a and a < b and dp.split_allowed(n, k, bin(a).count("1"), algorithm):
                 out[c] = max(out[c], f[a] + f[b])
     return out
 
 
-@pytest.mark.parametrize("algorithm", csg.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", dp.ALGORITHMS)
 def test_level_step_equals_plain_loop(algorithm):
     n = 9
-    f = csg.generate_values("normal", n, 5).astype(np.float32)
+    f = values.generate_values("normal", n, 5).astype(np.float32)
     f[0] = 1e3  # the empty coalition's value is never used: no split has an empty part
-    sizes = csg.popcount(np, np.arange(1 << n))
+    sizes = values.popcount(np, np.arange(1 << n))
     g = f.copy()
     for k in range(2, n + 1):
         want = plain_level(f, n, k, algorithm)
-        csg.level_step(np, f, csg.level_masks(np, sizes, k), n, k, algorithm, block=64)  # many small blocks
-        csg.level_step(np, g, csg.level_masks(np, sizes, k), n, k, algorithm, block=64, threads=3)
+        dp.level_step(np, f, dp.level_masks(np, sizes, k), n, k, algorithm, block=64)  # many small blocks
+        dp.level_step(np, g, dp.level_masks(np, sizes, k), n, k, algorithm, block=64, threads=3)
         assert np.array_equal(f, want) and np.array_equal(g, want)
 
 
 def test_stopped_runs_bound_the_optimum():
     n = 9
-    v = csg.generate_values("modified-uniform", n, 4)
+    v = values.generate_values("modified-uniform", n, 4)
     optimum = brute_force(v, n)
     for calls in range(0, 30, 3):
         seen = []
@@ -178,24 +180,24 @@ def test_stopped_runs_bound_the_optimum():
 
 def test_level_step_stops_between_blocks_with_valid_values():
     n = 8
-    v = csg.generate_values("uniform", n, 1)
+    v = values.generate_values("uniform", n, 1)
     f = v.copy()
-    sizes = csg.popcount(np, np.arange(1 << n))
+    sizes = values.popcount(np, np.arange(1 << n))
     for k in range(2, 6):
-        csg.level_step(np, f, csg.level_masks(np, sizes, k), n, k, "dp")
+        dp.level_step(np, f, dp.level_masks(np, sizes, k), n, k, "dp")
     calls = []
-    assert not csg.level_step(np, f, csg.level_masks(np, sizes, 6), n, 6, "dp", block=32,
+    assert not dp.level_step(np, f, dp.level_masks(np, sizes, 6), n, 6, "dp", block=32,
                               stop=lambda: calls.append(1) or len(calls) > 2)
     full = v.copy()
     for k in range(2, n + 1):
-        csg.level_step(np, full, csg.level_masks(np, sizes, k), n, k, "dp")
+        dp.level_step(np, full, dp.level_masks(np, sizes, k), n, k, "dp")
     assert np.all(f >= v) and np.all(f <= full)  # partition values of each coalition, at most its optimum
     assert 0 < np.count_nonzero(f[sizes == 6] > v[sizes == 6]) < np.count_nonzero(full[sizes == 6] > v[sizes == 6])
 
 
 def test_partition_bound():
-    assert csg.partition_bound([0, 1, 5, 4], 3) == 6  # 2 + 1 beats 3 and 1 + 1 + 1
-    assert len(list(csg.integer_partitions(10))) == 42
+    assert bounds.partition_bound([0, 1, 5, 4], 3) == 6  # 2 + 1 beats 3 and 1 + 1 + 1
+    assert len(list(dp.integer_partitions(10))) == 42
 
 
 def test_memory_prediction_and_refusal():
@@ -211,14 +213,14 @@ def test_memory_prediction_and_refusal():
 
 
 def test_generators_are_seeded_and_shaped():
-    for d in csg.DISTRIBUTIONS:
-        a, b = csg.generate_values(d, 8, 7), csg.generate_values(d, 8, 7)
+    for d in values.DISTRIBUTIONS:
+        a, b = values.generate_values(d, 8, 7), values.generate_values(d, 8, 7)
         assert a.shape == (256,) and a[0] == 0 and np.array_equal(a, b)
-        assert not np.array_equal(a, csg.generate_values(d, 8, 8))
-    sizes = csg.popcount(np, np.arange(1 << 12))
-    v = csg.generate_values("ndcs", 12, 1)
+        assert not np.array_equal(a, values.generate_values(d, 8, 8))
+    sizes = values.popcount(np, np.arange(1 << 12))
+    v = values.generate_values("ndcs", 12, 1)
     assert abs(v[sizes == 6].mean() - 6) < 0.2  # N(|C|, sqrt|C|)
-    v = csg.generate_values("uniform", 12, 1)
+    v = values.generate_values("uniform", 12, 1)
     assert np.all(v <= sizes) and abs(v[sizes == 6].mean() - 3) < 0.2
 
 
@@ -301,32 +303,32 @@ def test_cli_device_gpu_without_one_exits_2():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ("single", "double"))
-@pytest.mark.parametrize("algorithm", csg.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", dp.ALGORITHMS)
 def test_kernel_equals_reference_per_level(cupy, algorithm, precision):
     """Bit-identical f after every level, from the same f: ranges and atomics exercised at high k."""
     for n in (5, 11, 16):
-        f = cupy.asarray(csg.generate_values("ndcs", n, n).astype(csg.PRECISIONS[precision]))
+        f = cupy.asarray(values.generate_values("ndcs", n, n).astype(csg.PRECISIONS[precision]))
         g = f.copy()
-        sizes = csg.popcount(cupy, cupy.arange(1 << n, dtype=cupy.int64))
+        sizes = values.popcount(cupy, cupy.arange(1 << n, dtype=cupy.int64))
         for k in range(2, n + 1):
-            assert csg.cuda_level(f, n, k, algorithm)
-            csg.level_step(cupy, g, csg.level_masks(cupy, sizes, k), n, k, algorithm)
+            assert csg_gpu.cuda_level(f, n, k, algorithm)
+            dp.level_step(cupy, g, dp.level_masks(cupy, sizes, k), n, k, algorithm)
             assert cupy.array_equal(f, g), (n, k)
 
 
 @pytest.mark.gpu
 def test_gpu_equals_cpu_up_to_22_agents(cupy):
     for n, distribution in ((12, "normal"), (18, "agent-based"), (20, "modified-uniform"), (22, "uniform")):
-        v = csg.generate_values(distribution, n, 1)
+        v = values.generate_values(distribution, n, 1)
         gpu = csg.solve(v, csg.Options(device="gpu"))
         assert gpu.engine == "cupy" and gpu.precision == "single" and gpu.levels_done == n  # auto on the GPU
         if n <= 18:  # the NumPy engine itself
             cpu = csg.solve(v, csg.Options(device="cpu"))
         else:  # the reference level step on CuPy arrays: the same code, faster
             f = cupy.asarray(v.astype(np.float32))
-            sizes = csg.popcount(cupy, cupy.arange(1 << n, dtype=cupy.int64))
+            sizes = values.popcount(cupy, cupy.arange(1 << n, dtype=cupy.int64))
             for k in range(2, n + 1):
-                csg.level_step(cupy, f, csg.level_masks(cupy, sizes, k), n, k, "idp")
+                dp.level_step(cupy, f, dp.level_masks(cupy, sizes, k), n, k, "idp")
             cpu = csg.Result(**{**gpu.to_json(), "value": float(f[-1])})
         assert gpu.value == pytest.approx(cpu.value, rel=1e-6), n
 
@@ -336,7 +338,7 @@ def test_gpu_float32_ties_never_pass_for_optimal(cupy):
     """As on the CPU: structures tied in float32 make a single-precision answer bounded unless proven;
     double precision on the device is optimal at the brute-force optimum."""
     for n in (4, 7, 9):
-        v = csg.popcount(np, np.arange(1 << n)) + 1e-9 * np.random.default_rng(n).uniform(0, 1, 1 << n)
+        v = values.popcount(np, np.arange(1 << n)) + 1e-9 * np.random.default_rng(n).uniform(0, 1, 1 << n)
         optimum = brute_force(v, n)
         for precision in ("single", "double"):
             r = csg.solve(v, csg.Options(device="gpu", precision=precision))
@@ -351,7 +353,7 @@ def test_gpu_float32_ties_never_pass_for_optimal(cupy):
 @pytest.mark.gpu
 def test_gpu_time_limit_bounds(cupy):
     n = 16
-    v = csg.generate_values("normal", n, 3)
+    v = values.generate_values("normal", n, 3)
     exact = csg.solve(v, csg.Options(device="cpu", precision="double")).value
     for calls in (0, 3, 9, 20):
         seen = []
@@ -371,15 +373,15 @@ def cluster():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("distribution", csg.DISTRIBUTIONS)
+@pytest.mark.parametrize("distribution", values.DISTRIBUTIONS)
 def test_workers_equal_one_process(cluster, distribution):
     """Levels cut across two worker processes: the same f entry by entry, so the same value and structure."""
     _, client = cluster
     for n, algorithm, source in ((1, "idp", None), (4, "dp", "generate"), (9, "idp", None), (13, "idp", "generate")):
-        v = csg.generate_values(distribution, n, n)
+        v = values.generate_values(distribution, n, n)
         one = csg.solve(v, csg.Options(algorithm=algorithm, device="cpu"))
         source = source and ("generate", distribution, n, n)  # rebuilt on each worker, or scattered
-        two = csg.solve_on_workers(v, csg.Options(algorithm=algorithm, device="cpu"), client, source)
+        two = workers.solve_on_workers(v, csg.Options(algorithm=algorithm, device="cpu"), client, source)
         assert (two.status, two.value, two.structure, two.splits) == (one.status, one.value, one.structure, one.splits)
         assert two.workers == 2 and two.engine == "numpy"
         check_answer(two, v, n, brute_force(v, n) if n <= 9 else one.value)
@@ -392,8 +394,8 @@ def test_worker_too_small_for_the_values_refuses_before_drawing_them():
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   memory_limit="300MiB") as c, distributed.Client(c) as client:
         with pytest.raises(csg.BudgetError, match="n = 26 needs .* host memory"):
-            csg.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 26, 1))
-        r = csg.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 12, 1))
+            workers.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 26, 1))
+        r = workers.solve_on_workers(None, csg.Options(device="cpu"), client, ("generate", "uniform", 12, 1))
         assert r.status == "optimal"
 
 
@@ -401,14 +403,14 @@ def test_worker_too_small_for_the_values_refuses_before_drawing_them():
 def test_workers_stopped_runs_bound_the_optimum(cluster):
     _, client = cluster
     n = 9
-    v = csg.generate_values("modified-uniform", n, 4)
+    v = values.generate_values("modified-uniform", n, 4)
     optimum = brute_force(v, n)
     for calls in (0, 3, 6):
         seen = []
-        r = csg.solve_on_workers(v, csg.Options(device="cpu"), client, stop=lambda: seen.append(1) or len(seen) > calls)
+        r = workers.solve_on_workers(v, csg.Options(device="cpu"), client, stop=lambda: seen.append(1) or len(seen) > calls)
         check_answer(r, v, n, optimum)
         assert (r.status == "optimal") == (r.levels_done == n)
-    r = csg.solve_on_workers(v, csg.Options(device="cpu", time_limit=0), client)
+    r = workers.solve_on_workers(v, csg.Options(device="cpu", time_limit=0), client)
     assert r.status == "bounded" and r.levels_done == 1
     check_answer(r, v, n, optimum)
 
@@ -438,15 +440,15 @@ def test_kernel_shares_equal_the_whole_level(cupy):
     """A level computed as two ranges of colex ranks (two workers' shares) gives f bit for bit, the
     NumPy level step's."""
     for n in (11, 16):
-        h = csg.generate_values("uniform", n, n).astype(np.float32)
+        h = values.generate_values("uniform", n, n).astype(np.float32)
         f = cupy.asarray(h)
         g = f.copy()
-        sizes = csg.popcount(np, np.arange(1 << n, dtype=np.int64))
+        sizes = values.popcount(np, np.arange(1 << n, dtype=np.int64))
         for k in range(2, n + 1):
-            assert csg.cuda_level(f, n, k, "idp")
+            assert csg_gpu.cuda_level(f, n, k, "idp")
             cut = math.comb(n, k) // 3
-            assert csg.cuda_level(g, n, k, "idp", hi=cut) and csg.cuda_level(g, n, k, "idp", lo=cut)
-            csg.level_step(np, h, csg.level_masks(np, sizes, k), n, k, "idp")
+            assert csg_gpu.cuda_level(g, n, k, "idp", hi=cut) and csg_gpu.cuda_level(g, n, k, "idp", lo=cut)
+            dp.level_step(np, h, dp.level_masks(np, sizes, k), n, k, "idp")
             assert cupy.array_equal(f, g) and np.array_equal(cupy.asnumpy(g), h), (n, k)
 
 
@@ -456,9 +458,9 @@ def test_gpu_workers_equal_one_process(cupy, cluster):
     one process's structure, and the NumPy engine's value."""
     _, client = cluster
     for n, distribution in ((12, "ndcs"), (19, "agent-based")):
-        v = csg.generate_values(distribution, n, 1)
+        v = values.generate_values(distribution, n, 1)
         one = csg.solve(v, csg.Options(device="gpu"))
-        two = csg.solve_on_workers(v, csg.Options(device="gpu"), client, ("generate", distribution, n, 1))
+        two = workers.solve_on_workers(v, csg.Options(device="gpu"), client, ("generate", distribution, n, 1))
         cpu = csg.solve(v, csg.Options(device="cpu"))
         assert two.engine == "cupy" and (two.value, two.structure) == (one.value, one.structure)
         assert two.value == pytest.approx(cpu.value, rel=1e-6)

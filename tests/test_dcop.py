@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from gpusolve import parsers
 from gpusolve.dcop import dpop as dcop
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.schedule.solve import Options, solve

@@ -210,20 +210,22 @@ def test_scale_out_places_a_bucket_as_the_policy_does(fake_cuda):
 def test_csg_places_the_dp_as_the_policy_does(fake_cuda, threads):
     """CSG's DP by its split evaluations, a step per level: the same policy, not an agent count."""
     from gpusolve.csg import dp
+    from gpusolve.csg import solve as csg
     for algorithm in dp.ALGORITHMS:
         for n in range(8, 25):
             fake_cuda._started.clear()
-            spec, note = dp.pick_device("auto", n, algorithm, threads)
+            spec, note = csg.pick_device("auto", n, algorithm, threads)
             where = where_to_run("auto", dp.total_splits(n, algorithm), n, started=False, threads=threads,
                                  work="split")[0]
             assert spec.on_device == (where == "device"), (algorithm, n, threads)
             assert note.endswith("; Fake GPU") == spec.on_device
-    assert dp.pick_device("gpu", 2, "idp", 16)[0].on_device and not dp.pick_device("cpu", 30, "idp", 1)[0].on_device
+    assert csg.pick_device("gpu", 2, "idp", 16)[0].on_device and not csg.pick_device("cpu", 30, "idp", 1)[0].on_device
 
 
 def test_the_three_callers_agree_on_one_size(fake_cuda):
     """solve, scale-out and CSG share the policy: one size of one kind of work, one place."""
     from gpusolve.csg import dp
+    from gpusolve.csg import solve as csg
     from gpusolve.distributed import cluster
     from gpusolve.host import host_threads
     t = host_threads()
@@ -234,7 +236,7 @@ def test_the_three_callers_agree_on_one_size(fake_cuda):
         assert cluster.engine_for("auto", size).spec.on_device == by_solve
     splits = [dp.total_splits(n, "idp") for n in range(8, 25)]
     fake_cuda._started.clear()
-    assert [dp.pick_device("auto", n, "idp", t)[0].on_device for n in range(8, 25)] == \
+    assert [csg.pick_device("auto", n, "idp", t)[0].on_device for n in range(8, 25)] == \
         [where_to_run("auto", s, n, threads=t, work="split")[0] == "device" for s, n in zip(splits, range(8, 25))]
 
 
@@ -273,7 +275,7 @@ def test_json_output_says_why_auto_ran_on_the_host(tmp_path):
     capability of the engine the result names, not its name); not when the CPU was asked for."""
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     path = tmp_path / "r.wcsp"
     made = CliRunner().invoke(main, ["generate", "random", "-n", "8", "-d", "4", "--seed", "3", "-o", str(path)])
     assert made.exit_code == 0

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from helpers import brute_force, random_problem
 
 import gpusolve
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.parsers import ParseError, read
 
@@ -220,9 +220,15 @@ def test_solve_reads_standard_input_with_a_format():
     bad = subprocess.run([sys.executable, "-m", "gpusolve", "solve", "-"], input=text, capture_output=True,
                          text=True, cwd=ROOT)
     assert bad.returncode == 2 and "--format" in bad.stderr
-    from gpusolve.cli import commands as cli
+
+
+def test_solve_offers_what_the_readers_read():
+    """--format and solve --help come from parsers/' table: every format it reads, every compression."""
     from gpusolve import parsers
-    assert cli.FORMATS == parsers.FORMATS
+    fmt = next(p for p in main.commands["solve"].params if p.name == "fmt")
+    assert tuple(fmt.type.choices) == parsers.FORMATS
+    text = " ".join(CliRunner().invoke(main, ["solve", "--help"]).stdout.split())
+    assert all(suffix in text for suffix in (*parsers.READERS, *parsers.COMPRESSIONS)), text
 
 
 def test_solution_file_holds_domain_values_for_xcsp(tmp_path):

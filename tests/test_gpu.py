@@ -429,7 +429,8 @@ def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
 def test_registry_and_policy_on_cuda(cupy):
     """On a GPU: the device spec probes usable and makes the CuPy engine (its spec, its array module,
     its budget within the one margin); solve's and CSG's placements by the one policy land there."""
-    from gpusolve.csg import dp
+    from gpusolve.csg import solve as csg
+    from gpusolve.csg import values
     from gpusolve.cuda.runtime import DEVICE_MEMORY_SHARE, device_budget
     from gpusolve.engines import registry
     from gpusolve.engines.select import choose, make_engine
@@ -440,5 +441,5 @@ def test_registry_and_policy_on_cuda(cupy):
     free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
     assert device_budget() <= int(free * DEVICE_MEMORY_SHARE)
     assert choose("auto", 10 ** 12, 1, threads=16)[0] is spec
-    r = dp.solve(dp.generate_values("uniform", 22, 1), dp.Options(device="auto", threads=16))
+    r = csg.solve(values.generate_values("uniform", 22, 1), csg.Options(device="auto", threads=16))
     assert r.engine == spec.name and r.levels_done == 22

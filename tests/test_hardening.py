@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEAK = ("import atexit, sys\n"
         "atexit.register(lambda: print('peak', next(int(line.split()[1]) for line in open('/proc/self/status')\n"
         "                                           if line.startswith('VmHWM:')), file=sys.stderr))\n"
-        "from gpusolve.cli.commands import main\nmain(sys.argv[1:])")
+        "from gpusolve.cli.group import main\nmain(sys.argv[1:])")
 
 
 def gpusolve(*args):

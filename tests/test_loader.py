@@ -112,11 +112,11 @@ def test_the_engines_kernels_go_through_the_loader(fake):
 
 def test_alldiff_and_csg_kernels_go_through_the_loader(fake):
     from gpusolve.consistency import alldiff_kernel
-    from gpusolve.csg import dp
+    from gpusolve.csg import gpu as csg_gpu
     k = alldiff_kernel._kernel(10, 12)
     assert k.source == alldiff_kernel.kernel_source(10, 12) and loader.loaded(k.source)
-    f32, f64 = dp._kernel("float32"), dp._kernel("float64")
-    assert f32 is not f64 and dp._kernel("float32") is f32 and f32.options == ("-std=c++17",)
+    f32, f64 = csg_gpu._kernel("float32"), csg_gpu._kernel("float64")
+    assert f32 is not f64 and csg_gpu._kernel("float32") is f32 and f32.options == ("-std=c++17",)
     assert loader.PROCESS.compiled == 3
 
 

@@ -16,9 +16,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gpusolve
-from gpusolve.cli import commands as cli
+from gpusolve.cli import solve as solve_command
 from gpusolve.generate import markov_grid
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.report import SCHEMA_PATH, dumps, fields, record
 
@@ -126,7 +126,7 @@ def test_options_are_checked_before_any_work(files, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("solved before checking the options")
 
-    monkeypatch.setattr(cli, "solve_file", boom)
+    monkeypatch.setattr(solve_command, "solve_file", boom)
     for args in (["--uai-output", tmp_path / "x.MPE"], ["--solution", tmp_path / "no" / "dir" / "x.sol"],
                  ["--uai-output", tmp_path / "missing" / "x.MPE"]):
         r = run("solve", files["grid"], *args, "--json")
@@ -168,7 +168,7 @@ def test_short_version_flag():
 # lands mid-solve, however loaded the machine.
 MARKED = """import sys
 from gpusolve.schedule import anytime
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 offer = anytime.Bounds.offer
 
 
@@ -210,7 +210,7 @@ def test_info_plot_draws_the_bucket_profile(files, tmp_path):
     r = run("info", files["grid"], "--plot", png, "--mem-limit", "1M")
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code = "import sys, gpusolve.cli.commands; print('matplotlib' in sys.modules)"
+    code = "import sys, gpusolve.cli.group; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.strip() == "False"
 
 
@@ -274,12 +274,12 @@ def test_every_command_writes_its_json_through_report_dumps():
     """The one place that keeps JSON strict: no other module serialises a record itself (serve's
     client request, its own wire format with no numbers from a solve, aside)."""
     writers = []
-    for path in sorted((ROOT / "gpusolve").glob("*.py")):
+    for path in sorted((ROOT / "gpusolve").rglob("*.py")):
         tree = ast.parse(path.read_text())
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
                 if isinstance(node, ast.Call) and ast.unparse(node.func) in ("json.dumps", "json.dump"):
-                    writers.append(f"{path.name}:{fn.name}")
-    assert sorted(set(writers)) == ["report.py:dumps", "serve.py:_request"], writers
+                    writers.append(f"{path.relative_to(ROOT / 'gpusolve').as_posix()}:{fn.name}")
+    assert sorted(set(writers)) == ["report.py:dumps", "serve/client.py:_request"], writers

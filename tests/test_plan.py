@@ -79,7 +79,7 @@ def test_placement_follows_the_device_budget():
 def test_info_prints_the_placement_for_a_device_budget(tmp_path):
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     path = tmp_path / "g.wcsp"
     problem = generate("grid", 16, 6, seed=2)
     from gpusolve.parsers.write import write

@@ -148,7 +148,7 @@ def test_uai_result_files(tmp_path, shared_instances):
 
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     from helpers import log10_partition, marginals
     net = shared_instances / "network.uai"
     for task in ("PR", "MAR", "MPE"):
@@ -179,7 +179,7 @@ def test_uai_result_files(tmp_path, shared_instances):
 def test_task_errors():
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     import pathlib
     bundled = pathlib.Path(__file__).resolve().parents[1] / "instances" / "random-n14-d10-s1.wcsp"
     r = CliRunner().invoke(main, ["solve", str(bundled), "--task", "PR"])
@@ -268,7 +268,7 @@ def test_models_of_probability_zero_on_the_command_line(tmp_path, seed):
     schema.json (Z = 0: infeasible, bounds null, no marginals) and --uai-output, against enumeration."""
     from click.testing import CliRunner
 
-    from gpusolve.cli.commands import main
+    from gpusolve.cli.group import main
     dom, factors, evidence = zero_network(np.random.default_rng(5000 + seed))
     path = tmp_path / "net.uai"
     write_uai(path, dom, factors, False, evidence)  # net.uai.evid: the command line's default evidence

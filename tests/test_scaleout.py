@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpusolve.order import graph
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.plan.buckets import build_plan

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpusolve.order import graph
-from gpusolve.cli.commands import main
+from gpusolve.cli.group import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable, finalize_integer

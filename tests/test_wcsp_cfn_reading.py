@@ -91,7 +91,7 @@ PEAK = ("import atexit, sys\n"
         "    with open('/proc/self/status') as f:\n"
         "        print('peak', next(line.split()[1] for line in f if line.startswith('VmHWM')), file=sys.stderr)\n"
         "atexit.register(peak)\n")
-SOLVE = PEAK + "from gpusolve.cli.commands import main\nmain(['solve', *sys.argv[1:]])"
+SOLVE = PEAK + "from gpusolve.cli.group import main\nmain(['solve', *sys.argv[1:]])"
 READ = PEAK + ("from gpusolve.parsers import OverBudget, read\ntry:\n"
                "    read(sys.argv[1], mem_limit=int(sys.argv[2]))\n    print('read')\n"
                "except OverBudget as e:\n    print(e)")

@@ -11,7 +11,7 @@ from gpusolve.serve.client import hand_over
 def main() -> None:
     code = hand_over(sys.argv)
     if code is None:
-        from gpusolve.cli.commands import main as cli
+        from gpusolve.cli.group import main as cli
         try:
             cli()
         except SystemExit as e:

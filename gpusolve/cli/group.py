@@ -1,0 +1,65 @@
+"""The `gpusolve` command group: how every command reports usage errors, Ctrl-C and a reader gone,
+and the commands it holds (one module each in gpusolve/cli/)."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gpusolve import __version__
+from gpusolve.cli import batch, csg, dcop, generate, info, serve, solve
+from gpusolve.cli.common import EXIT_INTERRUPT, _reader_gone, err
+from gpusolve.report import dumps
+
+
+class Commands(click.Group):
+    """Usage errors as one line on stderr (and, with --json, an error object on stdout), exit 2;
+    Ctrl-C outside a solve exits 130 without click's "Aborted!"; a reader of stdout gone (`| head`)
+    ends the command quietly with 141."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            try:
+                code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            except click.ClickException as e:
+                ctx = getattr(e, "ctx", None)
+                line = f"{ctx.command_path if ctx else 'gpusolve'}: {e.format_message()}"
+                if "--json" in args:
+                    from gpusolve.report import record
+                    params = ctx.params if ctx else {}
+                    print(dumps(record(str(params.get("file") or params.get("folder") or ""), "error",
+                                       message=line)))
+                err().print(line, markup=False, soft_wrap=True)
+                sys.exit(e.exit_code)
+            except click.Abort:
+                sys.exit(EXIT_INTERRUPT)
+            finally:  # here, not at the interpreter's exit, where a reader gone is reported as an error
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+            sys.exit(code if isinstance(code, int) else 0)
+        except BrokenPipeError:
+            _reader_gone()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handling, which exits 1
+            _reader_gone()
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", package_name="gpusolve")
+def main():
+    """gpusolve: bucket and mini-bucket elimination for WCSP, UAI and XCSP instances."""
+
+
+for command in (solve.solve_cmd, info.info_cmd, generate.generate_cmd, generate.generate_csp_cmd, batch.batch_cmd,
+                dcop.dcop_cmd, csg.csg_cmd, serve.serve_cmd):
+    main.add_command(command)
+
+
+if __name__ == "__main__":
+    main()
