@@ -245,7 +245,7 @@ def test_functional_intension_kept_as_its_tuples_allows_what_the_constraint_does
     """eq(x, e) with x not in e, read as its allowed tuples (TupleFunction, above listed_min entries) or
     as a dense table, allows exactly the assignments the constraint, evaluated in Python, allows, over
     domains with holes and negative values; an expression with x on both sides stays dense."""
-    from gpusolve.limits import Limits
+    import gpusolve
     from gpusolve.model.problem import TupleFunction
     values = (-2, 0, 1, 3, 4, 7, 9)
     path = tmp_path / "f.xml"
@@ -253,7 +253,7 @@ def test_functional_intension_kept_as_its_tuples_allows_what_the_constraint_does
                     f'<array id="p" size="[3]"> {" ".join(map(str, values))} </array></variables>'
                     f'<constraints><intension> {constraint} </intension></constraints></instance>')
     dense = read(path)
-    listed = read(path, limits=Limits(listed_min=0))
+    listed = gpusolve.read(path, limits=gpusolve.Limits(listed_min=0))
     kinds = {type(f) for f in listed.functions}
     assert kinds == ({CostFunction} if constraint == "eq(p[0],add(p[0],1))" else {TupleFunction})
     for problem in (dense, listed):
