@@ -99,3 +99,13 @@ def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fi
         assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
     dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", limits=limits))
     assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets
+
+
+def test_records_keep_the_command_line_options_without_the_limits():
+    """Limits are the API's and tests': a result's options (what --json writes and batch resume
+    compares) are every other option, as before they existed."""
+    from dataclasses import fields
+    problem = generate("random", 6, 3, 0.5, 0.3, seed=1)
+    r = solve(problem, Options(device="cpu", limits=Limits(chunk_rows=2)))
+    assert set(r.options) == {f.name for f in fields(Options)} - {"limits"}
+    assert r.options == Options(device="cpu").settings()

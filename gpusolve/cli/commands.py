@@ -353,8 +353,6 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
       4    time limit or SIGTERM before any bound (while reading; for PR and MAR, before Z)
       130  Ctrl-C (the best result held printed first)
       141  the reader of the output has gone (as SIGPIPE)"""
-    from dataclasses import asdict
-
     from gpusolve.cli.outputs import check_outputs, clear_outputs
     from gpusolve.report import record
     from gpusolve.schedule.solve import Options
@@ -362,7 +360,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
 
     def fail(message: str, code: int, status: str = "error"):
         if as_json:
-            print(dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
+            print(dumps(record(file, status, message=message, options={**options.settings(), "evidence": evidence})))
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 
@@ -794,7 +792,7 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     if not Path(out_path).parent.is_dir():
         raise click.UsageError(f"--out {out_path}: folder {Path(out_path).parent} does not exist")
     options = Options(**solve_kw)
-    settings = {**dataclasses.asdict(options), "evidence": None}
+    settings = {**options.settings(), "evidence": None}
     files = sorted(str(p.resolve()) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
     done = _recorded(out_path, files, None if resume else settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -59,6 +59,11 @@ class Options:
     slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
     threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
     limits: Limits = DEFAULT  # sizes and thresholds of every layer (gpusolve/limits.py)
+
+    def settings(self) -> dict:
+        """The options a record holds and batch resume compares: all but `limits`, which only the
+        API and tests set, so that records read as before."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "limits"}
 
 
 @dataclass
@@ -127,7 +132,7 @@ def solve(problem: Problem, options: Options, file: str = "",
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
                       device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
-                      method="preprocessing (node and arc consistency)", options=asdict(options))
+                      method="preprocessing (node and arc consistency)", options=options.settings())
     named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
@@ -174,7 +179,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   message=_infeasible(problem, None) if infeasible else None,
                   values=named.value_labels(assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
-                  options=asdict(options),
+                  options=options.settings(),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
@@ -282,7 +287,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
                   device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
                   method=("exact BE" if plan.z is None else f"MBE(z={plan.z})")
-                  + (" + distribute pass" if marg is not None else ""), options=asdict(options))
+                  + (" + distribute pass" if marg is not None else ""), options=options.settings())
 
 
 def check_task(problem: Problem, options: Options) -> str:
