@@ -295,8 +295,8 @@ class AllDifferentPropagator:
     these add up to the constraint's cost (violation only grows as variables are assigned).
     """
 
-    def __init__(self, g: AllDifferent, top, xp=None):
-        self.g, self.scope, self.top, self.xp = g, g.scope, top, xp
+    def __init__(self, g: AllDifferent, top, xp=None, limits: Limits = DEFAULT):
+        self.g, self.scope, self.top, self.xp, self.limits = g, g.scope, top, xp, limits
         self.hard = g.cost >= top
         self.ids, self.m = value_ids(g)
         self.pos = {v: k for k, v in enumerate(g.scope)}
@@ -324,7 +324,7 @@ class AllDifferentPropagator:
             dom[r, self.ids[j]] = True
         dom &= free[None, :]
         try:
-            kept, match = filter_domains(dom, self.last[rows], self.xp)
+            kept, match = filter_domains(dom, self.last[rows], self.xp, limits=self.limits)
         except Infeasible:
             return out
         self.last[rows] = match
@@ -332,8 +332,8 @@ class AllDifferentPropagator:
         return out
 
 
-def propagators(problem: Problem, xp=None) -> list[AllDifferentPropagator]:
+def propagators(problem: Problem, xp=None, limits: Limits = DEFAULT) -> list[AllDifferentPropagator]:
     """Search's propagators: GAC for every hard AllDifferent (tabled or not), costs for the soft
     ones left out of the tables (a tabled one's tables already count its cost)."""
-    return [AllDifferentPropagator(g, problem.top, xp) for g in problem.globals
+    return [AllDifferentPropagator(g, problem.top, xp, limits) for g in problem.globals
             if g.cost >= problem.top or not g.tabled]

@@ -525,7 +525,8 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
         return "AND/OR search (Dask)"
     check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check,
+                    propagators=propagators(guide.problem, limits=guide.plan.limits))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
