@@ -7,7 +7,10 @@ here, so every layer may import this module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+# Fields that size a step, divide a room or count failures: 0 would stall a loop or divide by zero.
+POSITIVE = ("chunk_rows", "sort_row_bytes", "join_row_bytes", "pinned_share", "restart_base", "chunk")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,13 @@ class Limits:
     # bounding the temporaries.
     chunk: int = 1 << 18
     listed_min: int = 1 << 16  # entries above which an XCSP3 functional intension constraint is kept as its tuples
+
+    def __post_init__(self):
+        """A bad value fails here, named, not as a hang or a ZeroDivisionError deep in a run."""
+        for f in fields(self):
+            value, least = getattr(self, f.name), 1 if f.name in POSITIVE else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"Limits.{f.name} must be an integer of at least {least}, not {value!r}")
 
 
 DEFAULT = Limits()
