@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 __all__ = ["Limits", "Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
 
 # name -> module that defines it (`solve` is that module's `run`)
-_LAZY = {"Limits": "limits", "Model": "build", "Options": "schedule.solve", "Result": "schedule.solve", "Problem": "model.problem",
-         "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
+_LAZY = {"Limits": "limits", "Model": "build", "Options": "schedule.solve", "Result": "schedule.solve",
+         "Problem": "model.problem", "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
 
 
 def read(path, evidence=None, format: str | None = None, limits=None):
