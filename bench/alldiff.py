@@ -30,7 +30,7 @@ import numpy as np
 from common import cpu_name, gpu_name, write_result
 
 from gpusolve.consistency import alldiff_kernel
-from gpusolve.search import mac
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.consistency.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
 from gpusolve.generate import langford, queens
 from gpusolve.consistency.globals import id_table, value_ids
@@ -132,12 +132,12 @@ def kept_calls(dom, after, match, cp, repeat, sync) -> dict:
     return row
 
 
-def solve_first(spec: str, xp, limit: float) -> dict:
+def solve_first(spec: str, xp, limit: float, limits: Limits) -> dict:
     """MAC's first solution of `queens:N` or `langford:N`: seconds, nodes, whether it was found."""
     kind, n = spec.split(":")
     problem = queens(int(n)) if kind == "queens" else langford(int(n))
     t = time.perf_counter()
-    m = Mac(problem, should_stop=lambda: time.perf_counter() - t > limit, xp=xp)
+    m = Mac(problem, should_stop=lambda: time.perf_counter() - t > limit, xp=xp, limits=limits)
     try:
         found = m.run()
         status = "infeasible" if found is None else "solved"
@@ -166,13 +166,13 @@ def main() -> None:
     ap.add_argument("--solve-limit", type=float, default=60.0, help="seconds per first solution")
     ap.add_argument("--solve-on", nargs="+", choices=("cpu", "gpu"), default=["cpu", "gpu"],
                     help="where first solutions are searched (gpu: where CuPy imports)")
-    ap.add_argument("--gpu-min-scope", type=int, default=mac.GPU_MIN_SCOPE,
-                    help="MAC's smallest AllDifferent filtered on the GPU (mac.GPU_MIN_SCOPE)")
+    ap.add_argument("--gpu-min-scope", type=int, default=DEFAULT.gpu_min_scope,
+                    help="MAC's smallest AllDifferent filtered on the GPU (Limits.gpu_min_scope)")
     ap.add_argument("--no-propagation", action="store_true", help="only the --solve part")
     ap.add_argument("--quick", action="store_true", help="sizes 40 and 80, one repeat (the tests)")
     args = ap.parse_args()
     sizes, repeat = ([40, 80], 1) if args.quick else (args.sizes, args.repeat)
-    mac.GPU_MIN_SCOPE = args.gpu_min_scope
+    limits = Limits(gpu_min_scope=args.gpu_min_scope)
     solves = ["queens:12", "langford:8"] if args.quick else args.solve
     if args.no_propagation:
         sizes = []
@@ -231,7 +231,7 @@ def main() -> None:
     firsts = []
     for spec in solves:
         for xp in ([None] if "cpu" in args.solve_on else []) + ([cp] if cp is not None and "gpu" in args.solve_on else []):
-            firsts.append(solve_first(spec, xp, args.solve_limit))
+            firsts.append(solve_first(spec, xp, args.solve_limit, limits))
             f = firsts[-1]
             print(f"first solution {spec} on the {f['device']}: {f['status']} in {f['seconds']:.3g} s, "
                   f"{f['nodes']} nodes ({f['nodes_per_s']:.4g}/s), {f['failures']} failures", flush=True)

@@ -13,18 +13,20 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
+__all__ = ["Limits", "Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
 
 # name -> module that defines it (`solve` is that module's `run`)
-_LAZY = {"Model": "build", "Options": "schedule.solve", "Result": "schedule.solve", "Problem": "model.problem",
-         "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
+_LAZY = {"Limits": "limits", "Model": "build", "Options": "schedule.solve", "Result": "schedule.solve",
+         "Problem": "model.problem", "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
 
 
-def read(path, evidence=None, format: str | None = None):
+def read(path, evidence=None, format: str | None = None, limits=None):
     """The problem in `path` (.wcsp, .uai, .xml, .cfn, optionally .gz/.xz/.bz2; "-" is standard input,
-    which needs `format`); for .uai the evidence file FILE.evid beside it is applied when present."""
+    which needs `format`); for .uai the evidence file FILE.evid beside it is applied when present.
+    `limits`: a gpusolve.Limits for the readers (None: the defaults)."""
+    from .limits import DEFAULT
     from .parsers import read as _read
-    return _read(path, evidence, format)
+    return _read(path, evidence, format, limits=limits or DEFAULT)
 
 
 def __getattr__(name: str):

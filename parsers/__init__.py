@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .errors import OverBudget, ParseError, Stopped
 from .source import COMPRESSIONS, STDIN, check_stop, reading_limits, split_compression
+from gpusolve.limits import DEFAULT, Limits
 
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem
@@ -30,18 +31,19 @@ __all__ = ["COMPRESSIONS", "FORMATS", "OverBudget", "ParseError", "READERS", "SU
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
-         mem_limit: int | None = None, stop: Callable[[], bool] | None = None) -> Problem:
+         mem_limit: int | None = None, stop: Callable[[], bool] | None = None,
+         limits: Limits = DEFAULT) -> Problem:
     """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
 
     `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
     Every table's declared size, and every line's length, is checked against `mem_limit`
     (default: available memory) before it is allocated; once `stop()` is true (gpusolve.schedule.anytime.Stop:
-    a deadline, Ctrl-C, SIGTERM) reading raises Stopped."""
+    a deadline, Ctrl-C, SIGTERM) reading raises Stopped. `limits`: the readers' chunk and listed_min."""
     from gpusolve.host import available_memory
 
     from .tables import reading_budget  # with NumPy: the command line reads the table above without it
     budget = available_memory() if mem_limit is None else mem_limit
-    with reading_budget(budget) as allowance, reading_limits(budget, stop):
+    with reading_budget(budget) as allowance, reading_limits(budget, stop, limits):
         try:
             return _read(path, evidence, format)
         except ParseError as e:

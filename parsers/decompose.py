@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gpusolve.model.problem import FORBIDDEN, CostFunction, TupleFunction, Variable
+from .source import reading_sizes
 from .tables import MAX_LINEAR, Labels, charge, linear_sum, too_large
 
 MAX_STATES = 1 << 20  # values of one auxiliary variable
@@ -475,16 +476,16 @@ def _state_costs(q: int, pairs) -> np.ndarray:
 ARITHMETIC = {">=": ("cst", "delta"), ">": ("cst", "delta"), "<=": ("cst", "delta"), "<": ("cst", "delta"),
               "=": ("cst", "delta"), "disj": ("cstx", "csty", "penalty"),
               "sdisj": ("cstx", "csty", "xinfty", "yinfty", "costx", "costy")}  # keyword -> its parameters
-CHUNK = 1 << 18  # table entries computed at a time: numpy's temporaries take several times what they hold
 
 
 def arithmetic(keyword: str, params: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
-    """The table of toulbar2's arithmetic function `keyword` (tb2reader.cpp's semantics), CHUNK entries
+    """The table of toulbar2's arithmetic function `keyword` (tb2reader.cpp's semantics), Limits.chunk entries
     at a time."""
     table = np.empty(shape, dtype=np.int64)
     flat = table.reshape(-1)
-    for start in range(0, flat.size, CHUNK):
-        index = np.arange(start, min(start + CHUNK, flat.size), dtype=np.int64)
+    chunk = reading_sizes().chunk
+    for start in range(0, flat.size, chunk):
+        index = np.arange(start, min(start + chunk, flat.size), dtype=np.int64)
         flat[start:start + len(index)] = _arithmetic_costs(keyword, params, index // shape[1], index % shape[1])
     return table
 

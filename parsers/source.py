@@ -26,6 +26,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpusolve import limits as tunables
+
 from .errors import OverBudget, ParseError, Stopped
 
 COMPRESSIONS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
@@ -52,21 +54,28 @@ CHUNK = 1 << 16  # bytes taken from the (decompressed) file at a time
 class Limits:
     line_cap: int | None = None  # longest line read, in bytes
     stop: Callable[[], bool] | None = None  # true once reading must end (see gpusolve.schedule.anytime.Stop)
+    sizes: tunables.Limits = tunables.DEFAULT  # the readers' chunks and thresholds (chunk, listed_min)
 
 
 _limits: ContextVar[Limits] = ContextVar("reading_limits", default=Limits())
 
 
 @contextmanager
-def reading_limits(budget: int | None = None, stop: Callable[[], bool] | None = None):
-    """Within this block lines longer than `budget` / LINE_SHARE are refused (OverBudget) and
-    `check_stop` raises Stopped once `stop()` is true."""
+def reading_limits(budget: int | None = None, stop: Callable[[], bool] | None = None,
+                   sizes: tunables.Limits = tunables.DEFAULT):
+    """Within this block lines longer than `budget` / LINE_SHARE are refused (OverBudget),
+    `check_stop` raises Stopped once `stop()` is true, and readers size their work by `sizes`."""
     cap = None if budget is None else max(int(budget) // LINE_SHARE, MIN_LINE_CAP)
-    token = _limits.set(Limits(cap, stop))
+    token = _limits.set(Limits(cap, stop, sizes))
     try:
         yield
     finally:
         _limits.reset(token)
+
+
+def reading_sizes() -> tunables.Limits:
+    """The limits the reader in progress was given (parsers.read's `limits`)."""
+    return _limits.get().sizes
 
 
 def check_stop() -> None:

@@ -36,12 +36,11 @@ from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithme
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
-from .source import read_lines
+from .source import read_lines, reading_sizes
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens
 
 DENSE_SHARED = 3  # toulbar2 keeps shared tables up to this arity dense, longer ones as tuples
-CHUNK = 1 << 18  # tokens converted at a time, bounding the temporaries
 MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s sums) inside int64
 # toulbar2's global cost functions: the ones kept whole, then the ones refused by name (decompose.TOULBAR2
 # are decomposed).
@@ -180,12 +179,12 @@ def _extension(t: Tokens, scope, domains, default: int, shared: list[Listed], is
 
 
 def _tuples(t: Tokens, scope, shape, ntuples: int) -> tuple[np.ndarray, np.ndarray]:
-    """`ntuples` rows of domain indices and their costs, read CHUNK tokens at a time (the words of a
+    """`ntuples` rows of domain indices and their costs, read Limits.chunk tokens at a time (the words of a
     whole large table would take ~60 bytes each)."""
     width = len(scope) + 1
     _charge(t, ntuples * width * 8, f"{ntuples:,} tuples")
     data = np.empty((ntuples, width), dtype=np.int64)
-    step = max(CHUNK // width, 1)
+    step = max(reading_sizes().chunk // width, 1)
     for start in range(0, ntuples, step):
         part, lines = t.ints(min(step, ntuples - start) * width, "tuple entry")
         part = part.reshape(-1, width)

@@ -33,12 +33,11 @@ from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Proble
 
 from .errors import ParseError, quote
 from .intension import Evaluation, ExpressionError, parse, scope_of
-from .source import read_lines
+from .source import read_lines, reading_sizes
 from .tables import (ENTRY_BYTES, INT64_MAX, CP_VARIABLE_BYTES, Labels, charge, constraint_problem, exact_costs,
                      too_large)
 
 MAX_DOMAIN = 1 << 24
-LISTED_MIN = 1 << 16  # entries above which a functional intension constraint is kept as its tuples
 ELEMENT_BYTES = 512  # an XML element of the tree and its line (measured: 164 without attributes)
 CHARGE_STEP = 1 << 20  # the tree is charged to the budget in steps of this many bytes
 MAX_NESTING = 100  # elements nested deeper are refused: blocks are read recursively
@@ -337,7 +336,7 @@ class _Reader:
         self._table(scope, np.where(value.astype(bool), 0, FORBIDDEN))
 
     def _functional(self, tree) -> bool:
-        """`eq(x, e)` (or `eq(e, x)`) with x a variable absent from e, over more than LISTED_MIN
+        """`eq(x, e)` (or `eq(e, x)`) with x a variable absent from e, over more than Limits.listed_min
         entries: kept as its allowed tuples (TupleFunction), found by evaluating e over its own
         variables only (Langford's gaps over 2n positions: 2n pairs instead of (2n)^2 entries)."""
         if not (isinstance(tree, tuple) and tree[0] == "eq" and len(tree[1]) == 2):
@@ -349,7 +348,7 @@ class _Reader:
             if x[1] in scope or not scope:
                 continue
             dims = [self.variables[v].domain for v in scope]
-            if math.prod(dims) * self.variables[x[1]].domain <= LISTED_MIN:
+            if math.prod(dims) * self.variables[x[1]].domain <= reading_sizes().listed_min:
                 return False
             self._charge(math.prod(dims) * ENTRY_BYTES * (2 * len(scope) + 6), "the tuples of an intension",
                          kept=math.prod(dims) * ENTRY_BYTES * (len(scope) + 2))

@@ -9,6 +9,7 @@ import pytest
 
 from gpusolve.consistency import globals as gl
 from gpusolve.consistency.alldiff import METHODS, filter_domains, max_matching
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Infeasible
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.consistency.preprocess import preprocess
@@ -82,18 +83,17 @@ def test_methods_equal_tarjan_on_200_graphs_with_many_sccs(method):
     assert pruned >= (150 if method == "peel" else 20)
 
 
-def test_peel_without_early_stop_equals_brute_force(monkeypatch):
+def test_peel_without_early_stop_equals_brute_force():
     """Every SCC found by forward-backward searches (none left to Tarjan): small graphs against
     brute force, graphs of many SCCs against Tarjan."""
-    from gpusolve.consistency import alldiff
-    monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
-    monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
+    limits = Limits(peel_small=0, peel_pivots=1000)
     for seed in range(300):
         dom = random_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom), brute_force_gac(dom), err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(gac_or_empty(dom, limits=limits), brute_force_gac(dom), err_msg=f"seed {seed}")
     for seed in range(30):
         dom = blocks_domains(seed)
-        np.testing.assert_array_equal(gac_or_empty(dom), gac_or_empty(dom, method="tarjan"), err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(gac_or_empty(dom, limits=limits), gac_or_empty(dom, method="tarjan"),
+                                      err_msg=f"seed {seed}")
 
 
 def arc_consistency_of_the_binary_decomposition(dom: np.ndarray) -> np.ndarray:
@@ -184,14 +184,13 @@ def decomposed_by_hand(problem: Problem) -> Problem:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("limit, count", [(None, 200), (0, 60)], ids=["tables", "search"])
-def test_solver_with_globals_equals_brute_force_on_random_problems(limit, count, monkeypatch):
+def test_solver_with_globals_equals_brute_force_on_random_problems(limit, count):
     """With the decomposition (tables for BE) and without (globals left to search's propagators)."""
-    if limit is not None:
-        monkeypatch.setattr(gl, "DECOMPOSE_ENTRIES", limit)
+    limits = DEFAULT if limit is None else Limits(decompose_entries=limit)
     for seed in range(count):
         problem = random_global_problem(seed)
         best, _ = brute_force(decomposed_by_hand(problem))
-        r = solve(problem, Options(device="cpu"))
+        r = solve(problem, Options(device="cpu", limits=limits))
         if best >= problem.top:
             assert r.status == "infeasible", seed
             continue
@@ -287,13 +286,12 @@ def test_luby():
 
 
 @pytest.mark.parametrize("base", [64, pytest.param(1, marks=pytest.mark.slow)], ids=["default", "restart-after-each-failure"])
-def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
+def test_mac_finds_a_solution_exactly_when_one_exists(base):
     """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
     the schedule's phase when elimination is not asked for (a given z); with restarts after every
     failure too (each restart's search stays complete)."""
-    from gpusolve.search import mac
     from gpusolve.search.mac import Mac
-    monkeypatch.setattr(mac, "RESTART_BASE", base)
+    limits = Limits(restart_base=base)
     checked = 0
     for seed in range(150):
         problem = random_global_problem(seed)
@@ -303,11 +301,11 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
             g.cost = problem.top
         assert problem.is_satisfaction
         best, _ = brute_force(decomposed_by_hand(problem))
-        found = Mac(problem).run()
+        found = Mac(problem, limits=limits).run()
         assert (found is not None) == (best < problem.top), seed
         if found is not None:
             assert problem.evaluate(found) == 0
-        r = solve(problem, Options(device="cpu", z=2))
+        r = solve(problem, Options(device="cpu", z=2, limits=limits))
         assert r.status == ("optimal" if best < problem.top else "infeasible"), seed
         checked += best < problem.top
     assert checked >= 30
@@ -331,28 +329,26 @@ def random_pair_csp(seed: int, listed: bool) -> Problem:
     return finalize_integer(Problem("pairs", [Variable(f"x{i}", d) for i in range(n)], functions, globals=globals_), None)
 
 
-def mac_runs(problems, xp=None) -> list:
+def mac_runs(problems, xp=None, limits=DEFAULT) -> list:
     from gpusolve.search.mac import Mac
     out = []
     for problem in problems:
-        m = Mac(problem, xp=xp)
+        m = Mac(problem, xp=xp, limits=limits)
         out.append((m.run(), m.stats.to_json()))
     return out
 
 
 @pytest.mark.slow
-def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
+def test_mac_searches_listed_pairs_as_dense_tables():
     """Listed pairs (propagated from removed values, PairSupports) and dense tables (AC-3) reach the
     same fixpoints: MAC makes the same search on both, node for node, and finds a solution exactly
     when enumeration does; with restarts after every failure, so that backtracking to the root
     through the trail is exercised."""
-    from gpusolve.search import mac
-    monkeypatch.setattr(mac, "RESTART_BASE", 1)
     feasible = 0
     for seed in range(200):
         dense, listed = random_pair_csp(seed, False), random_pair_csp(seed, True)
         best, _ = brute_force(decomposed_by_hand(dense))
-        (a, sa), (b, sb) = mac_runs([dense, listed])
+        (a, sa), (b, sb) = mac_runs([dense, listed], limits=Limits(restart_base=1))
         assert a == b and sa == sb, seed
         assert (a is not None) == (best < dense.top), seed
         if a is not None:
@@ -390,7 +386,6 @@ def test_mac_keeps_the_takers_of_each_value_through_backtracking(monkeypatch):
     Langford, restarting after every failure so that the root is restored often."""
     from gpusolve.search import mac
     from gpusolve.generate import langford, queens
-    monkeypatch.setattr(mac, "RESTART_BASE", 1)
     fewest, calls = mac.Mac._fewest_takers, []
 
     def checked(self, least):
@@ -400,7 +395,7 @@ def test_mac_keeps_the_takers_of_each_value_through_backtracking(monkeypatch):
         return rows
     monkeypatch.setattr(mac.Mac, "_fewest_takers", checked)
     for problem in [queens(8), queens(13), langford(11), langford(12), langford(15)]:
-        found = mac.Mac(problem).run()
+        found = mac.Mac(problem, limits=Limits(restart_base=1)).run()
         assert found is not None and problem.evaluate(found) == 0
     assert sum(calls) >= 20, sum(calls)
 
@@ -413,7 +408,7 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
     variables alone does (itself checked against enumeration above), also restarting after every
     failure; such levels do occur."""
     from gpusolve.search import mac
-    monkeypatch.setattr(mac, "RESTART_BASE", 1)
+    restart_often = Limits(restart_base=1)
     dual = []
     fewest = mac.Mac._fewest_takers
 
@@ -434,9 +429,9 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
         problem = finalize_integer(Problem("perm", [Variable(f"x{i}", n) for i in range(n)], functions,
                                            globals=[AllDifferent(tuple(range(n)), values, FORBIDDEN)]), None)
         monkeypatch.setattr(mac.Mac, "_fewest_takers", lambda self, least: None)
-        primal = mac.Mac(problem).run()
+        primal = mac.Mac(problem, limits=restart_often).run()
         monkeypatch.setattr(mac.Mac, "_fewest_takers", counted)
-        found = mac.Mac(problem).run()
+        found = mac.Mac(problem, limits=restart_often).run()
         assert (found is not None) == (primal is not None), seed
         if found is not None:
             assert problem.evaluate(found) == 0
@@ -444,14 +439,14 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
     assert min(outcomes.values()) >= 20 and sum(dual) >= 50, (outcomes, sum(dual))
 
 
-def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
-    """Only AllDifferents of GPU_MIN_SCOPE variables or more make MAC ask for the GPU; without CuPy
+def test_mac_places_gac_on_the_device_from_gpu_min_scope():
+    """Only AllDifferents of gpu_min_scope variables or more make MAC ask for the GPU; without CuPy
     (or with --device auto, as the plan has no buckets to size the choice by) it runs on the CPU."""
     from gpusolve.search import mac
     from gpusolve.generate import langford
-    monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 20)
-    assert mac.gac_on_device(langford(10)) and not mac.gac_on_device(langford(9))
-    r = solve(langford(11), Options(device="auto"))
+    limits = Limits(gpu_min_scope=20)
+    assert mac.gac_on_device(langford(10), limits) and not mac.gac_on_device(langford(9), limits)
+    r = solve(langford(11), Options(device="auto", limits=limits))
     assert r.engine == "numpy" and "plan size unknown" in r.device_note and r.status == "optimal"
 
 
@@ -592,22 +587,22 @@ def test_kernel_source_is_sized_in_a_few_classes_within_shared_memory():
         assert "\nalldiff_gac(u64* D" in src and "alldiff_gac_match" not in src and "SHARED_WORDS" not in src
         assert src.count("{") == src.count("}") and src.count("(") == src.count(")")
         words = int(src.split("pool[")[1].split("]")[0])
-        assert 64 <= words and 8 * words + 64 <= k.SHARED_MAX
+        assert 64 <= words and 8 * words + 64 <= DEFAULT.shared_max
     assert k.fits(10_000, 20_000) and not k.fits(200_000, 200_000)
     # every size that fits gets a pool at least as large as its bitsets
     for n, m in ((1, 1), (64, 65), (1000, 1999), (8000, 15999), (10_000, 20_000)):
         assert int(k.kernel_source(n, m).split("pool[")[1].split("]")[0]) >= k.shared_words(n, m)
 
 
-def test_too_wide_for_the_kernel_runs_the_host_peel(monkeypatch):
+def test_too_wide_for_the_kernel_runs_the_host_peel():
     """An AllDifferent whose bitsets exceed one block's shared memory is filtered on the host even
     when a device is given (here a stand-in module that fails if anything touches it)."""
     from gpusolve.consistency import alldiff_kernel
-    monkeypatch.setattr(alldiff_kernel, "SHARED_MAX", 5 * 8 + 64)  # 5 words: fewer than the 2 + 4 needed
+    limits = Limits(shared_max=5 * 8 + 64)  # 5 words: fewer than the 2 + 4 needed
     for seed in range(50):
         dom = random_domains(seed)
-        assert not alldiff_kernel.fits(*dom.shape)
-        np.testing.assert_array_equal(gac_or_empty(dom, xp=object()), brute_force_gac(dom))
+        assert not alldiff_kernel.fits(*dom.shape, limits)
+        np.testing.assert_array_equal(gac_or_empty(dom, xp=object(), limits=limits), brute_force_gac(dom))
 
 
 @pytest.mark.gpu
@@ -615,7 +610,7 @@ def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
     """The one-launch kernel against the CPU peel: random graphs up to 3000 variables, chains and
     many small SCCs, more values than variables, the matching of an earlier call, and more
     removals than its list holds (they come back as bit-packed rows)."""
-    from gpusolve.consistency import alldiff, alldiff_kernel
+    from gpusolve.consistency import alldiff
     rng = np.random.default_rng(7)
     for trial in range(200):
         n = int(rng.integers(1, 300 if trial < 190 else 3000))
@@ -639,7 +634,7 @@ def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
     np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), gac_or_empty(dom))
     dom = np.triu(np.ones((n, n), dtype=bool))  # x_i takes i..n-1: all but the diagonal removed
     (rows, cols), _ = alldiff.removals(dom, xp=cupy)
-    assert rows.size > alldiff_kernel.LIST_CAP
+    assert rows.size > DEFAULT.list_cap
     np.testing.assert_array_equal(gac_or_empty(dom, xp=cupy), np.eye(n, dtype=bool))
 
 
@@ -725,20 +720,15 @@ def assert_covering_matching(match, dom):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cap", [None, 2], ids=["list", "rows-after-lists"])
-def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch, cap):
+def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, cap):
     """MAC with every AllDifferent kept on the device (KeptGac: removals sent since the last call,
     the graph uploaded again after a backtrack) makes the CPU's search, node for node, with
     restarts after every failure; also where most calls return more removals than the list holds
     (read from the bit-packed rows, which earlier calls wrote too)."""
-    from gpusolve.consistency import alldiff_kernel
-    from gpusolve.search import mac
     from gpusolve.generate import langford, queens
-    monkeypatch.setattr(mac, "RESTART_BASE", 1)
-    monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 1)
-    if cap is not None:
-        monkeypatch.setattr(alldiff_kernel, "LIST_CAP", cap)
+    limits = Limits(restart_base=1, gpu_min_scope=1, list_cap=DEFAULT.list_cap if cap is None else cap)
     problems = [random_pair_csp(seed, seed % 2 == 1) for seed in range(120)] + [queens(40), langford(24)]
-    cpu, gpu = mac_runs(problems), mac_runs(problems, cupy)
+    cpu, gpu = mac_runs(problems, limits=limits), mac_runs(problems, cupy, limits)
     for k, (a, b) in enumerate(zip(cpu, gpu)):
         assert a == b, k
     assert sum(s["failures"] for _, s in gpu) > 50
@@ -746,7 +736,7 @@ def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch,
 
 @pytest.mark.gpu
 def test_gpu_solve_runs_mac_with_gac_on_the_device(cupy):
-    """--device gpu on a satisfaction problem with an AllDifferent of GPU_MIN_SCOPE variables or
+    """--device gpu on a satisfaction problem with an AllDifferent of gpu_min_scope variables or
     more: the engine is CuPy (its plan has no buckets to size the choice by) and MAC's GAC runs
     there; the first solution is valid."""
     from gpusolve.generate import langford

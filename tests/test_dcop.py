@@ -11,6 +11,7 @@ from gpusolve import parsers
 from gpusolve.dcop import dpop as dcop
 from gpusolve.cli.group import main
 from gpusolve.generate import generate
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.schedule.solve import Options, solve
 
@@ -54,8 +55,8 @@ distribution_hints:
 CLEAN = COLORING.replace("abs(len_hint) if False else ", "")
 
 
-def inline(problem, algo="dpop", max_dim=None):
-    return dcop.solve_dcop(problem, algo, max_dim, device="cpu", scheduler="inline")
+def inline(problem, algo="dpop", max_dim=None, limits=DEFAULT):
+    return dcop.solve_dcop(problem, algo, max_dim, device="cpu", scheduler="inline", limits=limits)
 
 
 def file_optimum(problem):
@@ -168,10 +169,9 @@ def test_dask_processes_give_the_inline_result(cluster, shared_instances):
 
 
 @pytest.mark.slow
-def test_embedded_cluster_of_processes_for_larger_problems(monkeypatch):
-    monkeypatch.setattr(dcop, "THREADS_BELOW", 0)
+def test_embedded_cluster_of_processes_for_larger_problems():
     problem = generate("scalefree", 12, 4, seed=2)
-    r = dcop.solve_dcop(problem, workers=2, device="cpu")
+    r = dcop.solve_dcop(problem, workers=2, device="cpu", limits=Limits(threads_below=0))
     assert r.executor == "LocalCluster, 2 processes"
     assert (r.lower_bound, r.assignment) == (inline(problem).lower_bound, inline(problem).assignment)
 
@@ -294,14 +294,13 @@ def test_adpop_repairs_its_values_into_a_feasible_upper_bound(tmp_path):
     assert repaired >= 10 and infeasible >= 5  # both paths ran
 
 
-def test_adpop_says_when_the_repair_finds_nothing(tmp_path, monkeypatch):
+def test_adpop_says_when_the_repair_finds_nothing(tmp_path):
     problem = generate("grid", 25, 3, 0.25, 0.3, seed=1)  # ADPOP(2)'s values break a hard constraint
     assert toulbar2_optimum(problem, tmp_path / "p.wcsp") is not None
-    assert inline(problem, "adpop", 2).message is not None
-    monkeypatch.setattr(dcop, "REPAIR_SWEEPS", 0)
-    monkeypatch.setattr(dcop, "REPAIR_NODES", 0)
-    r = inline(problem, "adpop", 2)
+    repaired = inline(problem, "adpop", 2)
+    assert repaired.message is not None
+    r = inline(problem, "adpop", 2, Limits(repair_sweeps=0, repair_nodes=0))
     assert r.status == "bounded" and r.upper_bound is None and r.assignment is None
     assert "no upper bound" in r.message
     out = run("dcop", tmp_path / "p.wcsp", "--algo", "adpop", "--max-dim", 2, "--scheduler", "inline").stdout
-    assert ["why", r.message] in [line.split(None, 1) for line in out.splitlines()]
+    assert ["why", repaired.message] in [line.split(None, 1) for line in out.splitlines()]

@@ -3,7 +3,7 @@ import pytest
 from helpers import brute_force, same_messages, tight_problem
 
 from gpusolve.order import graph
-from gpusolve.plan import buckets as plan_module
+from gpusolve.limits import Limits
 from gpusolve.engines import sparse
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
@@ -25,7 +25,7 @@ class SmallDevice(NumpyEngine):
 def test_plans_streamed_through_a_tiny_budget_equal_in_memory_runs(monkeypatch, budget, work_row_bytes):
     """Every message equal (bounds pruning included), and the assignment phase reads host tables.
     With no workspace predicted, some buckets start in memory and fall back to streaming."""
-    monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
+    limits = Limits(work_row_bytes=work_row_bytes)
     in_memory = sparse.eliminate_sparse
     fell_back = []
 
@@ -39,7 +39,7 @@ def test_plans_streamed_through_a_tiny_budget_equal_in_memory_runs(monkeypatch, 
     streamed = 0
     for seed in range(40):
         problem = tight_problem(seed)
-        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
+        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse", limits)
         engine = SmallDevice(budget)
         ref, got = run_plan(problem, plan, NumpyEngine()), run_plan(problem, plan, engine)
         same_messages(ref, got)
@@ -49,12 +49,11 @@ def test_plans_streamed_through_a_tiny_budget_equal_in_memory_runs(monkeypatch, 
     assert streamed > 0 and (work_row_bytes or fell_back)
 
 
-def test_forced_chunking_and_a_tiny_row_limit(monkeypatch):
-    monkeypatch.setattr(plan_module, "CHUNK_ROWS", 2)
+def test_forced_chunking_and_a_tiny_row_limit():
     for seed in range(30):
         problem = tight_problem(seed)
         best, _ = brute_force(problem)
-        r = solve(problem, Options(device="cpu", tables="sparse"))
+        r = solve(problem, Options(device="cpu", tables="sparse", limits=Limits(chunk_rows=2)))
         assert (r.status == "infeasible") == (best >= problem.top)
         if r.status == "optimal":
             assert problem.evaluate(r.assignment) == pytest.approx(best, abs=1e-9)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from helpers import bounded_case, brute_force, internal, random_problem
 
-from gpusolve.plan import buckets as plan_module
+from gpusolve.limits import Limits
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.inference.eliminate import bounded_sparse
@@ -88,14 +88,24 @@ def test_bounded_sparse_be_below_an_incumbent_is_exact(seed):
     assert lower == best and problem.evaluate(assignment) == best
 
 
-def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit(monkeypatch):
-    monkeypatch.setattr(plan_module, "CHUNK_ROWS", 1 << 12)  # a chunk workspace within the small budget
+def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit():
+    limits = Limits(chunk_rows=1 << 12)  # a chunk workspace within the small budget
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu", tables="dense"))
     for search in (False, True):  # bounded sparse BE without search; AND/OR search with it
-        r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search))
+        r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search, limits=limits))
         assert r.status == "optimal"
         assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
         assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
-    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense"))
+    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", limits=limits))
     assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets
+
+
+def test_records_keep_the_command_line_options_without_the_limits():
+    """Limits are the API's and tests': a result's options (what --json writes and batch resume
+    compares) are every other option, as before they existed."""
+    from dataclasses import fields
+    problem = generate("random", 6, 3, 0.5, 0.3, seed=1)
+    r = solve(problem, Options(device="cpu", limits=Limits(chunk_rows=2)))
+    assert set(r.options) == {f.name for f in fields(Options)} - {"limits"}
+    assert r.options == Options(device="cpu").settings()

@@ -16,6 +16,7 @@ from gpusolve.plan import buckets as plan_module
 from gpusolve.plan.buckets import build_plan
 from gpusolve.inference.eliminate import assign, run_plan
 from gpusolve.inference.eliminate import bounded_sparse
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.schedule.solve import Options, solve
 
 SEEDS = range(120)
@@ -40,15 +41,14 @@ def random_bucket(rng, top):
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 3])
-def test_sparse_join_and_eliminate_equal_the_dense_step(monkeypatch, chunk):
-    if chunk:
-        monkeypatch.setattr(plan_module, "CHUNK_ROWS", chunk)
+def test_sparse_join_and_eliminate_equal_the_dense_step(chunk):
+    limits = Limits(chunk_rows=chunk) if chunk else DEFAULT
     rng = np.random.default_rng(chunk or 0)
     top = 50
     for _ in range(150):
         var, sep, inputs, dom = random_bucket(rng, top)
         dense = eliminate_dense(np, var, sep, inputs, dom, top, True)
-        got = sparse.eliminate_sparse(np, var, sep, inputs, dom, top)
+        got = sparse.eliminate_sparse(np, var, sep, inputs, dom, top, limits=limits)
         assert got.scope == sep and np.all(got.keys[1:] > got.keys[:-1])
         np.testing.assert_array_equal(sparse.to_dense(np, got, top, np.int64), dense)
 
@@ -76,15 +76,16 @@ def test_a_streamer_below_one_stream_room_takes_one_stream_and_jobs_twice_as_lar
     pipe = streaming.Pipeline(np, [])
     one, two = sparse.Streamer(pipe, room), sparse.Streamer(pipe, room, streams=2)
     assert one.streams == 1 and two.streams == 2
-    assert sparse.Streamer(pipe, sparse.ONE_STREAM_ROOM).streams == 2
+    assert sparse.Streamer(pipe, DEFAULT.one_stream_room).streams == 2
     assert (one.job_room, one.wait, two.job_room, two.wait) == (room, plan_module.ROW_BYTES, room // 2, 0)
-    assert one.run_rows * (sparse.SORT_ROW_BYTES + one.wait) <= room < (one.run_rows + 1) * (sparse.SORT_ROW_BYTES + one.wait)
-    assert 2 * two.run_rows * sparse.SORT_ROW_BYTES <= room
+    per_row = DEFAULT.sort_row_bytes
+    assert one.run_rows * (per_row + one.wait) <= room < (one.run_rows + 1) * (per_row + one.wait)
+    assert 2 * two.run_rows * per_row <= room
     assert one.run_rows > 1.6 * two.run_rows
 
 
-def test_a_streamed_join_sizes_its_chunks_for_their_rows_inputs_and_the_waiting_results(monkeypatch):
-    """Chunks of output rows whose work (JOIN_ROW_BYTES each) and input rows fit a job's room beside
+def test_a_streamed_join_sizes_its_chunks_for_their_rows_inputs_and_the_waiting_results():
+    """Chunks of output rows whose work (join_row_bytes each) and input rows fit a job's room beside
     the previous chunk's results: on one stream some 40% fewer chunks than on two."""
     rng = np.random.default_rng(3)
     a = SparseTable((0, 1, 2), (6, 6, 6), np.sort(rng.choice(216, 150, replace=False)).astype(np.int64),
@@ -99,7 +100,7 @@ def test_a_streamed_join_sizes_its_chunks_for_their_rows_inputs_and_the_waiting_
         runs = streamer.join(a, b, (0, 1, 2, 3, 4), (6,) * 5, 100, None, lambda k, c, count=None: (k, c))
         rows = [r[0].shape[0] for r in runs]
         assert sum(rows) == total
-        per_row = sparse.JOIN_ROW_BYTES + streamer.wait
+        per_row = DEFAULT.join_row_bytes + streamer.wait
         assert max(rows) * per_row <= streamer.job_room
         counts[streams] = len(runs)
     assert counts[1] <= 0.65 * counts[2]
@@ -206,20 +207,18 @@ def test_sparse_and_bounded_solves_on_the_gpu_equal_the_cpu(cupy, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("limit, work_row_bytes, streams", [(1 << 14, 2048, 1), (1 << 16, 16384, 1), (1 << 16, 8192, 2)])
-def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, monkeypatch, limit, work_row_bytes, streams):
+def test_streamed_plans_on_the_gpu_equal_the_cpu(cupy, limit, work_row_bytes, streams):
     """A device budget of a few KiB (originals mostly in host memory, or on the device) and large
     predicted workspaces: sparse buckets stream through pinned host buffers, in chunks of a few
     rows and sort runs of 2-8 rows, on one stream (small rooms) or two."""
     from gpusolve.engines.cupy_engine import CupyEngine
-    monkeypatch.setattr(plan_module, "WORK_ROW_BYTES", work_row_bytes)
-    monkeypatch.setattr(sparse, "JOIN_ROW_BYTES", work_row_bytes)
-    monkeypatch.setattr(sparse, "SORT_ROW_BYTES", 8192 // streams)  # one stream: jobs of twice the room
-    if streams == 2:
-        monkeypatch.setattr(sparse, "ONE_STREAM_ROOM", 0)
+    limits = Limits(work_row_bytes=work_row_bytes, join_row_bytes=work_row_bytes,
+                    sort_row_bytes=8192 // streams,  # one stream: jobs of twice the room
+                    one_stream_room=0 if streams == 2 else DEFAULT.one_stream_room)
     log = []
     for seed in range(12):
         problem = tight_problem(seed)
-        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse")
+        plan = build_plan(problem, graph.elimination_order(problem), None, 1, "sparse", limits)
         engine = CupyEngine(gpu_mem_limit=limit)
         ref, got = run_plan(problem, plan, NumpyEngine()), run_plan(problem, plan, engine)
         same_messages(ref, got, lambda a: sparse.to_module(np, a))

@@ -14,6 +14,7 @@ import pytest
 from gpusolve.cuda import pinned
 from gpusolve.engines import sparse, streaming
 from gpusolve.engines.dense import eliminate_dense
+from gpusolve.limits import DEFAULT, Limits
 
 
 def random_runs(rng, unique: bool):
@@ -232,7 +233,8 @@ def test_gpu_merge_equals_the_host_merge(cupy, seed, monkeypatch):
     pinned = pipe.pinned((5,), np.int64)  # a tracked pinned source goes without staging, however small
     pinned[:] = np.arange(5)
     staged = []
-    monkeypatch.setattr(streaming, "_copy", lambda dest, src, real=streaming._copy: (staged.append(src), real(dest, src)))
+    monkeypatch.setattr(streaming, "_copy", lambda dest, src, limits, real=streaming._copy: (staged.append(src),
+                                                                                          real(dest, src, limits)))
     out = pipe.map([(pinned, np.arange(3))], lambda i, a, b: (a + 1, b), "pinned")
     np.testing.assert_array_equal(out[0][0], np.arange(1, 6))
     assert [s.size for s in staged] == [3, 5, 3]  # the plain input up, both results down: not the pinned input
@@ -332,8 +334,7 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     """Runs in the runs arena are merged through HostPieces; a single run in the arena comes back
     as a copy (the next request overwrites the arena), and a tracked array's range is forgotten
     when its registered pages go."""
-    monkeypatch.setattr(pinned, "POOLED_PINNED_MAX", 1 << 12)  # registered pages from 4 KiB on
-    pipe = streaming.Pipeline(cupy, [])
+    pipe = streaming.Pipeline(cupy, [], Limits(pooled_pinned_max=1 << 12))  # registered pages from 4 KiB on
     rng = np.random.default_rng(8)
     runs = [tuple(np.sort(a) if k == 0 else a for k, a in enumerate(r)) for r in random_runs(rng, unique=False)]
     runs += [(np.sort(rng.integers(0, 1000, 3000)), rng.integers(0, 50, 3000)) for _ in range(3)]
@@ -377,25 +378,25 @@ def pin(pipe, a):
     return p
 
 
-def test_large_host_copies_split_over_threads_copy_everything(monkeypatch):
-    """Copies past COPY_SPLIT_BYTES go in slices on threads: every item lands, whatever the split."""
-    monkeypatch.setattr(streaming, "COPY_SPLIT_BYTES", 64)
+def test_large_host_copies_split_over_threads_copy_everything():
+    """Copies past copy_split_bytes go in slices on threads: every item lands, whatever the split."""
+    limits = Limits(copy_split_bytes=64)
     rng = np.random.default_rng(0)
     for n in (1, 7, 8, 1000, 4099, 7007):
         src = rng.integers(-2**62, 2**62, size=n)
         dest = np.zeros(n, dtype=np.int64)
-        streaming._copy(dest, src)
+        streaming._copy(dest, src, limits)
         np.testing.assert_array_equal(dest, src)
-        landed = streaming._land(None, src.reshape(1, n))
+        landed = streaming._land(None, src.reshape(1, n), limits)
         assert landed.shape == (1, n) and np.array_equal(landed[0], src) and not np.shares_memory(landed, src)
         cuts = np.sort(rng.integers(0, n + 1, size=int(rng.integers(0, 6))))
         pieces = np.split(src, cuts)  # empty pieces too; a thread's slice may start or end inside a piece
         dest = np.zeros(n, dtype=np.int64)
-        streaming._copy(dest, pieces)
+        streaming._copy(dest, pieces, limits)
         np.testing.assert_array_equal(dest, src)
         if n % 7 == 0:  # one array of another shape into a flat buffer (a staged upload of a 2-d slice)
             dest = np.zeros(n, dtype=np.int64)
-            streaming._copy(dest, src.reshape(7, n // 7))
+            streaming._copy(dest, src.reshape(7, n // 7), limits)
             np.testing.assert_array_equal(dest, src)
 
 
@@ -406,7 +407,7 @@ def test_pinned_arrays_are_page_locked_and_large_blocks_reused_after_their_last_
     last view goes, serves the next request of at least half its size, and is unregistered once
     the free blocks pass the pool's share of the host memory."""
     rt = cupy.cuda.runtime
-    large = pinned.POOLED_PINNED_MAX // 8 + 1
+    large = DEFAULT.pooled_pinned_max // 8 + 1
     arrays = [pinned.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
     arrays += [pinned.pinned_array(cupy, (n,), np.int64) for n in (large, large + 511, large)]
     for a in arrays:
@@ -430,7 +431,7 @@ def test_pinned_arrays_are_page_locked_and_large_blocks_reused_after_their_last_
     ended = []
     monkeypatch.setattr(pinned, "_unregister", lambda runtime, address: (ended.append(address),
                                                                               runtime.hostUnregister(address)))
-    monkeypatch.setattr(pinned, "PINNED_SHARE", 10 ** 18)  # no room: free blocks are unregistered
+    pool.limits = Limits(pinned_share=10 ** 18)  # no room: free blocks are unregistered
     del again
     gc.collect()
     assert ended == [address] and not pool.free

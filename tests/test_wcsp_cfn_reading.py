@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpusolve.parsers import decompose
+from gpusolve.limits import Limits
 from gpusolve.model.problem import MAX_TOP
-from gpusolve.parsers import ParseError, read, wcsp
+from gpusolve.parsers import ParseError, read
 from gpusolve.schedule.solve import Options, solve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,14 +135,13 @@ def test_a_file_over_budget_is_refused_before_any_table_is_made(tmp_path, name, 
 
 
 @pytest.mark.parametrize("keyword", [">=", ">", "<=", "<", "=", "disj", "sdisj"])
-def test_arithmetic_tables_are_made_in_chunks(tmp_path, monkeypatch, keyword):
+def test_arithmetic_tables_are_made_in_chunks(tmp_path, keyword):
     """Chunk after chunk, the same table as in one piece (chunks of 7 entries against one of all)."""
     path = tmp_path / "a.wcsp"
     params = {"disj": "3 2 4", "sdisj": "3 2 9 8 4 6"}.get(keyword, "-2 5")
     path.write_text(f"p 2 13 3 20\n13 11\n2 0 1 -1 {keyword} {params}\n1 0 0 1\n4 7\n1 1 0 1\n3 5\n")
     whole = read(path).functions[0].table
-    monkeypatch.setattr(decompose, "CHUNK", 7)
-    assert np.array_equal(read(path).functions[0].table, whole)
+    assert np.array_equal(read(path, limits=Limits(chunk=7)).functions[0].table, whole)
 
 
 def test_arithmetic_table_is_made_without_large_temporaries(tmp_path):
@@ -153,22 +152,22 @@ def test_arithmetic_table_is_made_without_large_temporaries(tmp_path):
     assert (code, out) == (0, "read") and rss < 400, err
 
 
-def test_tuples_are_read_in_chunks(tmp_path, monkeypatch):
+def test_tuples_are_read_in_chunks(tmp_path):
     """Tuples converted 5 tokens at a time: the same table, and a bad value still named by its line."""
     rng = np.random.default_rng(1)
     flat = rng.choice(6 * 7 * 5, 60, replace=False)  # distinct tuples: the expected table is unambiguous
     rows = np.stack([*np.unravel_index(flat, (6, 7, 5)), rng.integers(0, 9, 60)], 1)
     expected = np.full((6, 7, 5), 3, dtype=np.int64)
     expected[tuple(rows[:, :3].T)] = rows[:, 3]
-    monkeypatch.setattr(wcsp, "CHUNK", 5)
+    chunks = Limits(chunk=5)
     path = tmp_path / "t.wcsp"
     lines = [" ".join(map(str, row)) for row in rows]
     path.write_text("p 3 7 1 100\n6 7 5\n3 0 1 2 3 60\n" + "\n".join(lines) + "\n")
-    assert np.array_equal(read(path).functions[0].table, expected)
+    assert np.array_equal(read(path, limits=chunks).functions[0].table, expected)
     lines[41] = "0 9 0 1"  # line 3 + 42
     path.write_text("p 3 7 1 100\n6 7 5\n3 0 1 2 3 60\n" + "\n".join(lines) + "\n")
     with pytest.raises(ParseError, match=r"t\.wcsp:45: value 9 out of domain of variable 1"):
-        read(path)
+        read(path, limits=chunks)
 
 
 def test_a_million_tuples_are_read_within_the_budget(tmp_path):

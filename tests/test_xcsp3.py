@@ -241,21 +241,19 @@ def test_flatzinc_refusals(tmp_path, change, line, fragment):
     ("eq(p[0],add(p[0],1))", lambda p: False),
     ("eq(p[0],p[1])", lambda p: p[0] == p[1]),
 ])
-def test_functional_intension_kept_as_its_tuples_allows_what_the_constraint_does(constraint, holds, tmp_path,
-                                                                                  monkeypatch):
-    """eq(x, e) with x not in e, read as its allowed tuples (TupleFunction, above LISTED_MIN entries) or
+def test_functional_intension_kept_as_its_tuples_allows_what_the_constraint_does(constraint, holds, tmp_path):
+    """eq(x, e) with x not in e, read as its allowed tuples (TupleFunction, above listed_min entries) or
     as a dense table, allows exactly the assignments the constraint, evaluated in Python, allows, over
     domains with holes and negative values; an expression with x on both sides stays dense."""
+    import gpusolve
     from gpusolve.model.problem import TupleFunction
-    from gpusolve.parsers import xcsp3
     values = (-2, 0, 1, 3, 4, 7, 9)
     path = tmp_path / "f.xml"
     path.write_text(f'<instance format="XCSP3" type="CSP"><variables>'
                     f'<array id="p" size="[3]"> {" ".join(map(str, values))} </array></variables>'
                     f'<constraints><intension> {constraint} </intension></constraints></instance>')
     dense = read(path)
-    monkeypatch.setattr(xcsp3, "LISTED_MIN", 0)
-    listed = read(path)
+    listed = gpusolve.read(path, limits=gpusolve.Limits(listed_min=0))
     kinds = {type(f) for f in listed.functions}
     assert kinds == ({CostFunction} if constraint == "eq(p[0],add(p[0],1))" else {TupleFunction})
     for problem in (dense, listed):

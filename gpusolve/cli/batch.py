@@ -52,8 +52,6 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     Exit 0 when no instance ended in error, 1 when one did (the summary says why), 2 for bad usage,
     130 after Ctrl-C: the instance under way is dropped, the summary so far is printed, and the same
     command run again resumes."""
-    import dataclasses
-
     from gpusolve import parsers
     from gpusolve.schedule.solve import Options
     if evidence:
@@ -64,7 +62,7 @@ def batch_cmd(folder, evidence, out_path, resume, retry_errors, budget, as_csv, 
     if not Path(out_path).parent.is_dir():
         raise click.UsageError(f"--out {out_path}: folder {Path(out_path).parent} does not exist")
     options = Options(**solve_kw)
-    settings = {**dataclasses.asdict(options), "evidence": None}
+    settings = {**options.settings(), "evidence": None}
     files = sorted(str(p.resolve()) for p in Path(folder).rglob("*")
                    if p.is_file() and p.name.endswith(parsers.SUPPORTED_SUFFIXES))
     done = _recorded(out_path, files, None if resume else settings)

@@ -286,6 +286,7 @@ def progress_bar(enabled: bool, label: str, until_proof: bool = False, on=None):
             for t in bar.task_ids:  # one bar at a time: the elimination before is over
                 bar.remove_task(t)
             task = bar.add_task(label, total=max(total, 1))
+            live.refresh()  # drawn once at least, however short it runs
             return lambda n: bar.advance(task, n)
 
         def on_bounds(lower, upper, phase):  # shown at the next refresh: improvements may come by the hundred

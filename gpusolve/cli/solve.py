@@ -57,8 +57,6 @@ Exit codes:
 @click.option("--no-serve", is_flag=True,
               help="Solve in this process even when `gpusolve serve` is running (as GPUSOLVE_NO_SERVE=1).")
 def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **solve_kw):
-    from dataclasses import asdict
-
     from gpusolve.cli.outputs import check_outputs, clear_outputs
     from gpusolve.report import record
     from gpusolve.schedule.solve import Options
@@ -66,7 +64,7 @@ def solve_cmd(file, evidence, fmt, solution, uai_output, as_json, no_serve, **so
 
     def fail(message: str, code: int, status: str = "error"):
         if as_json:
-            print(dumps(record(file, status, message=message, options={**asdict(options), "evidence": evidence})))
+            print(dumps(record(file, status, message=message, options={**options.settings(), "evidence": evidence})))
         err().print(message, markup=False, soft_wrap=True)
         sys.exit(code)
 

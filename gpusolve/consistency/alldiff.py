@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpusolve.consistency import alldiff_kernel
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Infeasible
 
 CLOSURES = ("squaring", "warshall")
@@ -96,21 +97,22 @@ def residual(xp, dom, match):
 
 
 def filter_domains(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
-                   method: str = "peel") -> tuple[np.ndarray, np.ndarray]:
+                   method: str = "peel", limits: Limits = DEFAULT) -> tuple[np.ndarray, np.ndarray]:
     """(the GAC-filtered domains, the matching); see `removals`. Raises Infeasible."""
     dom = np.asarray(dom, dtype=bool)
-    (rows, cols), match = removals(dom, match, xp, method)
+    (rows, cols), match = removals(dom, match, xp, method, limits)
     out = dom.copy()
     out[rows, cols] = False
     return out, match
 
 
-def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
-             method: str = "peel") -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None, method: str = "peel",
+             limits: Limits = DEFAULT) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
     """((rows, columns) of the edges GAC removes, the matching), on the host. The matching stays
     on the host; the SCCs are found by `method` on the array module `xp` (numpy without it):
-    "peel" (PEEL below on the host; on a device, alldiff_kernel's one launch), "tarjan" (host
-    only), or the closures "squaring" / "warshall" (array code, as in the seed). Raises Infeasible."""
+    "peel" (`peel` below on the host; on a device, alldiff_kernel's one launch where `limits` let it
+    fit), "tarjan" (host only), or the closures "squaring" / "warshall" (array code, as in the seed).
+    Raises Infeasible."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (choose {', '.join(METHODS)})")
     xp = np if xp is None else xp
@@ -122,9 +124,9 @@ def removals(dom: np.ndarray, match: np.ndarray | None = None, xp=None,
     match = max_matching(dom, match)
     if method == "peel":
         words = pack(np, dom)
-        if xp is not np and alldiff_kernel.fits(n, m):  # one launch on the device
-            return alldiff_kernel.removals_gpu(xp, words, match, m), match
-        return crossing(dom, words, match, peel(dom, match, words)[:n]), match  # wider: the host
+        if xp is not np and alldiff_kernel.fits(n, m, limits):  # one launch on the device
+            return alldiff_kernel.removals_gpu(xp, words, match, m, limits), match
+        return crossing(dom, words, match, peel(dom, match, words, limits)[:n]), match  # wider: the host
     if xp is np:
         d, mt = dom, match
     else:  # bit-packed upload (8x fewer bytes), unpacked on the device
@@ -159,19 +161,15 @@ def crossing(dom, words, match, label):
     return np.concatenate([rows[r], out[r2]]), np.concatenate([cols[c], c2])
 
 
-# The peel method: the giant SCCs by breadth-first reachability, the small rest exactly.
-PEEL_PIVOTS = 8  # forward-backward searches at most, before the rest goes to Tarjan
-PEEL_SMALL = 16  # a pivot's SCC smaller than this: the rest is made of small ones, stop peeling
-
-
-def peel(dom, match, words):
+def peel(dom, match, words, limits: Limits = DEFAULT):
     """SCC label of each node of the contracted residual graph (variables 0..n-1, the sink n),
     without building it: forward-backward reachability (Fleischer, Hendrickson, Pinar 2000).
 
     The sink reaches every variable, so its SCC is the set of variables that reach a free value
     (one backward search). A variable with no edge to another variable left is an SCC of its own
-    (trimmed, repeatedly: an assigned variable first). Then up to PEEL_PIVOTS times: from the variable with the largest domain
-    left, its SCC is what it reaches forwards and backwards within the nodes left. A level of a
+    (trimmed, repeatedly: an assigned variable first). Then up to limits.peel_pivots times: from the
+    variable with the largest domain left, its SCC is what it reaches forwards and backwards within
+    the nodes left, until one is smaller than limits.peel_small. A level of a
     forward search ORs the domain rows of the frontier; a backward one ANDs the bit-packed domains
     (`words`) with the frontier's matched values. Dense work per level, few levels when most
     nodes share a giant SCC (a node early in search). The rest, once the SCCs found get small, goes
@@ -216,7 +214,7 @@ def peel(dom, match, words):
     label[n] = n
     left = trim(~sink)
     sizes = count(dom, 1).astype(np.int64)
-    for _ in range(PEEL_PIVOTS):
+    for _ in range(limits.peel_pivots):
         if not bool(left.any()):
             return label
         pivot = int(np.argmax(np.where(left, sizes, -1)))
@@ -225,7 +223,7 @@ def peel(dom, match, words):
         comp = reach(start, forth, left) & reach(start, back, left)
         label[:n][comp] = pivot
         left = trim(left & ~comp)
-        if int(comp.sum()) < PEEL_SMALL:
+        if int(comp.sum()) < limits.peel_small:
             break
     rest = np.flatnonzero(left)
     if rest.size:

@@ -12,7 +12,7 @@ of the rest, peels the other SCCs by forward-backward reachability from the firs
 and writes the removed edges (x, v): v matched to a variable of another SCC than x's. Its
 reachability loops are Gauss-Seidel sweeps to a fixpoint (a variable found early in a sweep
 extends the same sweep), a thread per variable over word-major domains. The removed edges come
-back as a list; when there are more than LIST_CAP of them, as bit-packed rows.
+back as a list; when there are more than limits.list_cap of them, as bit-packed rows.
 
 The source is plain Python text (tested on any machine); the kernel loader (cuda/loader.py) compiles
 it once per process, and CuPy keeps the binary in its kernel cache. Correctness is checked against the CPU propagators in
@@ -25,10 +25,9 @@ import numpy as np
 from gpusolve.model.problem import Infeasible
 from gpusolve.cuda import loader
 from gpusolve.cuda.pinned import pinned_array
+from gpusolve.limits import DEFAULT, Limits
 
 THREADS = 1024  # one block: a thread per variable
-LIST_CAP = 1 << 16  # removed edges returned as a list up to this many (512 KiB), else as bit-packed rows
-SHARED_MAX = 48 << 10  # static shared memory per block
 NAME = "alldiff_gac"
 
 SOURCE = r"""
@@ -318,24 +317,24 @@ def shared_words(n: int, m: int) -> int:
     return 2 * ((n + 63) // 64) + 4 * ((m + 63) // 64)
 
 
-def fits(n: int, m: int) -> bool:
+def fits(n: int, m: int, limits: Limits = DEFAULT) -> bool:
     """Whether one block's shared memory holds the bitsets (about 90,000 variables and values)."""
-    return 8 * shared_words(n, m) + 64 <= SHARED_MAX
+    return 8 * shared_words(n, m) + 64 <= limits.shared_max
 
 
-def kernel_source(n: int, m: int) -> str:
+def kernel_source(n: int, m: int, limits: Limits = DEFAULT) -> str:
     """The CUDA source for a constraint of n variables and m values: the shared pool is sized for
     the largest of a few classes, so a search compiles a handful of kernels, not one per size."""
     words = 1 << max(shared_words(n, m) - 1, 63).bit_length()  # a power of two, at least 64
-    words = min(words, (SHARED_MAX - 64) // 8)
+    words = min(words, (limits.shared_max - 64) // 8)
     return SOURCE.replace("SHARED_WORDS", str(words)).replace("BLOCK", str(THREADS)).replace("NAME", NAME)
 
 
-def _kernel(n: int, m: int):
+def _kernel(n: int, m: int, limits: Limits):
     """The kernel for this size class (cuda/loader.py: compiled once per process, kept by CuPy's disk cache)."""
-    if not fits(n, m):
+    if not fits(n, m, limits):
         raise ValueError(f"AllDifferent of {n} variables and {m} values: bitsets beyond one block's shared memory")
-    return loader.load(kernel_source(n, m), NAME)
+    return loader.load(kernel_source(n, m, limits), NAME)
 
 
 class _HostBuffer:
@@ -373,24 +372,26 @@ class DeviceDomains:
     edges go in, and GAC's removals come out, through page-locked host memory the kernel reads
     and writes: one launch and one synchronisation per call. With `replay` (a search's constraint,
     called many times) the launch is captured once in a CUDA graph and replayed (its arguments
-    do not change), which costs the host about half of a launch from Python."""
+    do not change), which costs the host about half of a launch from Python. Up to `limits.list_cap`
+    removals come back as a list, more as bit-packed rows."""
 
-    def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None, replay: bool = True):
+    def __init__(self, cp, words: np.ndarray, m: int, match: np.ndarray | None = None, replay: bool = True,
+                 limits: Limits = DEFAULT):
         n, width = words.shape
-        self.cp, self.n, self.m = cp, n, m
-        self.kernel = _kernel(n, m)
+        self.cp, self.n, self.m, self.list_cap = cp, n, m, limits.list_cap
+        self.kernel = _kernel(n, m, limits)
         self.words = cp.asarray(np.ascontiguousarray(words.T))  # word-major: the kernel's layout
         self.match = cp.asarray(np.full(n, -1, np.int32) if match is None else np.asarray(match, np.int32))
         self.owner, self.via, self.label, self.unmatched = (cp.empty(k, dtype=cp.int32) for k in (m, m, n, n))
         self.removed = cp.zeros((n, width), dtype=cp.uint64)  # the kernel writes its non-zero words
-        self.out = _HostBuffer(cp, 2 + 2 * LIST_CAP)  # count, padding, then (variable, value) pairs
+        self.out = _HostBuffer(cp, 2 + 2 * self.list_cap)  # count, padding, then (variable, value) pairs
         self.replay = replay
         self._sending(n)
 
     def _sending(self, edges: int) -> None:
         """Room to send this many removed edges (count, padding, pairs); the launch's arguments."""
         self.up = _HostBuffer(self.cp, 2 + 2 * edges)
-        self.args = (self.words, self.match, self.up.arg(), np.int32(self.n), np.int32(self.m), np.int32(LIST_CAP),
+        self.args = (self.words, self.match, self.up.arg(), np.int32(self.n), np.int32(self.m), np.int32(self.list_cap),
                      self.owner, self.via, self.label, self.unmatched, self.removed, self.out.arg())
         self.graph = None
         if self.replay:  # captured, not run
@@ -442,7 +443,7 @@ class DeviceDomains:
         count = int(head[0])
         if count < 0:
             raise Infeasible
-        if count <= LIST_CAP:
+        if count <= self.list_cap:
             pairs = head[2:2 + 2 * count].reshape(count, 2).astype(np.int64)
             return pairs[:, 0], pairs[:, 1]
         words = self.removed.get()
@@ -452,8 +453,9 @@ class DeviceDomains:
         return r[k].astype(np.int64), (64 * w[k] + b).astype(np.int64)
 
 
-def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+def removals_gpu(cp, words: np.ndarray, match: np.ndarray, m: int,
+                 limits: Limits = DEFAULT) -> tuple[np.ndarray, np.ndarray]:
     """(rows, columns) of the edges GAC removes, on the host, from host `words` (alldiff.pack of the
     domains, n rows) and a matching covering every variable: two uploads and one launch (a
-    download more when more than LIST_CAP edges go)."""
-    return DeviceDomains(cp, words, m, match, replay=False).removals()
+    download more when more than limits.list_cap edges go)."""
+    return DeviceDomains(cp, words, m, match, replay=False, limits=limits).removals()

@@ -3,7 +3,7 @@ for search.
 
 An `AllDifferent` (model.py) stays whole in `Problem.globals`. Before planning, `gac` filters the
 domains of the hard ones (Régin's GAC, alldiff.py) alongside arc consistency on the tables. Then
-`decompose` turns each one into tables where they fit in DECOMPOSE_ENTRIES: a hard one or a `dec`
+`decompose` turns each one into tables where they fit in limits.decompose_entries: a hard one or a `dec`
 one into binary tables (cost c on each pair sharing a value: exact), a soft `var` one (cost c per
 variable to change, which no set of binary tables expresses) into its one n-ary table. One whose
 tables do not fit stays in `globals`: the tables then describe a relaxation, elimination on them
@@ -20,13 +20,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Infeasible
 from gpusolve.consistency.alldiff import count, filter_domains, max_matching, pack, removals
 from gpusolve.consistency.alldiff_kernel import DeviceDomains
 from gpusolve.model.problem import AllDifferent, CostFunction, Problem
 
-# Entries of the tables a decomposition may add, over all globals: 256 MiB of int64.
-DECOMPOSE_ENTRIES = 1 << 25
 CLIQUE_BITS = 40  # log2 of the entries of the largest bucket of an AllDifferent's clique worth tabling
 
 
@@ -74,7 +73,7 @@ def id_table(g: AllDifferent) -> tuple[np.ndarray, np.ndarray, tuple[int, int] |
 
 
 def gac(g: AllDifferent, live, match: np.ndarray | None = None, xp=None,
-        method: str = "peel", removed=None) -> np.ndarray | None:
+        method: str = "peel", removed=None, limits: Limits = DEFAULT) -> np.ndarray | None:
     """Filter the live values of g's scope in place (GAC); the matching (a column per scope
     variable), or None when infeasible. `live`: a boolean array per variable, or one matrix with
     a row per variable (search's domains, read and updated in one step each). `removed(variables,
@@ -93,7 +92,8 @@ def gac(g: AllDifferent, live, match: np.ndarray | None = None, xp=None,
     alone = (count(stack, 1) == 1) & (count(dom, 0)[np.minimum(first, m - 1)] == 1)
     rows = np.flatnonzero(~alone)
     try:
-        (r, c), sub = removals(dom[rows] if alone.any() else dom, None if match is None else match[rows], xp, method)
+        (r, c), sub = removals(dom[rows] if alone.any() else dom, None if match is None else match[rows], xp,
+                               method, limits)
     except Infeasible:
         return None
     match = first  # the value of each variable left out
@@ -138,8 +138,8 @@ class KeptGac:
     copy is stale: the next call uploads the graph again, with the device's matching where it
     still holds."""
 
-    def __init__(self, g: AllDifferent, cp, variables: int):
-        self.g, self.cp, self.device = g, cp, None
+    def __init__(self, g: AllDifferent, cp, variables: int, limits: Limits = DEFAULT):
+        self.g, self.cp, self.device, self.limits = g, cp, None, limits
         self.row = scope_rows(g, variables)
 
     def __call__(self, live: np.ndarray, since, removed) -> bool:
@@ -154,7 +154,7 @@ class KeptGac:
             except Infeasible:
                 return False
             if self.device is None:
-                self.device = DeviceDomains(self.cp, pack(np, dom), dom.shape[1], match)
+                self.device = DeviceDomains(self.cp, pack(np, dom), dom.shape[1], match, limits=self.limits)
             else:
                 self.device.reset(pack(np, dom), match)
         else:
@@ -238,13 +238,12 @@ def hard(problem: Problem) -> list[AllDifferent]:
     return [g for g in problem.globals if g.cost >= problem.top]
 
 
-def decompose(problem: Problem, limit: int | None = None) -> Problem:
-    """Tables for the globals whose decomposition fits `limit` entries in all (default
-    DECOMPOSE_ENTRIES), marked `tabled`. In a satisfaction problem (solved by MAC search unless
+def decompose(problem: Problem, limits: Limits = DEFAULT) -> Problem:
+    """Tables for the globals whose decomposition fits limits.decompose_entries entries in all,
+    marked `tabled`. In a satisfaction problem (solved by MAC search unless
     elimination is exact and instant), a hard AllDifferent whose clique elimination could never
     hold (a bucket of over 2^CLIQUE_BITS entries) stays untabled: its tables would only slow
     planning and arc consistency (Langford L(2,51): 5151 tables, 55 s instead of 0.4 s)."""
-    limit = DECOMPOSE_ENTRIES if limit is None else limit
     functions, globals_, used = list(problem.functions), [], 0
     csp = None
     for g in problem.globals:
@@ -256,7 +255,7 @@ def decompose(problem: Problem, limit: int | None = None) -> Problem:
         wide = sum(math.log2(d) for d in doms) - math.log2(max(doms)) > CLIQUE_BITS
         if wide and g.cost >= problem.top and csp is None:
             csp = problem.is_satisfaction
-        if g.tabled or used + size > limit or (wide and g.cost >= problem.top and csp):
+        if g.tabled or used + size > limits.decompose_entries or (wide and g.cost >= problem.top and csp):
             globals_.append(g)
             continue
         used += size
@@ -296,8 +295,8 @@ class AllDifferentPropagator:
     these add up to the constraint's cost (violation only grows as variables are assigned).
     """
 
-    def __init__(self, g: AllDifferent, top, xp=None):
-        self.g, self.scope, self.top, self.xp = g, g.scope, top, xp
+    def __init__(self, g: AllDifferent, top, xp=None, limits: Limits = DEFAULT):
+        self.g, self.scope, self.top, self.xp, self.limits = g, g.scope, top, xp, limits
         self.hard = g.cost >= top
         self.ids, self.m = value_ids(g)
         self.pos = {v: k for k, v in enumerate(g.scope)}
@@ -325,7 +324,7 @@ class AllDifferentPropagator:
             dom[r, self.ids[j]] = True
         dom &= free[None, :]
         try:
-            kept, match = filter_domains(dom, self.last[rows], self.xp)
+            kept, match = filter_domains(dom, self.last[rows], self.xp, limits=self.limits)
         except Infeasible:
             return out
         self.last[rows] = match
@@ -333,8 +332,8 @@ class AllDifferentPropagator:
         return out
 
 
-def propagators(problem: Problem, xp=None) -> list[AllDifferentPropagator]:
+def propagators(problem: Problem, xp=None, limits: Limits = DEFAULT) -> list[AllDifferentPropagator]:
     """Search's propagators: GAC for every hard AllDifferent (tabled or not), costs for the soft
     ones left out of the tables (a tabled one's tables already count its cost)."""
-    return [AllDifferentPropagator(g, problem.top, xp) for g in problem.globals
+    return [AllDifferentPropagator(g, problem.top, xp, limits) for g in problem.globals
             if g.cost >= problem.top or not g.tabled]

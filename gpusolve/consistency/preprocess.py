@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpusolve.consistency.globals import decompose, gac, hard
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import CostFunction, Problem, TupleFunction, Variable
 
 
@@ -33,8 +34,9 @@ class Reduced:
         return [int(self.values[v][a]) for v, a in enumerate(assignment)]
 
 
-def preprocess(problem: Problem) -> Reduced:
-    """Remove values without support; mark the problem infeasible when a domain empties.
+def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
+    """Remove values without support; mark the problem infeasible when a domain empties. `limits`:
+    GAC's and the decomposition of the globals'.
 
     A variable in no scope keeps only its first value (any value is optimal), an observed one all
     its values (the evidence picks one): their domains, which may be huge, are never materialised."""
@@ -66,7 +68,7 @@ def preprocess(problem: Problem) -> Reduced:
             return infeasible
         sizes = [int(m.sum()) if m is not None else 0 for m in live]
         for j, g in enumerate(alldiffs):  # GAC on each hard AllDifferent, then AC again where it removed
-            matches[j] = gac(g, live, matches[j])
+            matches[j] = gac(g, live, matches[j], limits=limits)
             if matches[j] is None:
                 return infeasible
         changed = [v for v, m in enumerate(live) if m is not None and m.sum() < sizes[v]]
@@ -82,7 +84,8 @@ def preprocess(problem: Problem) -> Reduced:
     functions = [f.restrict([values[u] for u in f.scope]) for f in problem.functions] if removed \
         else problem.functions
     if problem.globals:  # their tables, where they fit (globals.decompose), merge with the file's
-        decomposed = decompose(problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals]))
+        restricted = problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals])
+        decomposed = decompose(restricted, limits)
         functions, globals_ = decomposed.functions, decomposed.globals
     else:
         globals_ = []

@@ -14,23 +14,19 @@ import weakref
 import numpy as np
 
 from gpusolve.host import available_memory, over_threads
+from gpusolve.limits import DEFAULT, Limits
 
 PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
-POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
-# Results a later step uploads again (sorted runs in the kept arenas, merged tables) are page-locked
-# while they fit in this share of the host memory available, and free page blocks are kept up to it;
-# past it results go through the staging buffers into plain memory.
-PINNED_SHARE = 8
 # cudaHostRegisterPortable | cudaHostRegisterMapped: page-locked for every CUDA context (a pooled block
 # may serve an engine on another device), and kernels may read the pages in place
 REGISTER_FLAGS = 1 | 2
 
 
-def pinned_array(xp, shape, dtype) -> np.ndarray:
+def pinned_array(xp, shape, dtype, limits: Limits = DEFAULT) -> np.ndarray:
     """A numpy array in page-locked memory, for asynchronous copies with module `xp` (CuPy); plain
     memory on the CPU or where none can be had.
 
-    Below POOLED_PINNED_MAX it comes from CuPy's pinned memory pool, which hands freed blocks out
+    Below limits.pooled_pinned_max it comes from CuPy's pinned memory pool, which hands freed blocks out
     again: an engine per solve allocates its small staging buffers anew each time, and
     registering them cost a tiny instance's warm solve 0.35 ms of its 1.6 ms (cProfile, H100).
     Larger ones are blocks of whole pages of a plain allocation, faulted in by the copy threads,
@@ -41,7 +37,7 @@ def pinned_array(xp, shape, dtype) -> np.ndarray:
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if xp is np or not nbytes:
         return np.empty(shape, dtype=dtype)
-    if nbytes < POOLED_PINNED_MAX:
+    if nbytes < limits.pooled_pinned_max:
         try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
             return np.ndarray(shape, dtype=dtype, buffer=xp.cuda.alloc_pinned_memory(nbytes))
         except Exception:  # pinning refused (limits, container): copies just stop overlapping
@@ -59,9 +55,10 @@ class _PagePool:
     """Registered page blocks of large pinned arrays, kept when their arrays go and handed out
     again for a request of at least half their size: registering fresh pages and faulting them in
     cost 0.03 s per 540 MB merged table on the H100 host, and unregistering them about as much.
-    Free blocks are unregistered, oldest first, past PINNED_SHARE of the available host memory."""
+    Free blocks are unregistered, oldest first, past limits.pinned_share of the available host memory."""
 
-    def __init__(self):
+    def __init__(self, limits: Limits = DEFAULT):
+        self.limits = limits
         self.free: list[np.ndarray] = []  # oldest first
         self.returned: collections.deque = collections.deque()  # given back, not yet sorted in
         self.lock = threading.Lock()
@@ -102,7 +99,7 @@ class _PagePool:
         """Given-back blocks join the free ones, the oldest unregistered past the share (lock held)."""
         while self.returned:
             self.free.append(self.returned.popleft())
-        cap = available_memory() // PINNED_SHARE
+        cap = available_memory() // self.limits.pinned_share
         while self.free and sum(b.nbytes for b in self.free) > cap:
             _unregister(runtime, self.free.pop(0).ctypes.data)
             self.stats["unregistered"] += 1

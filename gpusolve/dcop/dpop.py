@@ -55,19 +55,11 @@ from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import MiniBucket, Plan, build_plan
 from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.search.andor import PseudoTree, pseudo_tree
 
 ALGOS = ("dpop", "adpop")
-# A problem whose UTIL computations add up to fewer joint entries runs on a LocalCluster of
-# threads: process workers take seconds to start and pickle every message, for microseconds of work.
-THREADS_BELOW = 10_000_000
 _RUNS = itertools.count()  # distinguishes the task keys of successive runs on one cluster
-# Repairing ADPOP's values when they break a hard constraint: local search from them, stopping at the
-# first feasible assignment (120 generated grids, random and scale-free networks of 9-25 variables, domain
-# 3: of 50 repairs 45 took at most 14 sweeps, 48 at most 28, the others 53 and 412), then MAC's first
-# solution within a node budget.
-REPAIR_SWEEPS = 50
-REPAIR_NODES = 100_000
 
 
 class DcopError(ValueError):
@@ -285,10 +277,11 @@ def simulated_runtime(dp: DcopPlan, util_s: dict[int, float], value_s: dict[int,
 def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None, device: str = "auto",
                scheduler: str | None = None, workers: int | None = None, latency: float = 0.0,
                file: str = "", progress: Callable[[int], Callable[[], None]] | None = None,
-               mem_limit: int | None = None) -> DcopResult:
+               mem_limit: int | None = None, limits: Limits = DEFAULT) -> DcopResult:
     """Run DPOP or ADPOP on `problem`; raises DcopError for what the user can fix, BudgetError when
     the UTIL messages (all kept until the VALUE phase) and a bucket's workspace exceed `mem_limit`
-    (default: this host's available memory; a cluster's workers together may hold more).
+    (default: this host's available memory; a cluster's workers together may hold more). `limits`:
+    when threads serve (threads_below) and how long a repair tries (repair_sweeps, repair_nodes).
 
     `progress(total)` returns a callback called once per computation finished.
     """
@@ -303,7 +296,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
                           f"memory budget is {fmt_bytes(budget)}; largest message: {len(big.scope)} separator "
                           f"variables, {big.out_entries:,} entries (try --algo adpop --max-dim K, or --mem-limit)")
     joint = sum(mb.joint_entries for mb in dp.plan.minibuckets)
-    threads = joint < THREADS_BELOW
+    threads = joint < limits.threads_below
     with executor(scheduler, workers, threads, device) as (client, description, cluster_s):
         t1 = time.perf_counter()
         utils, values, roots = _submit(client, problem, dp, device)
@@ -333,7 +326,7 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
     repair_s, message, none_exists = 0.0, None, problem.is_forbidden(lower)
     if not none_exists and problem.is_forbidden(upper):  # ADPOP only: DPOP's values are optimal
         t = time.perf_counter()
-        assignment, none_exists, message = repair(problem, assignment)
+        assignment, none_exists, message = repair(problem, assignment, limits)
         repair_s = time.perf_counter() - t
         upper = problem.top if assignment is None else problem.evaluate(assignment)
     if none_exists:
@@ -351,25 +344,26 @@ def solve_dcop(problem: Problem, algo: str = "dpop", max_dim: int | None = None,
         time_s=time.perf_counter() - t0, repair_s=repair_s, message=message)
 
 
-def repair(problem: Problem, assignment: list[int]) -> tuple[list[int] | None, bool, str]:
+def repair(problem: Problem, assignment: list[int],
+           limits: Limits = DEFAULT) -> tuple[list[int] | None, bool, str]:
     """A feasible assignment in place of ADPOP's infeasible `assignment`: local search from it (seeded,
-    stopping at the first found or after REPAIR_SWEEPS sweeps), else MAC's first solution within
-    REPAIR_NODES nodes. Returns (the assignment or None, whether MAC proved there is none, what happened)."""
+    stopping at the first found or after limits.repair_sweeps sweeps), else MAC's first solution within
+    limits.repair_nodes nodes. Returns (the assignment or None, whether MAC proved there is none, what happened)."""
     from gpusolve.search.local import local_search
     from gpusolve.search.mac import Mac
     from gpusolve.search.andor import Stopped
     found = []
-    best, _ = local_search(problem, [assignment], None, np.random.default_rng(0), max_sweeps=REPAIR_SWEEPS,
+    best, _ = local_search(problem, [assignment], None, np.random.default_rng(0), max_sweeps=limits.repair_sweeps,
                            should_stop=lambda: bool(found), on_improve=lambda cost, a: found.append(a))
     broke = "ADPOP's values break a hard constraint"
     if best is not None:
         return best, False, f"{broke}; local search from them found the upper bound's assignment"
-    mac = Mac(problem, should_stop=lambda: mac.stats.nodes > REPAIR_NODES)
+    mac = Mac(problem, should_stop=lambda: mac.stats.nodes > limits.repair_nodes, limits=limits)
     try:
         best = mac.run()
     except Stopped:
-        return None, False, (f"{broke}; neither {REPAIR_SWEEPS} sweeps of local search from them nor "
-                             f"{REPAIR_NODES:,} nodes of MAC found a feasible assignment: no upper bound")
+        return None, False, (f"{broke}; neither {limits.repair_sweeps} sweeps of local search from them nor "
+                             f"{limits.repair_nodes:,} nodes of MAC found a feasible assignment: no upper bound")
     if best is None:
         return None, True, f"{broke}, and MAC proved that no assignment satisfies the hard constraints"
     if problem.is_forbidden(problem.evaluate(best)):  # every table allows it, their sum reaches top

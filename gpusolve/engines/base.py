@@ -11,7 +11,8 @@ import functools
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 
-from gpusolve.plan import buckets as sizes  # row sizes read at call time (tests change them)
+from gpusolve.limits import DEFAULT, Limits
+from gpusolve.plan import buckets as sizes
 from gpusolve.engines import registry
 from gpusolve.engines.dense import Scoped, host_or_table
 from gpusolve.plan.buckets import CHUNK_ENTRIES, MiniBucket
@@ -88,7 +89,7 @@ class Engine(ABC):
     def eliminate_bucket(self, mb: MiniBucket, inputs: Sequence[Scoped], domains: Sequence[int], top,
                          integer: bool, check: Callable[[], None] | None = None, op: str = "min",
                          bound=None, row_limit: int | None = None, where: str | None = None,
-                         dense_step: Callable | None = None):
+                         dense_step: Callable | None = None, limits: Limits = DEFAULT):
         """One mini-bucket, sparse or dense as the plan says; keeps `bound`'s active tables in step.
 
         A dense mini-bucket gets its sparse inputs expanded to dense tables
@@ -96,7 +97,7 @@ class Engine(ABC):
         run that slices some buckets over Dask workers (slicing.SlicedStep).
         Sparse tables drop rows at top, which only (min, +) elimination
         allows; `bound` (a sparse.RestBound) prunes their rows, `row_limit`
-        caps the rows stored.
+        caps the rows stored, `limits` (the plan's) size its chunks and streamed jobs.
         """
         from . import sparse  # NumPy: loaded with the first bucket, not with the engine's import
         if bound is not None:
@@ -104,7 +105,7 @@ class Engine(ABC):
         if mb.sparse:
             if op != "min":
                 raise ValueError(f"sparse tables support min elimination only, not {op!r}")
-            out = self._eliminate_placed(mb, inputs, domains, top, row_limit, check, bound)
+            out = self._eliminate_placed(mb, inputs, domains, top, row_limit, check, bound, limits)
         else:
             dtype = self.xp.int64 if integer else self.xp.float64
             dense = [(sparse.to_dense(sparse.module_of(self.xp, t.keys), t, top, dtype)
@@ -115,7 +116,7 @@ class Engine(ABC):
             bound.add(("m", mb.index), out, mb.scope)
         return out
 
-    def _eliminate_placed(self, mb, inputs, domains, top, row_limit, check, bound):
+    def _eliminate_placed(self, mb, inputs, domains, top, row_limit, check, bound, limits):
         """A sparse bucket in device memory while it fits `budget`, else streamed through host
         memory: predicted from the inputs' rows, or found out when the stored rows or the
         device's allocator overflow."""
@@ -123,12 +124,12 @@ class Engine(ABC):
 
         def run(**placement):
             return sparse.eliminate_sparse(self.xp, mb.var, mb.scope, inputs, domains, top, row_limit, check,
-                                           bound, **placement)
+                                           bound, limits=limits, **placement)
         if self.budget is None:
             return run()
         room = self.budget - self.device_bytes
         rows_in = sum(t.rows if isinstance(t, sparse.SparseTable) else host_or_table(t).size for t, _ in inputs)
-        work = 4 * rows_in * sizes.ROW_BYTES + min(mb.joint_rows, sizes.CHUNK_ROWS) * sizes.WORK_ROW_BYTES
+        work = 4 * rows_in * sizes.ROW_BYTES + min(mb.joint_rows, limits.chunk_rows) * limits.work_row_bytes
         if work <= room:
             try:
                 return run(device_rows=(room - work) // (4 * sizes.ROW_BYTES))
@@ -136,4 +137,4 @@ class Engine(ABC):
                 raise
             except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
                 pass
-        return run(streamer=sparse.Streamer(self.pipeline, room))
+        return run(streamer=sparse.Streamer(self.pipeline, room, limits=limits))

@@ -31,7 +31,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gpusolve.plan import buckets as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from gpusolve.limits import DEFAULT, Limits
+from gpusolve.plan import buckets as sizes
 from . import kernels, streaming
 from .dense import host_or_table
 
@@ -328,12 +329,12 @@ def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int
 
 
 def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...],
-                top, keep: Keep | None = None, check: Callable[[], None] | None = None):
+                top, keep: Keep | None = None, check: Callable[[], None] | None = None, limits: Limits = DEFAULT):
     """Yield the join-sum of a and b over `scope` as (keys, costs) chunks of rows below top
-    (and passing `keep`); a chunk is a range of CHUNK_ROWS output rows, so a group may
+    (and passing `keep`); a chunk is a range of limits.chunk_rows output rows, so a group may
     span chunks. Keys within a chunk are not sorted."""
     ix = join_index(xp, a, b)
-    step = sizes.CHUNK_ROWS
+    step = limits.chunk_rows
     for lo in range(0, ix.total, step):
         if check is not None:
             check()
@@ -417,9 +418,9 @@ def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callab
 
 def join(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tuple[int, ...], top,
          keep: Keep | None = None, row_limit: int | None = None, check=None,
-         device_rows: int | None = None) -> SparseTable:
+         device_rows: int | None = None, limits: Limits = DEFAULT) -> SparseTable:
     """The join-sum of a and b over `scope` as one sorted table."""
-    keys, costs = _collect(xp, join_chunks(xp, a, b, scope, dims, top, keep, check), a.costs.dtype,
+    keys, costs = _collect(xp, join_chunks(xp, a, b, scope, dims, top, keep, check, limits), a.costs.dtype,
                            row_limit, f"a join over {len(scope)} variables", device_rows=device_rows)
     order = xp.argsort(keys)
     return SparseTable(tuple(scope), tuple(dims), keys[order], costs[order])
@@ -443,21 +444,6 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
     return order
 
 
-# Device bytes per row of an external sort run or merge range: key and cost, the sort's order and
-# Thrust's buffers, the sorted copies, a reduction's run heads, ranks and results (the live peak of
-# a one-stream step on the H100 was 29.5 MiB at 32 MiB, merge ranges of 381,300 rows: bench/sparse.py).
-SORT_ROW_BYTES = 72
-# Device bytes per output row of a streamed join's chunk, sorted but not reduced: key and cost
-# gathered, the sort's order and Thrust's buffers, the sorted copies (its input rows count apart).
-JOIN_ROW_BYTES = 64
-# A streamed sparse step with less device room than this runs on one CUDA stream, else on two. Its
-# jobs are then few enough rows that the host's time per job (some twenty CuPy calls, 0.3-0.5 ms)
-# exceeds their copies' time, so overlapping copies gains less than jobs twice as large on one
-# stream: bench/sparse.py on the H100, 40M joint rows, one stream vs two: 0.215 vs 0.348 s at
-# 32 MiB, 0.144 vs 0.223 s at 64 MiB, 0.118 vs 0.135 s at 128 MiB, 0.095 vs 0.089 s at 256 MiB.
-ONE_STREAM_ROOM = 256 << 20
-
-
 class Streamer:
     """A sparse bucket streamed through host memory (Cuda-BE section V-B), on the engine's
     streaming.Pipeline.
@@ -466,17 +452,18 @@ class Streamer:
     runs on the device too, range by range (streaming.merge); a join's chunks each upload only the
     input rows of their groups, and come back sorted, as runs to merge (reducing equal keys, for a
     message). With NumPy as the device module (the CPU engine given a budget: tests) the same code
-    runs without copies. `streams`: the pipeline's streams, else one below ONE_STREAM_ROOM.
+    runs without copies. `streams`: the pipeline's streams, else one below limits.one_stream_room;
+    `limits` also size its sort runs (sort_row_bytes) and join chunks (join_row_bytes, chunk_rows).
     """
 
-    def __init__(self, pipe: streaming.Pipeline, room: int, streams: int | None = None):
-        self.pipe, self.xp, self.room = pipe, pipe.xp, max(int(room), 0)
-        self.streams = streams or (1 if self.room < ONE_STREAM_ROOM else streaming.N_STREAMS)
+    def __init__(self, pipe: streaming.Pipeline, room: int, streams: int | None = None, limits: Limits = DEFAULT):
+        self.pipe, self.xp, self.room, self.limits = pipe, pipe.xp, max(int(room), 0), limits
+        self.streams = streams or (1 if self.room < limits.one_stream_room else streaming.N_STREAMS)
         # Device memory of `streams` jobs at once, each `job_room`; on one stream also the previous
         # job's results, `wait` bytes per row until they go down.
         self.job_room = self.room // self.streams
         self.wait = sizes.ROW_BYTES if self.streams == 1 else 0
-        self.run_rows = max(1, self.job_room // (SORT_ROW_BYTES + self.wait))
+        self.run_rows = max(1, self.job_room // (limits.sort_row_bytes + self.wait))
 
     def merge(self, runs: list[tuple], combine: Callable, split_equal: bool, what: str, check=None) -> tuple:
         """Sorted host runs merged on the device (streaming.merge), in ranges of a sort run's rows."""
@@ -517,7 +504,9 @@ class Streamer:
         # a chunk's output rows, sized for the join's input rows per output row (at most one), so that
         # its work and input rows fit the job's room beside the previous chunk's waiting results
         inputs = min((a.rows + b.rows) / max(total, 1), 1.0)
-        cap = max(1, min(sizes.CHUNK_ROWS, int(self.job_room // (JOIN_ROW_BYTES + self.wait + inputs * sizes.ROW_BYTES))))
+        per_row = self.limits.join_row_bytes
+        cap = max(1, min(self.limits.chunk_rows,
+                         int(self.job_room // (per_row + self.wait + inputs * sizes.ROW_BYTES))))
         room = self.job_room - self.wait * cap
         jobs, spans = [], []
         lo = 0
@@ -528,7 +517,7 @@ class Streamer:
                 a_lo, a_hi = ix.a_start[g0], ix.a_start[g1] + ix.a_size[g1]
                 b_lo = ix.b_start[g0] + (lo - starts[g0]) // ix.a_size[g0]
                 b_hi = ix.b_start[g1] + (hi - 1 - starts[g1]) // ix.a_size[g1] + 1
-                if (hi - lo) * JOIN_ROW_BYTES + (a_hi - a_lo + b_hi - b_lo) * sizes.ROW_BYTES <= room or hi == lo + 1:
+                if (hi - lo) * per_row + (a_hi - a_lo + b_hi - b_lo) * sizes.ROW_BYTES <= room or hi == lo + 1:
                     break  # (one output row whose group of a exceeds the room still goes: the budget is an estimate)
                 hi = lo + (hi - lo) // 2
             g = slice(g0, g1 + 1)
@@ -568,7 +557,8 @@ class Streamer:
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],
                      domains: Sequence[int], top, row_limit: int | None = None,
                      check: Callable[[], None] | None = None, bound: RestBound | None = None,
-                     streamer: Streamer | None = None, device_rows: int | None = None) -> SparseTable:
+                     streamer: Streamer | None = None, device_rows: int | None = None,
+                     limits: Limits = DEFAULT) -> SparseTable:
     """Sparse bucket step: join the inputs pairwise, then minimise over `var`.
 
     The last join is never stored: each chunk of it is reduced at once
@@ -580,7 +570,8 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
     whose cost plus the rest of the objective (the bucket's inputs still to
     join and the tables outside the bucket) reaches top. With a `streamer`
     every table of the bucket stays in host memory, the message too; else
-    DeviceFull is raised once more than `device_rows` rows are stored.
+    DeviceFull is raised once more than `device_rows` rows are stored. In memory, joins gather
+    limits.chunk_rows rows at a time (a streamer has its own limits).
     """
     joint = tuple(sep) + (var,)
     jdims = tuple(domains[u] for u in joint)
@@ -596,7 +587,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         dims = tuple(domains[u] for u in sub)
         keep = bound.keep(sub, [(r, r.scope) for r in tables[k:]]) if bound is not None else None
         if streamer is None:
-            cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check, device_rows)
+            cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check, device_rows, limits)
         else:
             by_key = functools.partial(_by_first, xp)
             keys, costs = streamer.table(cur, t, sub, dims, top, keep, by_key, by_key, True, row_limit,
@@ -608,7 +599,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
     if streamer is None:
         def reduce(k, c):
             return segment_min(xp, k // domains[var], c)
-        keys, costs = _collect(xp, join_chunks(xp, cur, tables[-1], joint, jdims, top, keep, check),
+        keys, costs = _collect(xp, join_chunks(xp, cur, tables[-1], joint, jdims, top, keep, check, limits),
                                cur.costs.dtype, row_limit, what, reduce, device_rows)
         if len(keys) and not bool(xp.all(keys[1:] > keys[:-1])):
             keys, costs = segment_min(xp, keys, costs)  # chunks overlapped

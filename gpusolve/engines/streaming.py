@@ -32,12 +32,12 @@ import numpy as np
 
 from gpusolve.cuda import pinned
 from gpusolve.host import available_memory, over_threads
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.plan.buckets import CHUNKS_IN_FLIGHT, streamed_lead
 from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
 SLOTS = 2  # jobs in flight on the host side: staging buffers are per slot (job parity)
-COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
 DIRECT_PIECE_BYTES = 1 << 16  # several pinned pieces this large on average go up a copy call each (one always does)
 SAMPLE_KEYS = 19  # Pipeline.bisect samples about 2^19 keys of the runs (4 MiB) onto the device
 
@@ -52,27 +52,27 @@ def _union(intervals) -> float:
     return total
 
 
-def _land(dest, buf):
+def _land(dest, buf, limits: Limits = DEFAULT):
     """A downloaded result on the host: in `dest`, or a copy of the staging buffer that received it."""
     if buf is None:
         return dest
     if dest is None:
         dest = np.empty_like(buf)
-    _copy(dest, buf)
+    _copy(dest, buf, limits)
     return dest
 
 
-def _copy(dest: np.ndarray, src) -> None:
-    """dest[...] = src, or the concatenation of a list of 1-d pieces into contiguous dest; a large
-    copy is split over the host's cores: one core fills fresh memory at a few GB/s, which made
-    these copies most of a streamed sparse step (NumPy releases the GIL). A small one is one call:
-    a range of a merge gathers a piece of every run, hundreds of them."""
+def _copy(dest: np.ndarray, src, limits: Limits = DEFAULT) -> None:
+    """dest[...] = src, or the concatenation of a list of 1-d pieces into contiguous dest; a copy
+    of limits.copy_split_bytes or more is split over the host's cores: one core fills fresh memory
+    at a few GB/s, which made these copies most of a streamed sparse step (NumPy releases the GIL).
+    A small one is one call: a range of a merge gathers a piece of every run, hundreds of them."""
     if not isinstance(src, list):
-        if src.nbytes < COPY_SPLIT_BYTES or not (dest.flags.c_contiguous and src.flags.c_contiguous):
+        if src.nbytes < limits.copy_split_bytes or not (dest.flags.c_contiguous and src.flags.c_contiguous):
             np.copyto(dest, src.reshape(dest.shape))
             return
         src = [src.reshape(-1)]
-    elif dest.nbytes < COPY_SPLIT_BYTES:
+    elif dest.nbytes < limits.copy_split_bytes:
         np.concatenate(src, out=dest.reshape(-1))
         return
     d, pieces = dest.reshape(-1), src
@@ -130,10 +130,11 @@ def _root(a):
 
 
 class Pipeline:
-    """Two streams, kept pinned staging buffers, one log; one per engine (module `xp`)."""
+    """Two streams, kept pinned staging buffers, one log; one per engine (module `xp`). `limits`: the
+    pinned memory's (pooled_pinned_max, pinned_share) and the host copies' (copy_split_bytes)."""
 
-    def __init__(self, xp, log: list):
-        self.xp, self.log = xp, log
+    def __init__(self, xp, log: list, limits: Limits = DEFAULT):
+        self.xp, self.log, self.limits = xp, log, limits
         self.gpu = xp is not np
         self.streams = [xp.cuda.Stream(non_blocking=True) for _ in range(N_STREAMS)] if self.gpu else None
         self.in_place = self.gpu and _reads_host_in_place(xp)
@@ -148,7 +149,7 @@ class Pipeline:
         """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
         be had. `track`: remember it, so that copies from or into it skip the staging buffers, until
         its last view goes."""
-        a = pinned.pinned_array(self.xp, shape, dtype)
+        a = pinned.pinned_array(self.xp, shape, dtype, self.limits)
         if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
             start = a.ctypes.data
             if start not in self._pinned_ranges:
@@ -175,17 +176,17 @@ class Pipeline:
 
     def kept(self, n: int, dtype):
         """Room for n items of a result that a later step uploads again (a merged or sorted table):
-        page-locked and tracked while it fits in pinned.PINNED_SHARE of the available host memory, so it
+        page-locked and tracked while it fits in limits.pinned_share of the available host memory, so it
         comes down and goes back up without staging; else plain memory."""
         return self.pinned((n,), dtype) if self._may_pin(n * np.dtype(dtype).itemsize) else np.empty(n, dtype=dtype)
 
     def _may_pin(self, nbytes: int) -> bool:
-        return self.gpu and nbytes <= available_memory() // pinned.PINNED_SHARE
+        return self.gpu and nbytes <= available_memory() // self.limits.pinned_share
 
     def arena_into(self, total: int, dtypes) -> Callable | None:
         """An `into` for map that lays result k of every job side by side in runs arena k (jobs'
         results of `total` items at most), so that their merge reads them in place: None on the
-        CPU or past pinned.PINNED_SHARE of the available host memory (then they go through staging)."""
+        CPU or past limits.pinned_share of the available host memory (then they go through staging)."""
         if not self._may_pin(total * sum(np.dtype(d).itemsize for d in dtypes)):
             return None
         return side_by_side([self.runs_arena(k, total, d) for k, d in enumerate(dtypes)])
@@ -194,7 +195,7 @@ class Pipeline:
         """Kept pinned room for n items: results that the next step reads back (sorted runs before
         their merge) land there straight from the device and go back up from there, with no host
         copy either way. A caller holds one arena's contents only until its next request. Grown to
-        what is asked, no more: the caller bounds that (`arena_into`: pinned.PINNED_SHARE), and so the pinned
+        what is asked, no more: the caller bounds that (`arena_into`: limits.pinned_share), and so the pinned
         memory kept."""
         return self._buffer(("runs", k), n, dtype, arena=True)
 
@@ -233,7 +234,7 @@ class Pipeline:
                 at += p.nbytes
             return d
         src = self._buffer(("up", slot, k), d.size, d.dtype)
-        _copy(src, pieces if len(pieces) > 1 else pieces[0])
+        _copy(src, pieces if len(pieces) > 1 else pieces[0], self.limits)
         rt.memcpyAsync(d.data.ptr, src.ctypes.data, d.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
         return d
 
@@ -349,7 +350,7 @@ class Pipeline:
                     marks[i][3:] = [start, self._mark(i % streams)]
                 if self.gpu and any(buf is not None for _, buf in copies):
                     marks[i][-1].synchronize()  # staged: landed before the staging buffers serve again
-            out[i] = tuple(_land(dest, buf) for dest, buf in copies)
+            out[i] = tuple(_land(dest, buf, self.limits) for dest, buf in copies)
 
         def upload(i):
             drain(i % SLOTS)  # job i - 2 has landed: the slot's staging buffers are free
@@ -547,4 +548,5 @@ def merge(pipe: Pipeline, runs: Sequence[tuple], rows: int, combine: Callable, s
     into = side_by_side(out)
     pipe.map(jobs, lambda i, *arrays: combine(*arrays), what, check, into, streams, runs=len(live), ranges=len(jobs))
     n = into.filled
-    return tuple(a[:n] if 2 * n > total else _land(None, a[:n]) for a in out)  # a small result frees the rest
+    # a small result frees the rest
+    return tuple(a[:n] if 2 * n > total else _land(None, a[:n], pipe.limits) for a in out)

@@ -62,7 +62,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | Non
         inputs += [(shifts[mb.index], (mb.var,))] if mb.index in shifts else []
         limit = None if plan.row_limit is None else plan.row_limit - stored
         messages[mb.index] = engine.eliminate_bucket(mb, inputs, dom, problem.top, problem.integer, check,
-                                                     op(mb), bound, limit, where[mb.index], dense_step)
+                                                     op(mb), bound, limit, where[mb.index], dense_step, plan.limits)
         stored += messages[mb.index].rows if mb.sparse else 0
         if progress:
             progress(mb.joint_entries)
@@ -115,7 +115,7 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     RestBound prune all of them; what is left is often small. Returns (lower,
     assignment, plan, messages) with lower the optimum (>= top: infeasible),
     the mini-bucket bounds when the time limit strikes during the exact run,
-    or None when the sparse tables outgrow the budget (then MBE `fallback` runs).
+    or None when the sparse tables outgrow the budget (then MBE `fallback` runs). Plans take fallback's limits.
     `progress_factory(total)` gives each of the two runs a bar (joint entries, as run_plan counts).
     """
 
@@ -123,7 +123,8 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
         return progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) if progress_factory else None
 
     max_arity = max((f.arity for f in problem.functions), default=0)
-    cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components)
+    cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components,
+                              fallback.limits)
     if cheap is None or not fallback.rows_within(budget):
         return None
     lower, tables, messages = run_plan(problem, cheap, engine, deadline, bar(cheap))
@@ -133,10 +134,10 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     ub = problem.evaluate(incumbent)
     if lower == ub:
         return ub, incumbent, cheap, messages
-    below = preprocess(lower_top(problem, ub))
+    below = preprocess(lower_top(problem, ub), fallback.limits)
     if below.infeasible:
         return ub, incumbent, cheap, messages  # nothing beats the incumbent
-    plan = build_plan(below.problem, order, None, n_components, "sparse")
+    plan = build_plan(below.problem, order, None, n_components, "sparse", fallback.limits)
     if not all(mb.sparse for mb in plan.minibuckets):
         return None  # a key wider than 63 bits
     plan = dataclasses.replace(plan, row_limit=plan.rows_within(budget))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpusolve.host import BudgetError, fmt_bytes
+from gpusolve.limits import DEFAULT, Limits
 
 if TYPE_CHECKING:
     from gpusolve.model.problem import Problem
@@ -25,12 +26,9 @@ CHUNK_ENTRIES = 1 << 20
 # The CPU engine's threads on one bucket, each a chunk at a time (bench/cpu_engine.py: on 16 cores,
 # no gain past 12-16); a bound the plan's memory counts whatever the machine.
 THREADS_MAX = 16
-# Sparse tables (engines/sparse.py): join output rows gathered at once, bytes per
-# stored row (int64 key + 8-byte cost) and per gathered workspace row (key, cost,
-# input indices, group index, bound and digit temporaries).
-CHUNK_ROWS = 1 << 21
+# Sparse tables (engines/sparse.py): bytes per stored row (int64 key + 8-byte cost); the rows
+# gathered at once and their workspace are Limits.chunk_rows and Limits.work_row_bytes.
 ROW_BYTES = 16
-WORK_ROW_BYTES = 80
 KEY_LIMIT = 1 << 63  # sparse keys are int64: a scope fits when the product of its domains is <= this
 TABLES = ("auto", "dense", "sparse")
 # --tables auto makes a mini-bucket sparse when its predicted joint rows are at most
@@ -69,6 +67,7 @@ class Plan:
     position: dict[int, int] = field(repr=False, default_factory=dict)
     tables: str = "dense"  # the --tables choice the plan was built with
     row_limit: int | None = None  # sparse tables may hold at most this many rows (speculative runs)
+    limits: Limits = field(repr=False, default=DEFAULT)  # sizes its memory and the engine's sparse steps
 
     @property
     def exact(self) -> bool:
@@ -95,12 +94,16 @@ class Plan:
         joint = max((mb.joint_rows for mb in self.minibuckets if mb.sparse), default=None)
         if joint is None:
             return dense
-        return max(dense, min(joint, CHUNK_ROWS) * WORK_ROW_BYTES + joint * ROW_BYTES)
+        return max(dense, self.chunk_bytes(joint) + joint * ROW_BYTES)
+
+    def chunk_bytes(self, joint_rows: int) -> int:
+        """Workspace of a sparse join of `joint_rows` rows: a chunk of gathered rows at most."""
+        return min(joint_rows, self.limits.chunk_rows) * self.limits.work_row_bytes
 
     def rows_within(self, budget: int) -> int:
         """Row limit of a speculative sparse run in `budget`: the originals, a chunk of gathered
         rows, and four times the rows stored (messages kept, the table being built, sort copies)."""
-        return max(budget - self.original_bytes - CHUNK_ROWS * WORK_ROW_BYTES, 0) // (4 * ROW_BYTES)
+        return max(budget - self.original_bytes - self.chunk_bytes(self.limits.chunk_rows), 0) // (4 * ROW_BYTES)
 
     @property
     def peak_bytes(self) -> int:
@@ -108,7 +111,8 @@ class Plan:
         a run with a row limit stops before its limit's share."""
         peak = self.original_bytes + self.message_bytes + self.workspace_bytes
         if self.row_limit is not None:
-            peak = min(peak, self.original_bytes + CHUNK_ROWS * WORK_ROW_BYTES + 4 * self.row_limit * ROW_BYTES)
+            peak = min(peak, self.original_bytes + self.chunk_bytes(self.limits.chunk_rows)
+                       + 4 * self.row_limit * ROW_BYTES)
         return peak
 
     @property
@@ -267,13 +271,14 @@ def joint_bound(problem: Problem, v: int, sep, functions, messages) -> tuple[int
 
 
 def build_plan(problem: Problem, order: list[int], z: int | None = None,
-               n_components: int = 1, tables: str = "dense") -> Plan:
+               n_components: int = 1, tables: str = "dense", limits: Limits = DEFAULT) -> Plan:
     """Place functions in buckets and partition buckets into mini-buckets of <= z variables.
 
     Partitioning follows Dechter & Rish: largest scopes first, first fit.
     `tables` chooses dense or sparse tables per mini-bucket: sparse needs
     keys that fit 63 bits; auto also needs a predicted joint feasible share
     of at most SPARSE_FRACTION (from joint_bound on the inputs' feasible rows).
+    `limits` size the sparse workspace, here and in the engine that runs the plan.
     """
     dom = problem.domains
     pos = {v: i for i, v in enumerate(order)}
@@ -329,11 +334,11 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
     original = sum(f.entries for f in problem.functions) * itemsize
     return Plan(order=list(order), z=z, minibuckets=minibuckets, buckets=buckets,
                 constants=constants, roots=roots, induced_width=width, n_components=n_components,
-                itemsize=itemsize, original_bytes=original, position=pos, tables=tables)
+                itemsize=itemsize, original_bytes=original, position=pos, tables=tables, limits=limits)
 
 
 def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
-                n_components: int = 1, tables: str = "dense") -> Plan:
+                n_components: int = 1, tables: str = "dense", limits: Limits = DEFAULT) -> Plan:
     """Exact BE when it fits (or MBE(z) when z is given), else the largest z that fits.
 
     With tables auto, a plan that does not fit with its per-bucket choice is tried all sparse
@@ -343,11 +348,11 @@ def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
     if z is not None and z < max(max_arity, 1):
         raise ValueError(f"--z {z} is smaller than the largest arity ({max_arity}); z counts every "
                          f"variable of a mini-bucket, the eliminated one included")
-    found = plan_within(problem, order, z, budget, n_components, tables)
+    found = plan_within(problem, order, z, budget, n_components, tables, limits)
     if found is not None:
         return found
-    plan = build_plan(problem, order, z, n_components, tables)
-    fitting = largest_fitting_z(problem, order, budget, max_arity, plan.induced_width + 1, n_components)
+    plan = build_plan(problem, order, z, n_components, tables, limits)
+    fitting = largest_fitting_z(problem, order, budget, max_arity, plan.induced_width + 1, n_components, limits)
     if z is None and fitting is not None:
         return fitting
     big = plan.largest()
@@ -361,22 +366,23 @@ def choose_plan(problem: Problem, order: list[int], z: int | None, budget: int,
 
 
 def plan_within(problem: Problem, order: list[int], z: int | None, budget: int, n_components: int = 1,
-                tables: str = "dense") -> Plan | None:
+                tables: str = "dense", limits: Limits = DEFAULT) -> Plan | None:
     """The plan at z if it fits the budget (with tables auto, tried all sparse too), else None."""
-    plan = build_plan(problem, order, z, n_components, tables)
+    plan = build_plan(problem, order, z, n_components, tables, limits)
     if plan.peak_bytes <= budget:
         return plan
     if tables == "auto":
-        plan = build_plan(problem, order, z, n_components, "sparse")
+        plan = build_plan(problem, order, z, n_components, "sparse", limits)
         if plan.peak_bytes <= budget:
             return plan
     return None
 
 
-def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1) -> Plan | None:
+def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1,
+                      limits: Limits = DEFAULT) -> Plan | None:
     """MBE plans shrink as z decreases; scan down from the exact width."""
     for z in range(upper, max(max_arity, 1) - 1, -1):
-        plan = build_plan(problem, order, z, n_components)
+        plan = build_plan(problem, order, z, n_components, limits=limits)
         if plan.peak_bytes <= budget:
             return plan
     return None

@@ -34,6 +34,7 @@ from gpusolve.engines import select as engines
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
 from gpusolve.host import fmt_bytes
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.distributed.cluster import Cluster
 
 # Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
@@ -222,7 +223,7 @@ def predict_s(plan: Plan, engine: str, threads: int = 1) -> float:
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
                   time_limit: float | None, engine: str, z: int | None = None, search: bool = True,
                   n_components: int = 1, tables: str = "auto", threads: int = 1,
-                  device_budget: int | None = None) -> Schedule:
+                  device_budget: int | None = None, limits: Limits = DEFAULT) -> Schedule:
     """Phases for an optimisation task (WCSP, MPE).
 
     `exact` is the exact plan when it fits the memory budget (None otherwise). A satisfaction
@@ -236,7 +237,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     (right after the first MBE), and AND/OR search until proof or stop. A longer limit, or none,
     never gets a weaker schedule.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
-    for integer problems by bounded sparse BE, as before search existed.
+    for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
     """
     limit = math.inf if time_limit is None else time_limit
 
@@ -257,22 +258,22 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             last = (Phase("search", seconds=be_s), Phase("be", exact, be_s))
     note = ""
     if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
-        z, note = _given_z(problem, order, z, budget, n_components, limit, cost)
+        z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)
     if not search:
-        fitting = choose_plan(problem, order, z, budget, n_components)
+        fitting = choose_plan(problem, order, z, budget, n_components, limits=limits)
         phases = (Phase("mbe", fitting, cost(fitting)),)
         if z is None and tables != "dense" and problem.integer:
             phases = (Phase("bounded-sparse", fitting),) + phases
         return Schedule(phases, engine, threads, note)
     max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
-    width = build_plan(problem, order, None, n_components).induced_width
+    width = build_plan(problem, order, None, n_components, limits=limits).induced_width
 
     def mbe_within(seconds: float, top_z: int) -> Plan | None:
         """The largest z up to top_z that fits the heuristic's memory and `seconds` (the smallest z
         regardless of time). Search reads every message from one host pool: a few GiB at most."""
         best, room = None, min(budget // 4, HEURISTIC_BYTES)
         for zz in range(max_arity, top_z + 1):
-            plan = build_plan(problem, order, zz, n_components)
+            plan = build_plan(problem, order, zz, n_components, limits=limits)
             if (best is not None and plan.peak_bytes > room) or plan.peak_bytes > budget \
                     or (best is not None and cost(plan) > seconds):
                 break
@@ -282,12 +283,12 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         return best
 
     if z is not None:
-        heuristic = choose_plan(problem, order, z, budget, n_components)
+        heuristic = choose_plan(problem, order, z, budget, n_components, limits=limits)
     else:
         # Plain and matched MBE at this z cost about three plain runs.
         heuristic = mbe_within(max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S) / 3, width + 1)
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
-            heuristic = choose_plan(problem, order, None, budget, n_components)
+            heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
     # Local search follows the first cheap MBE (its messages guide the rollouts), before the
     # heuristic's larger z takes its share.
@@ -310,11 +311,11 @@ GIVEN_Z_SHARE = 0.5
 
 
 def _given_z(problem: Problem, order: list[int], z: int, budget: int, n_components: int, limit: float,
-             cost) -> tuple[int, str]:
+             cost, limits: Limits) -> tuple[int, str]:
     """(z, note): `z` when MBE(z) fits the memory budget and its share of the limit, else the largest
     smaller z that does, and the note that says so; BudgetError when no z fits memory."""
     max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
-    plan = build_plan(problem, order, z, n_components)
+    plan = build_plan(problem, order, z, n_components, limits=limits)
     if plan.peak_bytes <= budget and cost(plan) <= GIVEN_Z_SHARE * limit:
         return z, ""
     why = (f"needs {fmt_bytes(plan.peak_bytes)}, the memory budget is {fmt_bytes(budget)}"
@@ -322,7 +323,7 @@ def _given_z(problem: Problem, order: list[int], z: int, budget: int, n_componen
     # Below the z asked for, no slower than the default schedule's own heuristic may be.
     allowed = max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S)
     for smaller in range(min(z, plan.induced_width + 1) - 1, max_arity - 1, -1):
-        fitting = build_plan(problem, order, smaller, n_components)
+        fitting = build_plan(problem, order, smaller, n_components, limits=limits)
         if fitting.peak_bytes <= budget and cost(fitting) <= allowed:
             return smaller, (f"MBE(z={z}) {why}: running z={smaller}, the largest within the memory budget "
                                 f"and the default heuristic's time")
@@ -363,9 +364,10 @@ RETURN_WHEN_STOPPED = ("fglp", "jglp", "local-search", "bounded-sparse")
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
                  stop: Stop, budget: int, progress_factory=None, n_components: int = 1,
-                 cluster: Cluster | None = None) -> Outcome:
+                 cluster: Cluster | None = None, limits: Limits = DEFAULT) -> Outcome:
     """Run the phases in order until the bounds close, the schedule ends or `stop()`. With `cluster`
-    exact BE slices its largest buckets over Dask workers (slicing.py) and the search runs there."""
+    exact BE slices its largest buckets over Dask workers (slicing.py) and the search runs there.
+    MAC and plans built here take `limits` (the schedule's plans carry their own)."""
     from gpusolve.inference import eliminate
     from gpusolve.search import andor as search
     from gpusolve.distributed.slicing import sliced_step
@@ -389,7 +391,8 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
         try:
             if phase.name in ("be", "mbe"):
                 # The shifted problem has its own function list: the same z, planned again for it.
-                plan = build_plan(on, order, phase.plan.z, n_components) if phase.shifted else phase.plan
+                plan = build_plan(on, order, phase.plan.z, n_components, limits=limits) if phase.shifted \
+                    else phase.plan
                 progress = progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) \
                     if progress_factory else None
                 matched = {}
@@ -440,7 +443,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                 label = _search(on, order, guide, engine, bounds,
                                 stop.within(seconds, sum(p.predicted_s for p in later)), out, cluster)
             elif phase.name == "mac":
-                _mac(problem, engine, bounds, stop, out)
+                _mac(problem, engine, bounds, stop, out, limits)
             elif phase.name == "bounded-sparse":
                 found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
                                                  n_components, progress_factory)
@@ -543,8 +546,8 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
         done = beside is not None and beside.publish(bounds)
         s.tighten(target(bounds.upper))  # the core's incumbents prune the AND/OR search too
         return done or stop()
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem),
-                    on_incumbent=offered)
+    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check,
+                    propagators=propagators(guide.problem, limits=guide.plan.limits), on_incumbent=offered)
     label = "AND/OR search" if beside is None else f"AND/OR search + {beside.LABEL}"
     bounds.begin(label, lambda: s.stats.nodes + (beside.search.nodes if beside is not None else 0))
     if beside is not None:
@@ -570,10 +573,10 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     return label
 
 
-def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
+def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome, limits: Limits) -> None:
     """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
     from gpusolve.search.mac import Mac
-    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.spec.on_device else None)
+    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.spec.on_device else None, limits=limits)
     bounds.begin("MAC", lambda: m.stats.nodes)
     try:
         assignment = m.run()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +23,7 @@ from gpusolve.engines import registry
 from gpusolve.engines.registry import EngineSpec
 from gpusolve.engines.select import select_engine
 from gpusolve.host import host_threads
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.engines import sparse
 from gpusolve.inference.eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
 from gpusolve.host import available_memory  # noqa: F401  (the default budget, imported from here by callers)
@@ -57,6 +58,12 @@ class Options:
     workers: int | None = None  # ... or on an embedded LocalCluster of this many processes
     slice_min: int | None = None  # joint-table bytes above which exact BE slices a bucket; None: one worker's budget
     threads: int | None = None  # the CPU engine's threads; None: one per core this process may use
+    limits: Limits = DEFAULT  # sizes and thresholds of every layer (gpusolve/limits.py)
+
+    def settings(self) -> dict:
+        """The options a record holds and batch resume compares: all but `limits`, which only the
+        API and tests set, so that records read as before."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "limits"}
 
 
 @dataclass
@@ -121,14 +128,15 @@ def solve(problem: Problem, options: Options, file: str = "",
         on_phase(f"{task} by elimination" if task in PROBABILISTIC else "preprocessing and planning")
     if task in PROBABILISTIC:
         return _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases)
-    reduced = preprocess(problem)  # removing values would change a sum over assignments: not for PR, MAR
+    # removing values would change a sum over assignments: not for PR, MAR
+    reduced = preprocess(problem, options.limits)
     phases["preprocess"] = time.perf_counter() - t0
     if reduced.infeasible:
         return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
                       assignment=None, z=None, induced_width=None,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
                       device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
-                      method="preprocessing (node and arc consistency)", options=asdict(options))
+                      method="preprocessing (node and arc consistency)", options=options.settings())
     named, problem = problem, reduced.problem  # values are reported in the file's domains
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
@@ -136,7 +144,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     joint, buckets = schedule.largest
     if any(p.name == "mac" for p in schedule.phases):
         from gpusolve.search.mac import gac_on_device
-        if gac_on_device(problem):  # the work is GAC, not buckets: --device gpu runs it there, auto on the host
+        # the work is GAC, not buckets: --device gpu runs it there, auto on the host
+        if gac_on_device(problem, options.limits):
             joint = None
     engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
                                  options.threads)
@@ -155,7 +164,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     bounds.on_phase = on_phase
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
-    out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster)
+    out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster,
+                       options.limits)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
     upper = None if bounds.assignment is None else bounds.upper
@@ -175,7 +185,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   message=_infeasible(problem, None) if infeasible else None,
                   values=named.value_labels(assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
-                  options=asdict(options),
+                  options=options.settings(),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
@@ -205,10 +215,10 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
         # dozen CuPy kernels on a new machine (5-11 s, bench/batch_gpu.py): auto stays dense there
         # while the dense plan fits the budget.
         if engine.dense_first and options.tables == "auto":
-            exact = plan_within(problem, order, None, budget, n_comp, "dense")
-        exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables)
+            exact = plan_within(problem, order, None, budget, n_comp, "dense", options.limits)
+        exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables, options.limits)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine.name, options.z, options.search,
-                         n_comp, options.tables, host_threads(options.threads), device_budget)
+                         n_comp, options.tables, host_threads(options.threads), device_budget, options.limits)
 
 
 def _sparse_bytes(messages: dict) -> int:
@@ -235,13 +245,13 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
     g, n_comp, order, budget = _order(problem, options, t0, phases)
     t1 = time.perf_counter()
     if task == "MAR":
-        plan = build_plan(problem, order, None, n_comp)
+        plan = build_plan(problem, order, None, n_comp, limits=options.limits)
         if plan.propagation_bytes > budget:
             raise BudgetError(f"exact marginals need {fmt_bytes(plan.propagation_bytes)} but the memory "
                               f"budget is {fmt_bytes(budget)} (largest clique: "
                               f"{max(mb.joint_entries for mb in plan.minibuckets):,} entries)")
     else:
-        plan = choose_plan(problem, order, options.z, budget, n_comp, "dense")
+        plan = choose_plan(problem, order, options.z, budget, n_comp, "dense", options.limits)
     t_plan = time.perf_counter()
     phases["plan"] = t_plan - t1
     engine, note = select_engine(options.device, sum(mb.joint_entries for mb in plan.minibuckets),
@@ -283,7 +293,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
                   time_s=time.perf_counter() - t0 + read_time, phases=phases, engine=engine.name,
                   device_note=note, exact=plan.exact, peak_bytes=plan.peak_bytes, marginals=marg,
                   method=("exact BE" if plan.z is None else f"MBE(z={plan.z})")
-                  + (" + distribute pass" if marg is not None else ""), options=asdict(options))
+                  + (" + distribute pass" if marg is not None else ""), options=options.settings())
 
 
 def check_task(problem: Problem, options: Options) -> str:
@@ -328,5 +338,5 @@ def run(problem_or_path, z: int | None = None, time_limit: float | None = None, 
         return solve(problem_or_path, opts, file=problem_or_path.name)
     from gpusolve.parsers import read
     t0 = time.perf_counter()
-    problem = read(problem_or_path, evidence)
+    problem = read(problem_or_path, evidence, limits=opts.limits)
     return solve(problem, opts, file=str(problem_or_path), read_time=time.perf_counter() - t0)

@@ -21,15 +21,10 @@ from gpusolve.consistency.alldiff import count
 from gpusolve.consistency.globals import (
     KeptGac, gac, hard, scope_rows, takers, value_column, value_ids, variable_value_graph
 )
+from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import AllDifferent, Problem
 from gpusolve.consistency.preprocess import PairSupports, revise
 
-# AllDifferents over fewer variables stay on the host even with a GPU array module. Kept on the
-# device (KeptGac), GAC made MAC's Langford search 1.7x as many nodes per second as the CPU's at 200
-# variables, 2.0x at 600 and 5.8x at 2000 (H100 against its host's CPU, bench/alldiff.py --solve,
-# 2026-11-25).
-GPU_MIN_SCOPE = 200
-RESTART_BASE = 64  # failures before the first restart
 
 
 def luby(i: int) -> int:
@@ -45,13 +40,13 @@ def luby(i: int) -> int:
     return 1 << (k - 1)
 
 
-def gac_on_device(problem: Problem) -> bool:
+def gac_on_device(problem: Problem, limits: Limits = DEFAULT) -> bool:
     """Whether MAC with a GPU array module would filter some AllDifferent there."""
-    return any(map(_on_device, hard(problem)))
+    return any(_on_device(g, limits) for g in hard(problem))
 
 
-def _on_device(g: AllDifferent) -> bool:
-    return len(g.scope) >= GPU_MIN_SCOPE and alldiff_kernel.fits(len(g.scope), value_ids(g)[1])
+def _on_device(g: AllDifferent, limits: Limits) -> bool:
+    return len(g.scope) >= limits.gpu_min_scope and alldiff_kernel.fits(len(g.scope), value_ids(g)[1], limits)
 
 
 @dataclass
@@ -132,8 +127,9 @@ class Takers:
 
 
 class Mac:
-    def __init__(self, problem: Problem, should_stop: Callable[[], bool] | None = None, xp=None):
-        self.problem, self.xp = problem, xp
+    def __init__(self, problem: Problem, should_stop: Callable[[], bool] | None = None, xp=None,
+                 limits: Limits = DEFAULT):
+        self.problem, self.xp, self.limits = problem, xp, limits
         self.should_stop = should_stop or (lambda: False)
         dom = problem.domains
         self.domains = np.zeros((len(dom), max(dom, default=0)), dtype=bool)
@@ -157,8 +153,8 @@ class Mac:
             within[list(g.scope)] = True
         self.matches: list = [None] * len(self.alldiffs)
         # AllDifferents filtered on the device: their trail mark at the last call (None: stale)
-        self.kept = {j: KeptGac(g, xp, len(dom)) for j, g in enumerate(self.alldiffs)
-                     if xp is not None and _on_device(g)}
+        self.kept = {j: KeptGac(g, xp, len(dom), limits) for j, g in enumerate(self.alldiffs)
+                     if xp is not None and _on_device(g, limits)}
         self.synced: dict[int, int | None] = dict.fromkeys(self.kept)
         # AllDifferents that give each of their values to one variable (as many of both, none shared)
         self.permutations = [Takers(g, self.domains) for g in self.alldiffs
@@ -222,13 +218,14 @@ class Mac:
             ok = self.kept[j](self.domains, None if mark is None else self.trail.since(mark), self.trail.record)
             self.synced[j] = len(self.trail)
             return ok
-        self.matches[j] = gac(self.alldiffs[j], self.domains, self.matches[j], removed=self.trail.record)
+        self.matches[j] = gac(self.alldiffs[j], self.domains, self.matches[j], removed=self.trail.record,
+                               limits=self.limits)
         return self.matches[j] is not None
 
     def run(self) -> list[int] | None:
         """A solution (value index per variable), or None when there is none. Raises Stopped.
 
-        Depth-first search restarted after RESTART_BASE times the Luby sequence's failures (the
+        Depth-first search restarted after limits.restart_base times the Luby sequence's failures (the
         learned weights stay), so that one bad early choice does not trap it. It branches on a
         variable with the fewest values left (ties to the one that failed most, then at random),
         its values in random order; or, where fewer variables can take some value that a
@@ -246,7 +243,7 @@ class Mac:
         weight = np.zeros(len(self.live))  # failures of each branching variable
         for run in itertools.count(1):
             stack = []  # per level: [variable or None (a value's level), (variable, value) choices left, trail mark]
-            budget = RESTART_BASE * luby(run)
+            budget = self.limits.restart_base * luby(run)
             while True:
                 self.stats.nodes += 1
                 if self.should_stop():
