@@ -8,8 +8,10 @@ supported by all its neighbours (not EAC) gets full supports from all of them,
 which raises its unary costs. Unary costs go onto the constant c0 (node
 consistency NC*), and a value is pruned once c0 plus its unary cost reaches
 the upper bound. c0 is then a lower bound of every assignment below the node.
-An n-ary function (arity 3 or more) waits until all but one of its variables
-are assigned and is then projected onto the last one. Branching is binary
+An n-ary function (arity 3 or more) keeps AC* as a binary one does, its least
+cost given each value projected onto that value, whenever the live part of its
+table is small (NARY_TUPLES tuples; always once all but one of its variables
+are assigned). Branching is binary
 (x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
 conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
 else the EAC value.
@@ -43,6 +45,7 @@ class Layout:
     d: int  # the largest domain
     m: int  # binary functions
     k: int  # n-ary functions
+    a: int  # the n-ary functions' arities, summed
 
     @property
     def unary(self) -> int:
@@ -69,8 +72,12 @@ class Layout:
         return self.proj + 2 * self.m * self.d
 
     @property
-    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
+    def nproj(self) -> int:  # what each n-ary function projected onto each value of each of its variables
         return self.left + self.k
+
+    @property
+    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
+        return self.nproj + self.a * self.d
 
     @property
     def pos(self) -> int:  # where each value stands in dom
@@ -122,7 +129,7 @@ class DepthFirst:
                 nary.append(f)
         for v, size in enumerate(problem.domains):
             unary[v, size:] = top  # padding values never live
-        self.lay = Layout(n, d, len(binary), len(nary))
+        self.lay = Layout(n, d, len(binary), len(nary), sum(f.arity for f in nary))
         self._build(unary, const, binary, nary, top, problem.domains)
         self.ub = top if upper is None else min(int(upper), top)
         self.ctl[UB] = self.ub
@@ -170,12 +177,12 @@ class DepthFirst:
             alive[v, :size] = 1
         S[lay.alive: lay.size] = alive.ravel()
         S[lay.size: lay.fixed] = domains
-        S[lay.left: lay.dom] = [f.arity for f in nary]
+        S[lay.left: lay.nproj] = [f.arity for f in nary]
         S[lay.dom: lay.pos] = S[lay.pos: lay.length] = np.tile(np.arange(d), n)
         self.S = S
-        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos
+        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos, nproj
         self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k, lay.dom,
-                                 lay.pos], dtype=np.int64)
+                                 lay.pos, lay.nproj], dtype=np.int64)
         # hints, never trailed: simple-support residues, full-support residues, each variable's EAC value
         self.hints = np.full(4 * m * d + n, -1, dtype=np.int64)
         self.weight = np.zeros(m + k, dtype=np.int64)
@@ -191,7 +198,7 @@ class DepthFirst:
         depth = int(sum(domains)) + 1
         self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
                                                                     for _ in range(5))
-        self.scratch = np.zeros(n, dtype=np.int64)
+        self.scratch = np.zeros(n, dtype=np.int64)  # a leaf's assignment; an n-ary function's live tuple
         self.tmp = np.zeros(2 * d, dtype=np.int64)
 
     @property

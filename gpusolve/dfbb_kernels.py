@@ -14,6 +14,7 @@ from .dfbb_state import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC,
 
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
+NARY_TUPLES = 1 << 10  # an n-ary function with more live tuples waits for its domains to shrink
 
 
 @jit
@@ -196,26 +197,64 @@ def pair_cost(S, lay, k, side, T, boff, bdj, top, b, a):
 
 
 @jit
-def project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl):
-    """All but one variable of n-ary function k are assigned: its costs given them go onto the
-    last one's unary costs (or onto c0 when none is left); the function is then used up."""
-    d, U = lay[1], lay[0]
-    base, free = noff[k], -1
+def live_tuples(S, lay, k, nptr, nscope, limit):
+    """How many tuples of n-ary function k have all their values alive, or limit + 1 when more."""
+    count = 1
     for p in range(nptr[k], nptr[k + 1]):
-        v = nscope[p]
-        if S[lay[3] + v] == 1 and S[lay[5] + v] == 1:
-            base += live(S, lay, v, 0) * nstride[p]
-        else:
-            free = p
-    if free < 0:
-        put(S, 0, min(S[0] + NT[base], top), trail, stamp, ctl)
-        return -1
-    z = nscope[free]
+        count *= S[lay[3] + nscope[p]]
+        if count > limit:
+            return limit + 1
+    return count
+
+
+@jit
+def nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit):
+    """n-ary function k's current cost at the tuple of the live values numbered by `digit`."""
+    d, i, drawn = lay[1], noff[k], 0
+    for p in range(nptr[k], nptr[k + 1]):
+        a = live(S, lay, nscope[p], digit[p - nptr[k]])
+        i += a * nstride[p]
+        drawn += S[lay[12] + p * d + a]
+    return top if NT[i] >= top else NT[i] - drawn
+
+
+@jit
+def revise_nary(S, lay, k, q, nptr, nscope, nstride, noff, NT, top, digit, low, trail, stamp, ctl):
+    """AC* for n-ary function k towards its variable at position q (of nptr[k]..): the least cost over
+    the live tuples with each value is projected onto that value, as `revise` does for a binary one.
+    digit: the live tuple being visited (an odometer); low: the least cost per value."""
+    d, U = lay[1], lay[0]
+    z = nscope[q]
+    arity = nptr[k + 1] - nptr[k]
     for t in range(S[lay[3] + z]):
-        c = live(S, lay, z, t)
-        i = U + z * d + c
-        put(S, i, min(S[i] + NT[base + c * nstride[free]], top), trail, stamp, ctl)
-    return z
+        low[live(S, lay, z, t)] = top
+    for p in range(arity):
+        digit[p] = 0
+    while True:
+        a = live(S, lay, z, digit[q - nptr[k]])
+        low[a] = min(low[a], nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit))
+        p = arity - 1
+        while p >= 0 and digit[p] == S[lay[3] + nscope[nptr[k] + p]] - 1:
+            digit[p] = 0
+            p -= 1
+        if p < 0:
+            break
+        digit[p] += 1
+    out = 0
+    for t in range(S[lay[3] + z]):
+        a = live(S, lay, z, t)
+        if low[a] > 0:
+            i = U + z * d + a
+            if S[i] == 0:
+                out |= FROM_ZERO
+            if low[a] >= top:
+                put(S, i, top, trail, stamp, ctl)
+            else:
+                j = lay[12] + q * d + a
+                put(S, j, S[j] + low[a], trail, stamp, ctl)
+                put(S, i, min(S[i] + low[a], top), trail, stamp, ctl)
+            out |= ROSE
+    return out
 
 
 @jit
@@ -404,9 +443,9 @@ def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
 
 @jit
 def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT, nadj_ptr,
-               nadj_k, top, hints, weight, trail, stamp, ctl, qs):
-    """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it; an
-    n-ary function left with one unassigned variable is projected onto it. False on a wipe-out."""
+               nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
+    """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it, through
+    binary functions and the n-ary ones whose live tuples are few. False on a wipe-out."""
     m = lay[7]
     while ctl[QLEN + AC] > 0:
         x = pop(qs, AC, ctl)
@@ -415,17 +454,17 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
         if S[lay[3] + x] == 1 and S[lay[5] + x] == 0:  # x just got assigned
             put(S, lay[5] + x, 1, trail, stamp, ctl)
             for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
-                k = nadj_k[p]
-                left = S[lay[8] + k] - 1
-                put(S, lay[8] + k, left, trail, stamp, ctl)
-                if left == 1:
-                    z = project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl)
-                    if z >= 0:
-                        raised(qs, z, ctl)
-                    ok = z < 0 or node_consistent(S, lay, z, top, trail, stamp, ctl, qs)
-                    if not ok or S[0] >= ctl[UB]:
-                        weight[m + k] += 1
-                        return False
+                put(S, lay[8] + nadj_k[p], S[lay[8] + nadj_k[p]] - 1, trail, stamp, ctl)
+        for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
+            k = nadj_k[p]
+            if live_tuples(S, lay, k, nptr, nscope, NARY_TUPLES) > NARY_TUPLES:
+                continue
+            for q in range(nptr[k], nptr[k + 1]):
+                if nscope[q] == x:  # its values keep their supports; the root's queue holds every variable
+                    continue
+                out = revise_nary(S, lay, k, q, nptr, nscope, nstride, noff, NT, top, scratch, tmp, trail, stamp, ctl)
+                if not after_projection(S, lay, out, nscope[q], m + k, top, weight, trail, stamp, ctl, qs):
+                    return False
         for p in range(adj_ptr[x], adj_ptr[x + 1]):
             k, side = adj_k[p], adj_side[p]
             y = bvar[2 * k + 1 - side]
@@ -452,7 +491,7 @@ def nc_everywhere(S, lay, trail, stamp, ctl, qs):
 
 @jit
 def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp):
+              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, scratch, tmp):
     """EDAC* (EAC, DAC* and AC* with NC*) to a fixpoint, the queues taken in the paper's order; False on a
     wipe-out or when c0 reaches the upper bound. Each round that finds a variable not EAC raises c0."""
     while True:
@@ -467,7 +506,7 @@ def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope
                            qs, tmp):
             return False
         if not enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs):
+                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
             return False
 
 
@@ -527,7 +566,7 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
         mode = ctl[MODE]
         if mode == PROPAGATE:
             ok = propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff,
-                           NT, nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp)
+                           NT, nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, scratch, tmp)
             clear_queues(ctl, qs)
             if not ok:
                 ctl[FAILS] += 1
