@@ -9,8 +9,9 @@ its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
-from .dfbb_state import (AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST,
-                   LEFT, LEVEL, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, SLACK, TRAIL, UB)
+from .dfbb_state import (AC, BACKTRACK, BACKTRACKS, BASE, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS,
+                         FOUND, GROW, LAST, LEFT, LEVEL, LIMIT, MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, ROOT,
+                         SLACK, TRAIL, UB, ZLIMIT)
 
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
@@ -337,7 +338,7 @@ def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
     h = 2 * m * d + (2 * k + side) * d + a
     if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h]):
         return True
-    b = hints[4 * m * d + j]
+    b = S[lay[13] + j]
     t = 0
     while not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
         if t == S[lay[3] + j]:
@@ -349,7 +350,7 @@ def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
 
 
 @jit
-def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, trail, stamp, ctl):
     """Is a, alive with u_i(a) = 0, fully supported by every neighbour of i? Then it is i's EAC value."""
     d = lay[1]
     if a < 0 or S[lay[2] + i * d + a] == 0 or S[lay[0] + i * d + a] != 0:
@@ -357,24 +358,26 @@ def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side
     for p in range(adj_ptr[i], adj_ptr[i + 1]):
         if not supported(S, lay, adj_k[p], adj_side[p], a, T, boff, bdj, bvar, top, hints):
             return False
-    hints[4 * lay[7] * d + i] = a
+    if S[lay[13] + i] != a:
+        put(S, lay[13] + i, a, trail, stamp, ctl)
     return True
 
 
 @jit
-def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best, trail, stamp, ctl):
     """EAC on i: some value has a zero unary cost and a full support in every neighbour. The incumbent's
     value is tried first, then the last EAC value."""
-    first, second = best[i], hints[4 * lay[7] * lay[1] + i]
-    if existential_value(S, lay, i, first, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+    first, second = best[i], S[lay[13] + i]
+    if existential_value(S, lay, i, first, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, trail, stamp,
+                         ctl):
         return True
     if second != first and existential_value(S, lay, i, second, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side,
-                                             top, hints):
+                                             top, hints, trail, stamp, ctl):
         return True
     for t in range(S[lay[3] + i]):
         a = live(S, lay, i, t)
         if a != first and a != second and existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k,
-                                                            adj_side, top, hints):
+                                                            adj_side, top, hints, trail, stamp, ctl):
             return True
     return False
 
@@ -393,13 +396,13 @@ def enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints
             if adj_side[p] == 0:
                 k = adj_k[p]
                 y = bvar[2 * k + 1]
-                s = hints[4 * lay[7] * lay[1] + y]
+                s = S[lay[13] + y]
                 if not (s >= 0 and S[lay[2] + y * lay[1] + s] and S[lay[0] + y * lay[1] + s] == 0
                         and supported(S, lay, k, 1, s, T, boff, bdj, bvar, top, hints)):
                     push(qs, EAC_CHECK, y, ctl)
     while ctl[QLEN + EAC_CHECK] > 0:
         i = pop(qs, EAC_CHECK, ctl)
-        if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+        if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best, trail, stamp, ctl):
             continue
         for p in range(adj_ptr[i], adj_ptr[i + 1]):
             full_support(S, lay, adj_k[p], adj_side[p], T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
@@ -535,7 +538,7 @@ def choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, bes
                 x, bs, bw = v, s, w
     a = best[x]
     if a < 0 or S[lay[2] + x * d + a] == 0:
-        a = hints[4 * m * d + x]  # alive with unary cost 0 at an EDAC fixpoint
+        a = S[lay[13] + x]  # alive with unary cost 0 at an EDAC fixpoint
     return x, a
 
 
@@ -599,17 +602,20 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
             ctl[NODES] += 1
             x, a = choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, hints, ctl)
             dep = ctl[DEPTH]
+            if dep == 0:
+                ctl[ROOT] = ctl[TRAIL]
             dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, LEFT, ctl[TRAIL], S[0]
             ctl[DEPTH] = dep + 1
             ctl[LEVEL] += 1
-            for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
-                if live(S, lay, x, t) != a:
-                    remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
+            take(S, lay, x, a, LEFT, trail, stamp, ctl, qs)
             ctl[MODE] = PROPAGATE
         else:  # BACKTRACK
+            if ctl[BACKTRACKS] == ctl[ZLIMIT]:
+                return LIMIT
+            ctl[BACKTRACKS] += 1
             while True:
                 dep = ctl[DEPTH]
-                if dep == 0:
+                if dep == ctl[BASE]:
                     return COMPLETE
                 top_d = dep - 1
                 mark = dmark[top_d]
@@ -625,3 +631,29 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
                     ctl[MODE] = PROPAGATE
                     break
                 ctl[DEPTH] = dep - 1
+
+
+@jit
+def take(S, lay, x, a, branch, trail, stamp, ctl, qs):
+    """The decision x = a (LEFT) or x != a (RIGHT), on a domain that keeps a value."""
+    if branch == LEFT:
+        for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
+            if live(S, lay, x, t) != a:
+                remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
+    elif S[lay[2] + x * lay[1] + a]:
+        remove(S, lay, x, a, trail, stamp, ctl, qs)
+
+
+@jit
+def replay(S, lay, trail, stamp, ctl, qs, dvar, dval, dbranch, depth):
+    """The node of the decisions dvar, dval, dbranch[:depth], from the root's state with all of them taken
+    at once (one propagation), as the base of a new dive."""
+    for t in range(ctl[TRAIL] - 1, ctl[ROOT] - 1, -1):
+        S[trail[t, 0]] = trail[t, 1]
+    ctl[TRAIL] = ctl[ROOT]
+    ctl[LEVEL] += 1
+    for i in range(depth):
+        take(S, lay, dvar[i], dval[i], dbranch[i], trail, stamp, ctl, qs)
+    ctl[DEPTH] = ctl[BASE] = depth
+    ctl[BACKTRACKS] = 0
+    ctl[MODE] = PROPAGATE

@@ -15,8 +15,8 @@ from helpers import brute_force, random_problem
 pytest.importorskip("numba")
 
 
-def solve(problem, node_limit=1 << 14, upper=None):
-    search = DepthFirst(problem, upper)
+def solve(problem, node_limit=1 << 14, upper=None, best_first=True):
+    search = DepthFirst(problem, upper, best_first)
     while search.run(node_limit) != COMPLETE:
         pass
     return search
@@ -28,12 +28,13 @@ def random_case(seed, arity_max=3, n_max=6):
                           p_hard=float(rng.uniform(0.0, 0.7)))
 
 
+@pytest.mark.parametrize("best_first", [True, False])
 @pytest.mark.parametrize("block", range(6))
-def test_the_optimum_equals_brute_force(block):
+def test_the_optimum_equals_brute_force(block, best_first):
     for seed in range(block * 60, block * 60 + 60):
         problem = random_case(seed)
         optimum, _ = brute_force(problem)
-        search = solve(problem)
+        search = solve(problem, best_first=best_first)
         assert search.complete and search.lower_bound == search.ub
         if optimum >= problem.top:
             assert search.ub >= problem.top, seed  # infeasible: no incumbent
@@ -69,18 +70,21 @@ def decisions(search):
     return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
 
 
+@pytest.mark.parametrize("best_first", [True, False])
 @pytest.mark.parametrize("arity_max", [2, 4])
 @pytest.mark.parametrize("seed", range(60))
-def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_max):
+def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_max, best_first):
     """EPTs keep every live assignment's cost; c0 never exceeds the best assignment under the node's
-    decisions (brute force), and the reported global bound never exceeds the optimum."""
+    decisions (brute force), and the reported global bound never exceeds the optimum nor falls."""
     problem = random_case(1000 + seed, arity_max=arity_max, n_max=5)
     optimum, _ = brute_force(problem)
-    search = DepthFirst(problem)
+    search = DepthFirst(problem, best_first=best_first)
     lay, d = search.lay, search.lay.d
+    reported = 0
     while True:
         status = search.run(1)
-        assert search.lower_bound <= min(optimum, problem.top)
+        assert reported <= search.lower_bound <= min(optimum, problem.top)
+        reported = search.lower_bound
         if status == PAUSED and search.ctl[MODE] == BRANCH:  # a node after propagation
             taken = decisions(search)
             best_below = problem.top
@@ -129,7 +133,7 @@ def assert_edac(search):
         full[i] &= ((cost == 0) & zero_j[None, :]).any(axis=1)
         full[j] &= ((cost == 0) & zero_i[:, None]).any(axis=0)
     assert all(values.any() for values in full.values()), "EAC"
-    eac_value = search.hints[len(search.hints) - search.lay.n:]  # the value kept for branching
+    eac_value = search.S[search.lay.eac: search.lay.dom]  # the value kept for branching
     assert all(full[v][eac_value[v]] for v in full), "EAC value"
     lay, S = search.lay, search.S
     dom = S[lay.dom: lay.pos].reshape(lay.n, lay.d)
@@ -210,6 +214,28 @@ def test_pedigree1s_root_bound_comes_from_its_nary_functions(shared_instances):
     search = DepthFirst(problem)
     search.run(0)
     assert 0 < problem.to_file_value(search.lower_bound) <= optimum
+
+
+def test_best_first_raises_the_global_bound_before_the_proof(shared_instances):
+    """HBFS's point: on pedigree1 (not proven in these nodes) the bound of its open nodes rises well above
+    the root's, where depth-first search keeps the root's open left branch, hence its bound; both stay
+    below the optimum (optima.csv), and HBFS's incumbent is no worse."""
+    import csv
+    from gpusolve import parsers
+    problem = parsers.read(shared_instances / "pedigree1.wcsp")
+    with open(shared_instances / "optima.csv") as f:
+        optimum = next(int(row["optimum"]) for row in csv.DictReader(f) if row["file"] == "pedigree1.wcsp")
+    found = {}
+    for best_first in (True, False):
+        search = DepthFirst(problem, best_first=best_first)
+        search.run(0)
+        root = search.lower_bound
+        while search.nodes < 20000 and search.run(1 << 12) != COMPLETE:
+            pass
+        assert not search.complete and search.lower_bound <= optimum
+        found[best_first] = (search.lower_bound - root, search.ub)
+    assert found[False][0] == 0 and found[True][0] > 0
+    assert found[True][1] <= found[False][1]
 
 
 def test_float_problems_and_kept_globals_are_refused():
