@@ -26,7 +26,7 @@ Schiex & Zytnicki, CP 2015): depth-first dives, each stopped after Z
 backtracks, from the open node of least lower bound; a stopped dive leaves its
 unexplored right branches as open nodes (their decisions from the root and
 their parent's c0). The global lower bound is the least over open nodes and
-the current dive's. Z doubles when replaying open nodes costs more than
+the current dive's. Z starts at Z_FIRST, doubles when replaying open nodes costs more than
 HBFS_BETA of the nodes and halves below HBFS_ALPHA (toulbar2's rule and
 defaults); past OPEN_LIMIT stored decisions, dives run to their end. A node is
 replayed by restoring the root's state and taking all its decisions at once.
@@ -46,6 +46,7 @@ from .dfbb_state import (AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW,
                          QLEN, RIGHT, SLACK, UB, ZLIMIT)
 
 HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
+Z_FIRST = 1 << 10  # the first dive's Z: small problems are proven in it, as depth-first search proves them
 Z_MAX = 1 << 14  # Z doubles up to here
 OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
 NO_LIMIT = 1 << 62
@@ -156,7 +157,7 @@ class DepthFirst:
         self.best = np.full(n, -1, dtype=np.int64)
         self.complete = False
         self.best_first = best_first
-        self.z = 1  # HBFS's backtrack limit per dive
+        self.z = Z_FIRST  # HBFS's backtrack limit per dive
         self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
         self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
         self.pushed = 0
