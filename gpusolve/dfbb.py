@@ -173,7 +173,9 @@ class DepthFirst:
         self.bvar = np.array([v for p in pairs for v in p], dtype=np.int64)
         tables = [np.pad(binary[p], ((0, d - binary[p].shape[0]), (0, d - binary[p].shape[1])),
                          constant_values=top) for p in pairs]
-        self.T = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(1, dtype=np.int64)
+        # int32 where every cost (at most top) fits: half the memory traffic of the tables, read at every node
+        narrow = np.int32 if top <= np.iinfo(np.int32).max else np.int64
+        self.T = (np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(1, np.int64)).astype(narrow)
         self.boff = np.arange(m, dtype=np.int64) * d * d
         self.bdj = np.full(m, d, dtype=np.int64)
         incident = [[] for _ in range(n)]

@@ -238,6 +238,18 @@ def test_best_first_raises_the_global_bound_before_the_proof(shared_instances):
     assert found[True][1] <= found[False][1]
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_costs_beyond_int32_stay_exact(seed):
+    """Binary tables are stored as int32 only where top fits; costs near 2**40 keep the int64 path."""
+    narrow = random_case(7000 + seed)
+    functions = [CostFunction(f.scope, np.where(f.table == FORBIDDEN, FORBIDDEN, f.table * (1 << 35)))
+                 for f in narrow.functions]
+    problem = finalize_integer(Problem("wide", narrow.variables, functions, integer=True), None)
+    optimum, _ = brute_force(problem)
+    search = solve(problem)
+    assert search.T.dtype == np.int64 and search.ub == min(optimum, problem.top)
+
+
 def test_float_problems_and_kept_globals_are_refused():
     rng = np.random.default_rng(3)
     problem = random_problem(rng, integer=False)
