@@ -231,7 +231,8 @@ class DepthFirst:
         self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
                                                                     for _ in range(5))
         self.scratch = np.zeros(n, dtype=np.int64)  # a leaf's assignment; an n-ary function's live tuple
-        self.tmp = np.zeros(2 * d, dtype=np.int64)
+        # full_support's costs and values; least_nary's least costs per position and value
+        self.tmp = np.zeros(max([2] + [f.arity for f in nary]) * d, dtype=np.int64)
 
     @property
     def nodes(self) -> int:

@@ -220,40 +220,52 @@ def nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit):
 
 
 @jit
-def revise_nary(S, lay, k, q, nptr, nscope, nstride, noff, NT, top, digit, low, trail, stamp, ctl):
-    """AC* for n-ary function k towards its variable at position q (of nptr[k]..): the least cost over
-    the live tuples with each value is projected onto that value, as `revise` does for a binary one.
-    digit: the live tuple being visited (an odometer); low: the least cost per value."""
-    d, U = lay[1], lay[0]
-    z = nscope[q]
-    arity = nptr[k + 1] - nptr[k]
-    for t in range(S[lay[3] + z]):
-        low[live(S, lay, z, t)] = top
+def least_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit, low):
+    """The least cost of n-ary function k over its live tuples with each value of each of its variables,
+    in low[p * d + value] for the variable at position p (of k's), in one pass over the live tuples
+    (digit: the tuple visited, an odometer)."""
+    d, arity = lay[1], nptr[k + 1] - nptr[k]
     for p in range(arity):
         digit[p] = 0
+        z = nscope[nptr[k] + p]
+        for t in range(S[lay[3] + z]):
+            low[p * d + live(S, lay, z, t)] = top
     while True:
-        a = live(S, lay, z, digit[q - nptr[k]])
-        low[a] = min(low[a], nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit))
+        c = nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit)
+        for p in range(arity):
+            i = p * d + live(S, lay, nscope[nptr[k] + p], digit[p])
+            low[i] = min(low[i], c)
         p = arity - 1
         while p >= 0 and digit[p] == S[lay[3] + nscope[nptr[k] + p]] - 1:
             digit[p] = 0
             p -= 1
         if p < 0:
-            break
+            return
         digit[p] += 1
-    out = 0
+
+
+@jit
+def project_nary(S, lay, k, p, nptr, nscope, top, low, trail, stamp, ctl):
+    """AC* for n-ary function k towards its variable at position p: each value's least cost (`low`, as
+    least_nary leaves it) goes onto its unary cost, as `revise` does for a binary function. Returns
+    what it did as revise does, or -1 when every least cost is 0."""
+    d, U = lay[1], lay[0]
+    z = nscope[nptr[k] + p]
+    out = -1
     for t in range(S[lay[3] + z]):
         a = live(S, lay, z, t)
-        if low[a] > 0:
+        c = low[p * d + a]
+        if c > 0:
             i = U + z * d + a
+            out = max(out, 0)
             if S[i] == 0:
                 out |= FROM_ZERO
-            if low[a] >= top:
+            if c >= top:
                 put(S, i, top, trail, stamp, ctl)
             else:
-                j = lay[12] + q * d + a
-                put(S, j, S[j] + low[a], trail, stamp, ctl)
-                put(S, i, min(S[i] + low[a], top), trail, stamp, ctl)
+                j = lay[12] + (nptr[k] + p) * d + a
+                put(S, j, S[j] + c, trail, stamp, ctl)
+                put(S, i, min(S[i] + c, top), trail, stamp, ctl)
             out |= ROSE
     return out
 
@@ -460,13 +472,18 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
                 put(S, lay[8] + nadj_k[p], S[lay[8] + nadj_k[p]] - 1, trail, stamp, ctl)
         for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
             k = nadj_k[p]
-            if live_tuples(S, lay, k, nptr, nscope, NARY_TUPLES) > NARY_TUPLES:
-                continue
-            for q in range(nptr[k], nptr[k + 1]):
-                if nscope[q] == x:  # its values keep their supports; the root's queue holds every variable
-                    continue
-                out = revise_nary(S, lay, k, q, nptr, nscope, nstride, noff, NT, top, scratch, tmp, trail, stamp, ctl)
-                if not after_projection(S, lay, out, nscope[q], m + k, top, weight, trail, stamp, ctl, qs):
+            q = 0
+            while q < nptr[k + 1] - nptr[k] and live_tuples(S, lay, k, nptr, nscope, NARY_TUPLES) <= NARY_TUPLES:
+                # after a projection the least costs of the other variables are computed again
+                least_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, scratch, tmp)
+                out = -1
+                q = 0
+                while out < 0 and q < nptr[k + 1] - nptr[k]:
+                    if nscope[nptr[k] + q] != x:  # x's values keep their supports; the root's queue holds all
+                        out = project_nary(S, lay, k, q, nptr, nscope, top, tmp, trail, stamp, ctl)
+                    q += 1
+                if out >= 0 and not after_projection(S, lay, out, nscope[nptr[k] + q - 1], m + k, top, weight, trail,
+                                                     stamp, ctl, qs):
                     return False
         for p in range(adj_ptr[x], adj_ptr[x + 1]):
             k, side = adj_k[p], adj_side[p]
