@@ -46,7 +46,7 @@ from .dfbb_state import (AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW,
                          QLEN, RIGHT, SLACK, UB, ZLIMIT)
 
 HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
-Z_FIRST = 1 << 10  # the first dive's Z: small problems are proven in it, as depth-first search proves them
+Z_FIRST = 1 << 12  # the first dive's Z: small problems are proven in it, as depth-first search proves them
 Z_MAX = 1 << 14  # Z doubles up to here
 OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
 NO_LIMIT = 1 << 62
@@ -120,10 +120,10 @@ def supports(problem: Problem) -> str | None:
 
 
 class DepthFirst:
-    """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS unless
-    `best_first` is False (plain depth-first branch and bound)."""
+    """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS, its first
+    dive limited to `z` backtracks, unless `best_first` is False (plain depth-first branch and bound)."""
 
-    def __init__(self, problem: Problem, upper=None, best_first: bool = True):
+    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST):
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
@@ -157,7 +157,7 @@ class DepthFirst:
         self.best = np.full(n, -1, dtype=np.int64)
         self.complete = False
         self.best_first = best_first
-        self.z = Z_FIRST  # HBFS's backtrack limit per dive
+        self.z = z  # HBFS's backtrack limit per dive
         self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
         self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
         self.pushed = 0
@@ -322,10 +322,12 @@ class Beside:
     the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
     schedule's Bounds, so that only one thread at a time touches them."""
 
-    LABEL = "DFBB (EDAC*)"
+    LABEL = "HBFS (EDAC*)"
 
-    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12):
-        self.search = DepthFirst(problem, bounds.upper)
+    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12, best_first: bool = True):
+        self.search = DepthFirst(problem, bounds.upper, best_first)
+        if not best_first:
+            self.LABEL = "DFBB (EDAC*)"
         self.slice_nodes = slice_nodes
         self._lock = threading.Lock()
         self._found: list[np.ndarray] = []
@@ -394,5 +396,6 @@ class Beside:
     def stats(self) -> dict:
         nodes = self.search.nodes
         took = max(self.time_s - self.compile_s, 0.0)
-        return {"nodes": nodes, "nodes_per_s": nodes / took if took else 0.0, "complete": self.search.complete,
-                "time_s": self.time_s, "compile_s": self.compile_s}
+        return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
+                "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
+                "compile_s": self.compile_s}

@@ -15,8 +15,12 @@ from helpers import brute_force, random_problem
 pytest.importorskip("numba")
 
 
-def solve(problem, node_limit=1 << 14, upper=None, best_first=True):
-    search = DepthFirst(problem, upper, best_first)
+# HBFS from a first dive of one backtrack, so that small problems take many dives; depth-first search
+ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}}
+
+
+def solve(problem, node_limit=1 << 14, upper=None, order="hbfs"):
+    search = DepthFirst(problem, upper, **ORDERS[order])
     while search.run(node_limit) != COMPLETE:
         pass
     return search
@@ -28,13 +32,13 @@ def random_case(seed, arity_max=3, n_max=6):
                           p_hard=float(rng.uniform(0.0, 0.7)))
 
 
-@pytest.mark.parametrize("best_first", [True, False])
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("block", range(6))
-def test_the_optimum_equals_brute_force(block, best_first):
+def test_the_optimum_equals_brute_force(block, order):
     for seed in range(block * 60, block * 60 + 60):
         problem = random_case(seed)
         optimum, _ = brute_force(problem)
-        search = solve(problem, best_first=best_first)
+        search = solve(problem, order=order)
         assert search.complete and search.lower_bound == search.ub
         if optimum >= problem.top:
             assert search.ub >= problem.top, seed  # infeasible: no incumbent
@@ -70,15 +74,15 @@ def decisions(search):
     return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
 
 
-@pytest.mark.parametrize("best_first", [True, False])
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("arity_max", [2, 4])
 @pytest.mark.parametrize("seed", range(60))
-def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_max, best_first):
+def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_max, order):
     """EPTs keep every live assignment's cost; c0 never exceeds the best assignment under the node's
     decisions (brute force), and the reported global bound never exceeds the optimum nor falls."""
     problem = random_case(1000 + seed, arity_max=arity_max, n_max=5)
     optimum, _ = brute_force(problem)
-    search = DepthFirst(problem, best_first=best_first)
+    search = DepthFirst(problem, **ORDERS[order])
     lay, d = search.lay, search.lay.d
     reported = 0
     while True:
@@ -151,9 +155,10 @@ def random_binary(rng):
     return finalize_integer(Problem("binary", variables, functions, integer=True), int(rng.integers(20, 200)))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", range(40))
-def test_every_node_after_propagation_is_edac(seed):
-    search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)))
+def test_every_node_after_propagation_is_edac(seed, order):
+    search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)), **ORDERS[order])
     while (status := search.run(1)) != COMPLETE:
         if status == PAUSED and search.ctl[MODE] == BRANCH:
             assert_edac(search)
@@ -168,7 +173,7 @@ def test_slices_of_any_size_make_the_same_search(seed):
 
 def test_each_better_incumbent_is_reported_as_found():
     problem = random_case(7, n_max=6)
-    search = DepthFirst(problem)
+    search = DepthFirst(problem, **ORDERS["hbfs"])
     seen = []
     while (status := search.run(1 << 10)) != COMPLETE:
         if status == FOUND:
