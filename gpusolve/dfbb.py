@@ -260,7 +260,7 @@ class DepthFirst:
     def run(self, node_limit: int = 1 << 14) -> int:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
-        from .dfbb_kernels import replay, run  # numba and its cache load with the first search, not at import
+        from .dfbb_search import replay, run  # numba and its cache load with the first search, not at import
         stop_at = self.nodes + node_limit
         while True:
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
