@@ -38,7 +38,7 @@ gpu-test:
 
 # After a change to the shape-generic kernels' source: their prebuilt cubins (CuPy's NVRTC, no GPU needed).
 cubins:
-	$(GPU_PYTHON) -m gpusolve.engines.cubins
+	$(GPU_PYTHON) -m gpusolve.engines.kernels
 
 clean:
 	rm -rf $(VENV) .pytest_cache

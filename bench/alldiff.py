@@ -29,12 +29,13 @@ import time
 import numpy as np
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve import alldiff_kernel, mac
-from gpusolve.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
+from gpusolve.consistency import alldiff_kernel
+from gpusolve.search import mac
+from gpusolve.consistency.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
 from gpusolve.generate import langford, queens
-from gpusolve.globals import id_table, value_ids
-from gpusolve.mac import Mac
-from gpusolve.search import Stopped
+from gpusolve.consistency.globals import id_table, value_ids
+from gpusolve.search.mac import Mac
+from gpusolve.search.andor import Stopped
 
 
 def queens_graphs(n: int) -> list[np.ndarray]:

@@ -4,7 +4,7 @@ The bucket: one eliminated variable and W separator variables, domain D, with
 one binary cost table pairing the eliminated variable with each separator
 variable (GpuBE's standard bucket, scaled to one CPU core). Run on 1, 2, 4, ...
 threads up to --threads (default: every core): the gain of each thread past
-the first is engines.THREAD_GAIN's measure. Prints the figures and writes JSON
+the first is engines/registry.py's THREAD_GAIN measure. Prints the figures and writes JSON
 to bench/results/.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np  # noqa: E402
 from common import cpu_name, write_result  # noqa: E402
 
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
-from gpusolve.plan import MiniBucket  # noqa: E402
-from gpusolve.scaleout import default_workers  # noqa: E402
+from gpusolve.plan.buckets import MiniBucket  # noqa: E402
+from gpusolve.host import cores  # noqa: E402
 
 
 def standard_bucket(w: int, d: int, seed: int = 0):
@@ -44,7 +44,7 @@ def main():
         args.w, args.repeat = 4, 1
     mb, inputs, domains = standard_bucket(args.w, args.d)
     top = 1 << 40
-    most = args.threads or default_workers()
+    most = args.threads or cores()
     counts = sorted({1, most} | {t for t in (2, 4, 8, 16, 32, 64) if t < most})
     rows = []
     for threads in counts:
@@ -63,7 +63,7 @@ def main():
         print(f"bucket w={args.w} d={args.d}: {mb.joint_entries:.3g} joint entries, {threads} thread(s): best "
               f"{best:.3f} s -> {rate:.3g} entries/s" + (f", each thread past the first adds {gain:.2f}x "
                                                          "the one-thread rate" if gain is not None else ""))
-    write_result("cpu_engine", cpu_name(), host=platform.node(), cpus=default_workers(), w=args.w, d=args.d,
+    write_result("cpu_engine", cpu_name(), host=platform.node(), cpus=cores(), w=args.w, d=args.d,
                  joint_entries=mb.joint_entries, rows=rows, numpy=np.__version__)
 
 

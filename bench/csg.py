@@ -30,9 +30,9 @@ import time
 
 from common import cpu_name, gpu_name, write_result
 
-from gpusolve import csg
-from gpusolve.engines import gpu_unavailable_reason
-from gpusolve.scaleout import default_workers
+from gpusolve.csg import dp as csg
+from gpusolve.cuda.runtime import gpu_unavailable_reason
+from gpusolve.host import cores
 
 
 def copy_bandwidth(cp, nbytes: int = 1 << 30) -> float:
@@ -101,7 +101,7 @@ def sweep(args, gpu: bool, save) -> list[dict]:
 
 def workers_sweep(args, gpu: bool) -> tuple[list[dict], str]:
     """Per n, the DP on the first worker alone, then on the first --workers, over one cluster."""
-    from gpusolve.scaleout import executor
+    from gpusolve.distributed.cluster import executor
     device = "gpu" if gpu else "cpu"
     rows, last = [], 0.0
     with executor(args.scheduler, None if args.scheduler else args.workers, gpus=gpu) as (client, what, cluster_s):
@@ -164,7 +164,7 @@ def main():
         print(f"copy bandwidth {bw / 1e9:.0f} GB/s: {bw / (2 * item):.3g} splits/s if each split read its two "
               f"values from DRAM once, {bw / 64:.3g} if each read cost a 32-byte sector")
     sweep(args, gpu, lambda rows: write_result("csg", device, cpu=cpu_name(), budget_s=args.budget, rows=rows,
-                                               cpu_threads=args.threads or default_workers(), **extra))
+                                               cpu_threads=args.threads or cores(), **extra))
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.dcop import solve_dcop  # noqa: E402
+from gpusolve.dcop.dpop import solve_dcop  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.plan import BudgetError  # noqa: E402
+from gpusolve.host import BudgetError  # noqa: E402
 
 DRIVER = r'''
 import collections, collections.abc, json, sys, threading, time, types

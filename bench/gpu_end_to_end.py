@@ -30,12 +30,12 @@ import time
 
 from common import gpu_name, write_result
 
-from gpusolve import graph
-from gpusolve.engines import AUTO_MIN_JOINT
+from gpusolve.order import graph
+from gpusolve.engines.select import where_to_run
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.solve import Options, choose_plan, solve
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.schedule.solve import Options, choose_plan, solve
 
 MAX_PEAK = 60 << 30  # exact plans needing more (messages stay on the device) are reported, not run
 FUSED_WARM_MIN = 10_000_000  # plans from this size get a warm run with every bucket fused
@@ -126,7 +126,7 @@ def main():
     process_startup = time.perf_counter() - t_import
     print(f"CuPy import and CUDA context: {process_startup:.2f} s")
 
-    from gpusolve.engines import cupy_engine
+    from gpusolve.cuda import loader
     from gpusolve.engines.cupy_engine import FUSE_MIN, CupyEngine
     start = time.perf_counter()
     cpu_rate = 5e7  # joint entries/s, refined from every CPU run
@@ -148,17 +148,17 @@ def main():
                    "induced_width": plan.induced_width, "exact": plan.z is None,
                    "plan_joint_entries": joint, "largest_bucket_joint_entries": big.joint_entries,
                    "largest_bucket_out_bytes": big.out_entries * 8, "peak_bytes": plan.peak_bytes,
-                   "order_s": t1 - t0, "plan_s": t2 - t1, "auto_picks_gpu": joint >= AUTO_MIN_JOINT}
+                   "order_s": t1 - t0, "plan_s": t2 - t1, "auto_picks_gpu": where_to_run("auto", joint, len(plan.minibuckets))[0] == "device"}
             if plan.z is not None or plan.peak_bytes > MAX_PEAK:
                 row["skipped"] = f"exact plan needs more than {MAX_PEAK / 2**30:.0f} GiB"
                 rows.append(row)
                 print(f"{topology:9} n={n:3} d={d:3} p1={p1:.1f}: skipped, {row['skipped']}")
                 continue
-            cupy_engine._KERNELS.clear()  # as a new process: no kernel compiled yet (disk cache aside)
+            loader._KERNELS.clear()  # as a new process: no kernel compiled yet (disk cache aside)
             cold_engine = CupyEngine()
             gpu_cold, cold = timed_run(problem, plan, cold_engine)
             row["gpu_cold"] = dict(cold, init_s=cold_engine.init_s, compile_s=cold_engine.compile_s,
-                                   kernels_compiled=cold_engine.stats["compiled"], **{
+                                   kernels_compiled=cold_engine.kernels.compiled, **{
                                        k: cold_engine.stats[k] for k in ("fused", "dense", "streamed")})
             del cold_engine
             if joint >= FUSED_WARM_MIN:  # every bucket through a kernel compiled beforehand
@@ -239,7 +239,6 @@ def main():
         "gpu_cold_minus_cpu_max_s_below_auto_threshold": max(
             (r["gpu_cold"]["eliminate"] + r["gpu_cold"]["assign"] + r["gpu_cold"]["init_s"]
              - r["cpu"]["eliminate"] - r["cpu"]["assign"] for r in tiny), default=None),
-        "auto_min_joint": AUTO_MIN_JOINT,
         "process_startup_s": process_startup,
     }
     print(json.dumps(summary, indent=1))

@@ -42,7 +42,7 @@ def copy_bandwidth(cp, nbytes=4 << 30, repeat=10):
 
 def dense_rate(cp, rng, w=7, d=10):
     """The shared dense step on CuPy arrays: what buckets below FUSE_MIN run (no compilation)."""
-    from gpusolve.plan import MiniBucket
+    from gpusolve.plan.buckets import MiniBucket
     engine = CupyEngine(fuse_min=1 << 62, generic=False)
     var, sep = 0, tuple(range(w, 0, -1))
     inputs = [(cp.asarray(rng.integers(0, 101, size=(d, d))), (var, s)) for s in sep[-6:]]

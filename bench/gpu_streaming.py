@@ -18,7 +18,7 @@ import numpy as np
 from common import gpu_name, write_result
 
 from gpusolve.engines.cupy_engine import CupyEngine
-from gpusolve.plan import MiniBucket
+from gpusolve.plan.buckets import MiniBucket
 
 
 def summarize(entry):

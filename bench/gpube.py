@@ -66,7 +66,7 @@ def ours(path: Path, cache: Path | None, *extra, env=None) -> dict:
 def warm_eliminate(path: Path, repeat: int) -> dict:
     """The eliminate phase of solves 2..repeat+1 in this process, on the device."""
     from gpusolve import parsers
-    from gpusolve.solve import Options, solve
+    from gpusolve.schedule.solve import Options, solve
     problem = parsers.read(path)
     runs = [solve(problem, Options(device="gpu", host_max=0)) for _ in range(repeat + 1)]
     times = [r.phases["eliminate"] for r in runs[1:]]
@@ -91,7 +91,7 @@ def main():
     repeat = 1 if args.quick else args.repeat
     work = Path(tempfile.mkdtemp(prefix="gpusolve-gpube-"))
     bytecode = cache_bytecode(work / "pycache")
-    warm_bytecode("gpusolve.cli", "gpusolve.solve", "cupy")
+    warm_bytecode("gpusolve.cli.commands", "gpusolve.schedule.solve", "cupy")
     files = []
     for topo, n, d in QUICK if args.quick else FAMILIES:
         path = work / f"{topo}-n{n}-d{d}-s{args.seed}.wcsp"

@@ -32,13 +32,13 @@ from common import cpu_name, write_result  # noqa: E402
 
 from gpusolve import parsers  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
-from gpusolve import graph  # noqa: E402
-from gpusolve.eliminate import run_plan  # noqa: E402
+from gpusolve.order import graph  # noqa: E402
+from gpusolve.inference.eliminate import run_plan  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.local_search import local_search, rollouts  # noqa: E402
-from gpusolve.plan import build_plan  # noqa: E402
-from gpusolve.preprocess import preprocess  # noqa: E402
+from gpusolve.search.local import local_search, rollouts  # noqa: E402
+from gpusolve.plan.buckets import build_plan  # noqa: E402
+from gpusolve.consistency.preprocess import preprocess  # noqa: E402
 
 KNOWN = {"404.wcsp": (114, 8), "CELAR6-SUB0.wcsp": (159, 4), "pedigree1.wcsp": (76911689, 14),
           "warehouse.wcsp": (328, 5)}  # known optimum, z of the guiding MBE run

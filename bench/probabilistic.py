@@ -15,11 +15,11 @@ from pathlib import Path
 from common import SHARED, cpu_name, gpu_name, write_result
 
 from gpusolve import parsers
-from gpusolve.engines import gpu_unavailable_reason
+from gpusolve.cuda.runtime import gpu_unavailable_reason
 from gpusolve.generate import markov_grid
-from gpusolve.graph import elimination_order
-from gpusolve.plan import build_plan
-from gpusolve.solve import Options, solve
+from gpusolve.order.graph import elimination_order
+from gpusolve.plan.buckets import build_plan
+from gpusolve.schedule.solve import Options, solve
 
 PASSES = ("eliminate", "distribute")
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.cli import batch_record  # noqa: E402
+from gpusolve.cli.commands import batch_record  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.scaleout import batch_on_dask  # noqa: E402
-from gpusolve.solve import Options, solve  # noqa: E402
+from gpusolve.cli.batch import batch_on_dask  # noqa: E402
+from gpusolve.schedule.solve import Options, solve  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 
 

@@ -3,10 +3,10 @@
 For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
 RLFAP-like networks, generated grids), fresh processes under the same time
 limit, each run --repeat times (the medians printed, every run recorded):
-- `core`: the compiled search with EDAC* alone (gpusolve.dfbb) in its default
-  order, HBFS, no upper bound given: nodes, nodes per CPU-second (the first
-  slice, which loads or compiles the core, left out), nodes and seconds to the
-  proof, the global lower bound reached;
+- `core`: the compiled search with EDAC* alone (gpusolve.search.dfbb) in its
+  default order, HBFS, no upper bound given: nodes, nodes per CPU-second (the
+  first slice, which loads or compiles the core, left out), nodes and seconds
+  to the proof, the global lower bound reached;
 - `dfbb`: the same core in depth-first order;
 - `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user
   runs it: status, bounds, seconds;
@@ -86,7 +86,7 @@ def instances(folder: Path, quick: bool) -> list[Path]:
 def core(path: str, limit: float, best_first: bool = True) -> dict:
     """The compiled core alone on `path`, in this process."""
     from gpusolve import parsers
-    from gpusolve.dfbb import COMPLETE, DepthFirst
+    from gpusolve.search.dfbb import COMPLETE, DepthFirst
     problem = parsers.read(path)
     search = DepthFirst(problem, best_first=best_first)
     t0 = time.perf_counter()

@@ -28,14 +28,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from gpusolve import parsers  # noqa: E402
 from common import SHARED, cpu_name, write_result  # noqa: E402
-from gpusolve import graph  # noqa: E402
-from gpusolve.eliminate import run_plan  # noqa: E402
+from gpusolve.order import graph  # noqa: E402
+from gpusolve.inference.eliminate import run_plan  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.plan import build_plan  # noqa: E402
-from gpusolve.preprocess import preprocess  # noqa: E402
-from gpusolve.probabilistic import partition_bounds, weighted_bound  # noqa: E402
-from gpusolve.shift import fglp, jglp  # noqa: E402
+from gpusolve.plan.buckets import build_plan  # noqa: E402
+from gpusolve.consistency.preprocess import preprocess  # noqa: E402
+from gpusolve.inference.probabilistic import partition_bounds, weighted_bound  # noqa: E402
+from gpusolve.inference.shift import fglp, jglp  # noqa: E402
 
 VARIANTS = ("plain", "fglp", "mm", "fglp+mm")
 COLUMNS = VARIANTS + ("jglp", "schedule")

@@ -6,7 +6,7 @@ variables of domain -d; random costs 0..99, a share --p-hard forbidden, int64
 saturating at top. Figures, each the fastest of --repeat runs after a warm-up
 run (engine start-up, kernel compilation): this process's engine alone (no
 Dask); one worker computing the whole message (inputs sent to it, message
-back); the message in slices (gpusolve/slicing.py, --slices-per-worker per
+back); the message in slices (gpusolve/distributed/slicing.py, --slices-per-worker per
 worker) over the first k workers for each k of --workers. Every message must
 equal this process's, else the script exits 1. Writes
 bench/results/slicing-<device>-<date>.json.
@@ -37,9 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, gpu_name, write_result  # noqa: E402
-from gpusolve.engines import gpu_unavailable_reason, select_engine  # noqa: E402
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer  # noqa: E402
-from gpusolve.plan import build_plan, fmt_bytes  # noqa: E402
+from gpusolve.engines.select import select_engine
+from gpusolve.cuda.runtime import gpu_unavailable_reason  # noqa: E402
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer  # noqa: E402
+from gpusolve.plan.buckets import build_plan
+from gpusolve.host import fmt_bytes  # noqa: E402
 
 # (separator variables, their domain, domain of the eliminated variable): joint 1e11 entries, an 80 MB
 # message, on a GPU (about 2 s at the fused kernel's 5e10 entries/s); 1e8 on the CPU (about a second).
@@ -94,8 +96,8 @@ def main():
         from dask.distributed import Client  # noqa: F401
     except ImportError:
         sys.exit("bench/slicing.py needs dask.distributed (pip install -e '.[dask]')")
-    from gpusolve.scaleout import bucket_message, executor, worker_addresses
-    from gpusolve.slicing import eliminate_sliced, plan_slicing
+    from gpusolve.distributed.cluster import bucket_message, executor, worker_addresses
+    from gpusolve.distributed.slicing import eliminate_sliced, plan_slicing
 
     gpu = args.device == "gpu" or (args.device == "auto" and not args.quick and gpu_unavailable_reason() is None)
     device = "gpu" if gpu else "cpu"

@@ -36,9 +36,10 @@ from common import ROOT, SHARED, best_time, cpu_name, gpu_name, write_result
 
 from gpusolve import parsers
 from gpusolve.engines import sparse
+from gpusolve.cuda import pinned
 from gpusolve.engines import streaming as streams
-from gpusolve.engines.base import eliminate_dense
-from gpusolve.solve import Options, solve
+from gpusolve.engines.dense import eliminate_dense
+from gpusolve.schedule.solve import Options, solve
 
 INSTANCES = (("404.wcsp", 114), ("CELAR6-SUB0.wcsp", 159))
 TOP = 1 << 40
@@ -101,7 +102,7 @@ def _host(a):
 COLD = """import json, sys
 sys.path[:0] = sys.argv[3:]
 from gpusolve import parsers
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 r = solve(parsers.read(sys.argv[1]), Options(device=sys.argv[2]))
 print(json.dumps({"status": r.status, "lower_bound": r.lower_bound, "time_s": r.time_s, "phases": r.phases}))
 """
@@ -210,14 +211,14 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
     runs = []
     for _ in range(max(repeat, 1)):
         first = len(log)
-        pool = dict(streams._PAGES.stats)
+        pool = dict(pinned._PAGES.stats)
         sync()
         t = time.perf_counter()
         got = sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP,
                                       streamer=sparse.Streamer(pipe, budget))
         sync()
         t_stream = time.perf_counter() - t
-        pool = {k: v - pool[k] for k, v in streams._PAGES.stats.items()}  # page blocks: fresh ones cost registering
+        pool = {k: v - pool[k] for k, v in pinned._PAGES.stats.items()}  # page blocks: fresh ones cost registering
         steps = log[first:]
         moved = sum(r["bytes"] for r in steps)
         runs.append({"streamed_s": t_stream, "bytes_moved": moved, "GB_per_s": moved / t_stream / 1e9,

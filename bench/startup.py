@@ -1,14 +1,14 @@
 """Start-up as a user meets it: fresh processes on a tiny instance, CPU and GPU, kernel cache empty and warm.
 
 Medians (with min and max) of --repeat fresh processes each:
-- `python -c "import gpusolve.cli"`;
+- `python -c "import gpusolve.cli.commands"`;
 - `gpusolve solve tiny.wcsp --device cpu` (10 variables, domain 10, generated);
 - `--device gpu` with CuPy's kernel cache warm (a primed CUPY_CACHE_DIR) and
   empty (a new one per run, as on a new machine): as users meet it (a plan this small
   stays on the host, see --host-max) and forced onto the device (--host-max 0);
 - the GPU's fixed costs alone: `import cupy`, then device count, then a
   CUDA context (memGetInfo), each in a fresh process.
-Also the ten slowest imports of `import gpusolve.cli` (python -X importtime,
+Also the ten slowest imports of `import gpusolve.cli.commands` (python -X importtime,
 cumulative microseconds). Writes bench/results/startup-<device>-<date>.json.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ def repeated(cmd, repeat, env_for=lambda i: None) -> dict:
 
 
 def import_profile() -> list[tuple[str, int]]:
-    """The ten largest cumulative import times (microseconds) of `import gpusolve.cli`."""
-    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import gpusolve.cli"], capture_output=True,
+    """The ten largest cumulative import times (microseconds) of `import gpusolve.cli.commands`."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import gpusolve.cli.commands"], capture_output=True,
                        text=True, cwd=ROOT)
     rows = []
     for line in p.stderr.splitlines():
@@ -55,10 +55,10 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="gpusolve-startup-"))
     bytecode = cache_bytecode(work / "pycache")
     has_gpu = gpu_present()
-    warm_bytecode("gpusolve.cli", "gpusolve.solve", *(("cupy",) if has_gpu else ()))
+    warm_bytecode("gpusolve.cli.commands", "gpusolve.schedule.solve", *(("cupy",) if has_gpu else ()))
     tiny = tiny_instance(work)
     solve = [sys.executable, "-m", "gpusolve"]
-    rows = {"import_cli": repeated([sys.executable, "-c", "import gpusolve.cli"], repeat),
+    rows = {"import_cli": repeated([sys.executable, "-c", "import gpusolve.cli.commands"], repeat),
             "solve_cpu": repeated(solve + ["solve", str(tiny), "--device", "cpu", "--json"], repeat)}
     device = cpu_name()
     if has_gpu:
@@ -82,7 +82,7 @@ def main():
     for name, r in rows.items():
         print(f"{name:{width}}  median {r['median_s']:.3f} s  (min {r['min_s']:.3f}, max {r['max_s']:.3f})")
     profile = import_profile()
-    print("slowest imports of gpusolve.cli (cumulative us):", ", ".join(f"{m} {us}" for m, us in profile[:5]))
+    print("slowest imports of gpusolve.cli.commands (cumulative us):", ", ".join(f"{m} {us}" for m, us in profile[:5]))
     write_result("startup", device, python=sys.version.split()[0], repeat=repeat, instance="random n=10 d=10 seed 1",
                  rows=rows, import_profile=profile, bytecode=bytecode)
 

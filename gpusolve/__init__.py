@@ -6,7 +6,7 @@
     result.status, result.lower_bound, result.upper_bound, result.assignment
 
 Importing the package loads nothing heavy (no NumPy): each name below imports what it needs when
-first used, so `import gpusolve.cli` stays fast.
+first used, so `import gpusolve.cli.commands` stays fast.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import importlib
 __version__ = "0.1.0"
 __all__ = ["Model", "Options", "ParseError", "Problem", "Result", "__version__", "read", "solve", "write"]
 
-# name -> module that defines it; `solve` is the module gpusolve.solve itself, which is callable
-_LAZY = {"Model": "build", "Options": "solve", "Result": "solve", "Problem": "model", "ParseError": "parsers",
-         "write": "parsers.write"}
+# name -> module that defines it (`solve` is that module's `run`)
+_LAZY = {"Model": "build", "Options": "schedule.solve", "Result": "schedule.solve", "Problem": "model.problem",
+         "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
 
 
 def read(path, evidence=None, format: str | None = None):
@@ -28,8 +28,7 @@ def read(path, evidence=None, format: str | None = None):
 
 
 def __getattr__(name: str):
-    if name == "solve":
-        return importlib.import_module(".solve", __name__)
     if name in _LAZY:
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return module.run if name == "solve" else getattr(module, name)
     raise AttributeError(f"module 'gpusolve' has no attribute {name!r}")

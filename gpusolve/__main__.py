@@ -1,3 +1,3 @@
-from .serve import main
+from gpusolve.cli.entry import main
 
 main()

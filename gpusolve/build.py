@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import FORBIDDEN, MAX_TOP, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, MAX_TOP, CostFunction, Problem, Variable, finalize_integer
 
 
 class Model:

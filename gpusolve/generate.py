@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .model import Problem
+    from gpusolve.model.problem import Problem
 
 TOPOLOGIES = ("random", "scalefree", "grid")
 MAX_COST = 100
@@ -68,7 +68,7 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
              seed: int = 0) -> Problem:
     import numpy as np
 
-    from .model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+    from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
     if n < 2 or d < 1 or not 0 <= p1 <= 1 or not 0 <= p2 <= 1:
         raise GenerateError("need n >= 2, d >= 1, 0 <= p1 <= 1 and 0 <= p2 <= 1")
     rng = np.random.default_rng(seed)
@@ -93,8 +93,8 @@ def generate(topology: str, n: int, d: int = 10, p1: float = 0.3, p2: float = 0.
 
 def check_size(tables: int, d: int) -> None:
     """Refuse, before any allocation, tables the readers would refuse or memory could not hold."""
-    from .memory import available_memory
-    from .parsers.tables import MAX_TABLE
+    from gpusolve.host import available_memory
+    from gpusolve.parsers.tables import MAX_TABLE
     entries = d * d
     if entries > MAX_TABLE:
         raise GenerateError(f"-d {d}: each binary table would hold {entries:,} entries, more than a file may "
@@ -109,7 +109,7 @@ def markov_grid(side: int, d: int = 2, seed: int = 0, p_zero: float = 0.0) -> Pr
     """A side x side Markov grid (MPE/PR/MAR benchmarks): unary and pairwise potentials in [0.5, 1.5)."""
     import numpy as np
 
-    from .model import CostFunction, Problem, Variable
+    from gpusolve.model.problem import CostFunction, Problem, Variable
     rng = np.random.default_rng(seed)
     n = side * side
     functions = [CostFunction((v,), rng.random(d) + 0.5) for v in range(n)]
@@ -128,7 +128,7 @@ def queens(n: int) -> Problem:
     """N-queens as three AllDifferents over the rows x_i, the diagonals x_i + i and x_i - i."""
     import numpy as np
 
-    from .model import FORBIDDEN, AllDifferent, Problem, Variable, finalize_integer
+    from gpusolve.model.problem import FORBIDDEN, AllDifferent, Problem, Variable, finalize_integer
     rows = np.arange(n, dtype=np.int64)
     globals_ = [AllDifferent(tuple(range(n)), tuple(rows + shift * i for i in range(n)), FORBIDDEN)
                 for shift in (0, 1, -1)]
@@ -142,7 +142,7 @@ def langford(n: int) -> Problem:
     all positions different."""
     import numpy as np
 
-    from .model import FORBIDDEN, AllDifferent, Problem, TupleFunction, Variable, finalize_integer
+    from gpusolve.model.problem import FORBIDDEN, AllDifferent, Problem, TupleFunction, Variable, finalize_integer
     size = 2 * n
     places = np.arange(size, dtype=np.int64)
     functions = [TupleFunction((2 * (d - 1), 2 * (d - 1) + 1), (size, size),

@@ -19,7 +19,7 @@ from .source import COMPRESSIONS, STDIN, check_stop, reading_limits, split_compr
 from .tables import reading_budget
 
 if TYPE_CHECKING:
-    from gpusolve.model import Problem
+    from gpusolve.model.problem import Problem
 
 READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn": "fzn", ".yaml": "yamldcop",
            ".yml": "yamldcop"}  # format -> reader module
@@ -36,9 +36,9 @@ def read(path: str | Path, evidence: str | Path | None = None, format: str | Non
 
     `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
     Every table's declared size, and every line's length, is checked against `mem_limit`
-    (default: available memory) before it is allocated; once `stop()` is true (gpusolve.anytime.Stop:
+    (default: available memory) before it is allocated; once `stop()` is true (gpusolve.schedule.anytime.Stop:
     a deadline, Ctrl-C, SIGTERM) reading raises Stopped."""
-    from gpusolve.memory import available_memory
+    from gpusolve.host import available_memory
     budget = available_memory() if mem_limit is None else mem_limit
     with reading_budget(budget) as allowance, reading_limits(budget, stop):
         try:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model.problem import MAX_TOP, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
 from .source import read_lines, split_compression

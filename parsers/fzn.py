@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable
 
 from .errors import ParseError, quote
 from .source import read_lines

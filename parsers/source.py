@@ -51,7 +51,7 @@ CHUNK = 1 << 16  # bytes taken from the (decompressed) file at a time
 @dataclass(frozen=True)
 class Limits:
     line_cap: int | None = None  # longest line read, in bytes
-    stop: Callable[[], bool] | None = None  # true once reading must end (see gpusolve.anytime.Stop)
+    stop: Callable[[], bool] | None = None  # true once reading must end (see gpusolve.schedule.anytime.Stop)
 
 
 _limits: ContextVar[Limits] = ContextVar("reading_limits", default=Limits())

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from gpusolve.plan import fmt_bytes
+from gpusolve.host import fmt_bytes
 
 if TYPE_CHECKING:
-    from gpusolve.model import Problem
+    from gpusolve.model.problem import Problem
 
 MAX_TABLE = 1 << 31  # dense tables beyond this many entries are refused before allocation
 ENTRY_BYTES = 8  # int64 or float64
@@ -174,7 +174,7 @@ class Labels(Sequence):
 
 def constraint_problem(path, variables, functions, sense: int, globals_) -> "Problem":
     """The problem of a CP model (XCSP3, FlatZinc): hard tables, an objective, its exact top."""
-    from gpusolve.model import ModelError, Problem, finalize_integer
+    from gpusolve.model.problem import ModelError, Problem, finalize_integer
 
     from .errors import ParseError
     from .source import split_compression

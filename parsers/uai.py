@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import CostFunction, Problem, Variable, condition
+from gpusolve.model.problem import CostFunction, Problem, Variable, condition
 
 from .errors import quote
 from .source import read_lines, split_compression

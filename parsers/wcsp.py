@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model.problem import (
+    FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
+)
 
 from .errors import ParseError, quote
 from .source import read_lines

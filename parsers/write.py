@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import Problem
+from gpusolve.model.problem import Problem
 
 from .source import open_text, split_compression
 

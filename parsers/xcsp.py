@@ -29,7 +29,7 @@ from xml.parsers import expat
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
 from .source import read_lines, split_compression

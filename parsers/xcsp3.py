@@ -24,7 +24,7 @@ from xml.parsers import expat
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, TupleFunction, Variable
 
 from .errors import ParseError, quote
 from .intension import Evaluation, ExpressionError, parse, scope_of

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpusolve.model import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
 from .source import read_lines, split_compression

@@ -40,5 +40,5 @@ def cupy():
     reason = cuda_absent()
     if reason:
         pytest.skip(reason)
-    from gpusolve.engines import import_cupy
+    from gpusolve.cuda.runtime import import_cupy
     return import_cupy()

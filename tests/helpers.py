@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from gpusolve import graph
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
-from gpusolve.plan import MiniBucket, build_plan
+from gpusolve.order import graph
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.plan.buckets import MiniBucket, build_plan
 
 # CUDA runtime errors that mean no GPU here, not a broken one
 CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE = 35, 100
@@ -136,7 +136,7 @@ def cuda_absent() -> str | None:
     fail instead of skipping, so a GPU host with a broken CUDA is not green."""
     import ctypes
     try:
-        from gpusolve.engines import import_cupy
+        from gpusolve.cuda.runtime import import_cupy
         cp = import_cupy()
     except ImportError as e:
         return f"CuPy is not importable ({e})".splitlines()[0]

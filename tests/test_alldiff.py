@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from gpusolve import globals as gl
-from gpusolve.alldiff import METHODS, Infeasible, filter_domains, max_matching
-from gpusolve.model import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
-from gpusolve.preprocess import preprocess
-from gpusolve.solve import Options, solve
+from gpusolve.consistency import globals as gl
+from gpusolve.consistency.alldiff import METHODS, filter_domains, max_matching
+from gpusolve.model.problem import Infeasible
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.consistency.preprocess import preprocess
+from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers import read
 
 from helpers import brute_force
@@ -84,7 +85,7 @@ def test_methods_equal_tarjan_on_200_graphs_with_many_sccs(method):
 def test_peel_without_early_stop_equals_brute_force(monkeypatch):
     """Every SCC found by forward-backward searches (none left to Tarjan): small graphs against
     brute force, graphs of many SCCs against Tarjan."""
-    from gpusolve import alldiff
+    from gpusolve.consistency import alldiff
     monkeypatch.setattr(alldiff, "PEEL_SMALL", 0)
     monkeypatch.setattr(alldiff, "PEEL_PIVOTS", 1000)
     for seed in range(300):
@@ -281,7 +282,7 @@ def test_value_ids_rank_values_as_unique_does():
 
 
 def test_luby():
-    from gpusolve.mac import luby
+    from gpusolve.search.mac import luby
     assert [luby(i) for i in range(1, 16)] == [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]
 
 
@@ -290,8 +291,8 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
     """Satisfaction problems (hard tables and AllDifferents): MAC against enumeration, alone and as
     the schedule's phase when elimination is not asked for (a given z); with restarts after every
     failure too (each restart's search stays complete)."""
-    from gpusolve import mac
-    from gpusolve.mac import Mac, satisfaction
+    from gpusolve.search import mac
+    from gpusolve.search.mac import Mac
     monkeypatch.setattr(mac, "RESTART_BASE", base)
     checked = 0
     for seed in range(150):
@@ -300,7 +301,7 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
             f.table = np.where(f.table >= 5, problem.top, 0)
         for g in problem.globals:
             g.cost = problem.top
-        assert satisfaction(problem)
+        assert problem.is_satisfaction
         best, _ = brute_force(decomposed_by_hand(problem))
         found = Mac(problem).run()
         assert (found is not None) == (best < problem.top), seed
@@ -314,7 +315,7 @@ def test_mac_finds_a_solution_exactly_when_one_exists(base, monkeypatch):
 
 def random_pair_csp(seed: int, listed: bool) -> Problem:
     """Binary hard tables (dense, or their allowed pairs listed) and one or two hard AllDifferents."""
-    from gpusolve.model import TupleFunction
+    from gpusolve.model.problem import TupleFunction
     rng = np.random.default_rng(seed)
     n, d = int(rng.integers(4, 8)), int(rng.integers(3, 7))
     functions = []
@@ -331,7 +332,7 @@ def random_pair_csp(seed: int, listed: bool) -> Problem:
 
 
 def mac_runs(problems, xp=None) -> list:
-    from gpusolve.mac import Mac
+    from gpusolve.search.mac import Mac
     out = []
     for problem in problems:
         m = Mac(problem, xp=xp)
@@ -345,7 +346,7 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
     same fixpoints: MAC makes the same search on both, node for node, and finds a solution exactly
     when enumeration does; with restarts after every failure, so that backtracking to the root
     through the trail is exercised."""
-    from gpusolve import mac
+    from gpusolve.search import mac
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     feasible = 0
     for seed in range(200):
@@ -363,7 +364,7 @@ def test_mac_searches_listed_pairs_as_dense_tables(monkeypatch):
 def fewest_from_graph(m, least):
     """Mac._fewest_takers from the variable-value graph of each node, not from counts kept by the
     trail."""
-    from gpusolve.globals import id_table, variable_value_graph
+    from gpusolve.consistency.globals import id_table, variable_value_graph
     best = None
     for t in m.permutations:
         dom = variable_value_graph(t.g, m.domains)[1]
@@ -387,7 +388,7 @@ def test_mac_keeps_the_takers_of_each_value_through_backtracking(monkeypatch):
     """The counts of variables able to take each value, kept from the trail's removals and undos,
     give the branching that the graph of each node gives: on N-queens (runs of values) and
     Langford, restarting after every failure so that the root is restored often."""
-    from gpusolve import mac
+    from gpusolve.search import mac
     from gpusolve.generate import langford, queens
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     fewest, calls = mac.Mac._fewest_takers, []
@@ -411,7 +412,7 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
     random permutation problems with tables, MAC finds a solution exactly when MAC branching on
     variables alone does (itself checked against enumeration above), also restarting after every
     failure; such levels do occur."""
-    from gpusolve import mac
+    from gpusolve.search import mac
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     dual = []
     fewest = mac.Mac._fewest_takers
@@ -446,7 +447,7 @@ def test_mac_branching_on_who_takes_a_value_is_complete(monkeypatch):
 def test_mac_places_gac_on_the_device_from_gpu_min_scope(monkeypatch):
     """Only AllDifferents of GPU_MIN_SCOPE variables or more make MAC ask for the GPU; without CuPy
     (or with --device auto, as the plan has no buckets to size the choice by) it runs on the CPU."""
-    from gpusolve import mac
+    from gpusolve.search import mac
     from gpusolve.generate import langford
     monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 20)
     assert mac.gac_on_device(langford(10)) and not mac.gac_on_device(langford(9))
@@ -470,7 +471,7 @@ def test_generated_xcsp3_reads_back_as_the_models(tmp_path):
     assignment of small ones costs the same), and solve finds a solution or proves there is none."""
     from click.testing import CliRunner
 
-    from gpusolve.cli import main
+    from gpusolve.cli.commands import main
     from gpusolve.generate import langford, queens
     for model, n, build, status in [("queens", 5, queens, "optimal"), ("queens", 3, queens, "infeasible"),
                                     ("langford", 3, langford, "optimal"), ("langford", 2, langford, "infeasible")]:
@@ -584,7 +585,7 @@ def test_gpu_gac_equals_cpu(cupy, kind):
 
 
 def test_kernel_source_is_sized_in_a_few_classes_within_shared_memory():
-    from gpusolve import alldiff_kernel as k
+    from gpusolve.consistency import alldiff_kernel as k
     sources = {k.kernel_source(n, 2 * n) for n in range(1, 12000, 7) if k.fits(n, 2 * n)}
     assert 2 <= len(sources) <= 10  # a handful of compiled kernels over every size a search meets
     for src in sources:
@@ -601,7 +602,7 @@ def test_kernel_source_is_sized_in_a_few_classes_within_shared_memory():
 def test_too_wide_for_the_kernel_runs_the_host_peel(monkeypatch):
     """An AllDifferent whose bitsets exceed one block's shared memory is filtered on the host even
     when a device is given (here a stand-in module that fails if anything touches it)."""
-    from gpusolve import alldiff_kernel
+    from gpusolve.consistency import alldiff_kernel
     monkeypatch.setattr(alldiff_kernel, "SHARED_MAX", 5 * 8 + 64)  # 5 words: fewer than the 2 + 4 needed
     for seed in range(50):
         dom = random_domains(seed)
@@ -614,7 +615,7 @@ def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
     """The one-launch kernel against the CPU peel: random graphs up to 3000 variables, chains and
     many small SCCs, more values than variables, the matching of an earlier call, and more
     removals than its list holds (they come back as bit-packed rows)."""
-    from gpusolve import alldiff, alldiff_kernel
+    from gpusolve.consistency import alldiff, alldiff_kernel
     rng = np.random.default_rng(7)
     for trial in range(200):
         n = int(rng.integers(1, 300 if trial < 190 else 3000))
@@ -646,8 +647,8 @@ def test_gpu_kernel_equals_cpu_on_many_shapes_and_search_states(cupy):
 def test_gpu_kept_domains_follow_a_search(cupy):
     """DeviceDomains across a dive: each call sends the values the search removed, gets GAC's
     removals equal to the CPU's, and leaves the device's words equal to the host's filtered domains."""
-    from gpusolve import alldiff_kernel
-    from gpusolve.alldiff import pack
+    from gpusolve.consistency import alldiff_kernel
+    from gpusolve.consistency.alldiff import pack
     rng = np.random.default_rng(3)
     for trial in range(30):
         n = int(rng.integers(2, 600))
@@ -686,8 +687,8 @@ def test_gpu_kept_call_sends_more_edges_than_it_had_room_for(cupy, monkeypatch, 
     """A call sending more removed edges than the constraint has variables regrows the buffer it
     sends them through (and recaptures the replayed launch); where memory cannot be pinned, the
     kernel reads and writes device copies instead. Both give the CPU's removals."""
-    from gpusolve import alldiff_kernel
-    from gpusolve.alldiff import pack
+    from gpusolve.consistency import alldiff_kernel
+    from gpusolve.consistency.alldiff import pack
     if not pinned:
         monkeypatch.setattr(alldiff_kernel, "pinned_array", lambda xp, shape, dtype: np.empty(shape, dtype))
     rng = np.random.default_rng(11)
@@ -729,7 +730,8 @@ def test_gpu_mac_keeps_domains_on_the_device_through_a_search(cupy, monkeypatch,
     the graph uploaded again after a backtrack) makes the CPU's search, node for node, with
     restarts after every failure; also where most calls return more removals than the list holds
     (read from the bit-packed rows, which earlier calls wrote too)."""
-    from gpusolve import alldiff_kernel, mac
+    from gpusolve.consistency import alldiff_kernel
+    from gpusolve.search import mac
     from gpusolve.generate import langford, queens
     monkeypatch.setattr(mac, "RESTART_BASE", 1)
     monkeypatch.setattr(mac, "GPU_MIN_SCOPE", 1)
@@ -748,7 +750,7 @@ def test_gpu_solve_runs_mac_with_gac_on_the_device(cupy):
     more: the engine is CuPy (its plan has no buckets to size the choice by) and MAC's GAC runs
     there; the first solution is valid."""
     from gpusolve.generate import langford
-    from gpusolve.mac import gac_on_device
+    from gpusolve.search.mac import gac_on_device
     problem = langford(120)
     assert gac_on_device(problem)
     r = solve(problem, Options(device="gpu"))
@@ -760,8 +762,8 @@ def test_gpu_solve_runs_mac_with_gac_on_the_device(cupy):
 def test_gpu_matching_from_scratch_on_the_device(cupy):
     """DeviceDomains given no matching builds one on the device (an augmenting path per variable):
     the same removals as the CPU, Infeasible exactly when max_matching finds no covering matching."""
-    from gpusolve import alldiff_kernel
-    from gpusolve.alldiff import pack
+    from gpusolve.consistency import alldiff_kernel
+    from gpusolve.consistency.alldiff import pack
     rng = np.random.default_rng(5)
     feasible = infeasible = 0
     for trial in range(120):

@@ -13,13 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_optimum
 
-from gpusolve import graph
-from gpusolve.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.order import graph
+from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
 from gpusolve.generate import generate
-from gpusolve.plan import build_plan, plan_within
-from gpusolve.solve import Options, solve
+from gpusolve.plan.buckets import build_plan, plan_within
+from gpusolve.schedule.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem
 from gpusolve.parsers.write import write_wcsp
 
 
@@ -139,6 +140,28 @@ def test_interrupt_stops_at_the_next_check():
     assert problem.evaluate(r.assignment) == r.upper_bound and "time limit" not in r.device_note
 
 
+def test_search_improvements_are_in_the_trace_as_they_come(tmp_path):
+    """A grid in float costs (no compiled search beside it), MBE(z=2) then AND/OR search stopped at its
+    4th check: the incumbents the search offered as it went are in the trace, under its name, and the
+    bounds held bracket pytoulbar2's optimum. (Cut off, the search once reported nothing it found.)"""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    integer = generate("grid", 25, 4, 0.4, 0.0, seed=1)
+    optimum = toulbar2_optimum(integer, tmp_path / "g.wcsp")
+    problem = Problem(integer.name, integer.variables, [CostFunction(f.scope, f.table.astype(np.float64))
+                                                        for f in integer.functions], integer=False, top=np.inf)
+    order = graph.elimination_order(problem)
+    schedule = Schedule((Phase("mbe", build_plan(problem, order, 2)), Phase("search", seconds=math.inf)), "numpy")
+    bounds = Bounds.start(problem, time.perf_counter())
+    stop = StopAt(lambda: stop.search_checks >= 4)
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, stop, 1 << 30)
+    assert out.search["nodes"] == 4 * SEARCH_CHECK_NODES and "AND/OR search cut off" in out.note
+    mbe_upper = max(hi for _, _, hi, phase in bounds.trace if phase == "MBE(z=2)")
+    found = [hi for _, _, hi, phase in bounds.trace if phase == "AND/OR search"]
+    assert found and found[0] < mbe_upper and bounds.upper == found[-1] == problem.evaluate(bounds.assignment)
+    assert bounds.lower <= optimum <= bounds.upper
+    assert_trace_monotone(bounds.trace)
+
+
 def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     small = generate("random", 12, 4, 0.3, 0.3, seed=1)
     order = graph.elimination_order(small)
@@ -251,7 +274,7 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
 def test_z_is_that_of_the_tightest_elimination():
     """MBE bounds are not monotone in z: where the later, larger z is looser, its run is not the one
     reported (nor the one that guides search)."""
-    from gpusolve import eliminate
+    from gpusolve.inference import eliminate
     from gpusolve.engines.numpy_engine import NumpyEngine
     problem = generate("grid", 36, 4, 0.3, 0.3, seed=4)
     order = graph.elimination_order(problem)
@@ -311,7 +334,7 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
 # The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
 MARKED_SOLVE = """
 import sys
-from gpusolve import anytime, cli
+from gpusolve.schedule import anytime; from gpusolve.cli import commands as cli
 search = anytime._search
 def started(*args, **kwargs):
     print("search started", file=sys.stderr, flush=True)
@@ -354,7 +377,8 @@ def test_a_z_that_does_not_fit_runs_the_largest_that_does_and_says_so():
 def test_a_z_given_is_not_told_to_pass_z():
     problem = generate("grid", 36, 5, 0.3, 0.3, seed=3)
     order = graph.elimination_order(problem)
-    from gpusolve.plan import BudgetError, choose_plan
+    from gpusolve.plan.buckets import choose_plan
+    from gpusolve.host import BudgetError
     with pytest.raises(BudgetError) as e:
         choose_plan(problem, order, 4, 1024)
     assert "pass --z" not in str(e.value) and "raise --mem-limit" in str(e.value)

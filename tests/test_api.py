@@ -130,7 +130,7 @@ def test_license_and_gpu_test_target(tmp_path):
 @pytest.mark.parametrize("text, size", [("8G", 8 << 30), ("512M", 512 << 20), ("1000000", 10 ** 6),
                                         ("1.5k", 1536), ("2 GiB", 2 << 30), ("64mb", 64 << 20), ("0", 0)])
 def test_sizes(text, size):
-    from gpusolve.cli import parse_size
+    from gpusolve.cli.commands import parse_size
     assert parse_size(text) == size
 
 
@@ -138,6 +138,6 @@ def test_sizes(text, size):
 def test_not_sizes(text):
     import click
 
-    from gpusolve.cli import parse_size
+    from gpusolve.cli.commands import parse_size
     with pytest.raises(click.BadParameter, match="not a size"):
         parse_size(text)

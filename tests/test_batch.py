@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import gpusolve
-from gpusolve.cli import SHOWN, main
+from gpusolve.cli.commands import SHOWN, main
 from gpusolve.generate import markov_grid
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 CPU = ("cpu_engine", "probabilistic", "sparse", "shift", "anytime", "local_search", "startup", "unique", "csg",
-       "alldiff", "dcop", "scaleout", "slicing", "serve", "search")
+       "alldiff", "dcop", "scaleout", "slicing", "serve", "search", "vac")
 GPU = ("gpu_kernel", "gpu_largest", "gpu_streaming", "gpu_end_to_end", "gpube", "batch_gpu")
 
 
@@ -69,8 +69,8 @@ def cpu_optimum(name: str, folder: Path):
     """The NumPy engine's optimum (None: infeasible) of a script's generated instance
     `topology-nN-dD-sS.wcsp`, made again."""
     from gpusolve import parsers
-    from gpusolve.cli import main
-    from gpusolve.solve import Options, solve
+    from gpusolve.cli.commands import main
+    from gpusolve.schedule.solve import Options, solve
     topology, n, d, seed = re.fullmatch(r"(\w+)-n(\d+)-d(\d+)-s(\d+)\.wcsp", name).groups()
     path = folder / name
     assert CliRunner().invoke(main, ["generate", topology, "-n", n, "-d", d, "--seed", seed, "-o", str(path)]).exit_code == 0

@@ -1,4 +1,5 @@
 """The command line: solve, info, generate, batch, exit codes and one-line errors."""
+import io
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from test_hardening import PEAK
 
-from gpusolve.cli import main
+from gpusolve.cli.commands import LiveLine, main, progress_bar
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -85,7 +86,7 @@ def test_errors_are_one_line_with_exit_code(small, wide, args, code, pattern):
 def test_device_gpu_solves_on_the_device_or_exits_2_without_one(small):
     """Exit 2 and one line only where no GPU is usable; on a GPU host the brute-force optimum, from the device."""
     from gpusolve import parsers
-    from gpusolve.engines import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     from helpers import brute_force
     r = run("solve", small, "--device", "gpu", "--host-max", 0, "--json")
     if gpu_unavailable_reason() is None:
@@ -167,8 +168,8 @@ def test_bundled_instance_solves():
 def test_import_and_help_load_no_heavy_module():
     """Start-up stays cheap: importing the command line or asking for --help loads neither NumPy,
     networkx, rich, the readers nor the solver (they load inside the commands that use them)."""
-    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.solve")
-    code = ("import sys; from gpusolve.cli import main\n"
+    heavy = ("numpy", "networkx", "rich", "parsers", "gpusolve.schedule.solve")
+    code = ("import sys; from gpusolve.cli.commands import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -181,7 +182,7 @@ def test_solving_a_wcsp_loads_only_what_it_runs(small):
     engine nor the other formats' readers."""
     unused = ("networkx", "gpusolve.engines.cupy_engine", "gpusolve.parsers.xcsp", "gpusolve.parsers.uai",
               "gpusolve.parsers.cfn")
-    code = ("import sys; from gpusolve.cli import main\n"
+    code = ("import sys; from gpusolve.cli.commands import main\n"
             f"main(['solve', {str(small)!r}, '--json'], standalone_mode=False)\n"
             f"print([m for m in {unused!r} if m in sys.modules])")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -254,7 +255,7 @@ def test_the_memory_floor_is_stated_and_holds_for_a_small_solve():
 
 
 def test_solve_help_lists_every_exit_code():
-    from gpusolve import cli
+    from gpusolve.cli import commands as cli
     text = run("solve", "--help").stdout
     listed = {int(line.split()[0]) for line in text.split("Exit codes:")[1].split("Options:")[0].strip().splitlines()}
     assert listed == {0, 1} | {v for k, v in vars(cli).items() if k.startswith("EXIT_")}
@@ -332,3 +333,65 @@ def test_a_z_over_the_memory_budget_runs_the_largest_that_fits(wide):
     rec = json.loads(r.stdout)
     assert rec["z"] == 2 and rec["status"] in ("optimal", "bounded")
     assert "MBE(z=3) needs" in rec["device_note"] and "running z=2" in rec["device_note"]
+
+
+def terminal():
+    """A console that takes itself for a terminal, what it draws kept."""
+    from rich.console import Console
+    return Console(file=io.StringIO(), force_terminal=True, width=200)
+
+
+def frames(console) -> list[str]:
+    """The lines a live display drew, control codes removed."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    return [line for line in re.split(r"[\r\n]", text) if line.strip()]
+
+
+def test_the_live_line_shows_the_time_the_bounds_the_phase_and_a_search_s_node_rate():
+    now, nodes = [100.0], [0]
+    line = LiveLine(clock=lambda: now[0])
+    line.begin("AND/OR search + DFBB (EDAC*)", lambda: nodes[0])
+    line.improved(3984, 4675, "local search")
+    now[0], nodes[0] = 104.0, 10_000
+    assert line.lines() == ("0:00:04 bounds [3984, 4675], gap 691 (local search)",
+                            "AND/OR search + DFBB (EDAC*) for 4 s, 10,000 nodes (2,500/s)")
+    line.begin("MBE(z=5)")
+    now[0] = 3704.0
+    assert line.lines() == ("1:00:04 bounds [3984, 4675], gap 691 (local search)", "MBE(z=5) for 3600 s")
+
+
+@pytest.mark.parametrize("time_limit", [None, 3600.0])
+def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit):
+    """A search interrupted at its 4th check (no clock involved): the live display went through the
+    phases and showed the search's nodes; no line but an elimination's bar carries a percentage (the
+    status once sat at 0.0% for minutes). With no time limit the run said once how it ends."""
+    from test_anytime import StopAt, hard_grid
+
+    from gpusolve.search.dfbb import Beside
+    from gpusolve.schedule.solve import Options, solve
+    con = terminal()
+    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    with progress_bar(True, "eliminating", time_limit is None, on=con) as (factory, on_bounds, on_phase):
+        solve(hard_grid(), Options(device="cpu", z=5, time_limit=time_limit), progress_factory=factory,
+              on_bounds=on_bounds, on_phase=on_phase, stop=stop)
+    lines = frames(con)
+    phases = {m.group(1) for m in (re.match(r"  (.+?) for \d+ s", line) for line in lines) if m}
+    assert {"MBE(z=5)", "local search", f"AND/OR search + {Beside.LABEL}"} <= phases
+    assert any(re.match(rf"  AND/OR search \+ {re.escape(Beside.LABEL)} for \d+ s, [\d,]+ nodes \(", line)
+               for line in lines)
+    assert any(re.search(r" bounds \[\d+, \d+\], gap \d+ \(", line) for line in lines)
+    eliminations = [line for line in lines if line.startswith("eliminating")]
+    assert eliminations and all("%" in line for line in eliminations)
+    assert not any("%" in line for line in lines if line not in eliminations)
+    assert len([line for line in lines if "Ctrl-C" in line]) == (time_limit is None)
+
+
+def test_json_keeps_the_terminal_quiet(monkeypatch, small):
+    shown, quiet = terminal(), terminal()
+    monkeypatch.setattr("gpusolve.cli.commands.err", lambda: shown)
+    assert run("solve", small, "--device", "cpu", "--no-serve").exit_code == 0
+    assert frames(shown)  # on a terminal, the live display draws
+    monkeypatch.setattr("gpusolve.cli.commands.err", lambda: quiet)
+    r = run("solve", small, "--device", "cpu", "--no-serve", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["status"] == "optimal"
+    assert quiet.file.getvalue() == ""

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gpusolve import csg
-from gpusolve.cli import main
+from gpusolve.csg import dp as csg
+from gpusolve.cli.commands import main
 
 
 def brute_force(v, n):
@@ -290,7 +290,7 @@ def test_cli_usage_errors_and_memory_refusal(tmp_path):
 
 
 def test_cli_device_gpu_without_one_exits_2():
-    from gpusolve.engines import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     if gpu_unavailable_reason() is None:
         pytest.skip("a GPU is present")
     r = run("--generate", "uniform", "-n", 5, "--device", "gpu")

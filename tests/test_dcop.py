@@ -1,4 +1,4 @@
-"""DPOP and ADPOP (gpusolve/dcop.py): optima against brute force and solve, bounds, pseudo tree,
+"""DPOP and ADPOP (gpusolve/dcop/dpop.py): optima against brute force and solve, bounds, pseudo tree,
 simulated runtime, Dask clusters of processes, the pyDCOP reader and the `dcop` command."""
 import itertools
 import json
@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from gpusolve import parsers
-from gpusolve import dcop
-from gpusolve.cli import main
+from gpusolve.dcop import dpop as dcop
+from gpusolve.cli.commands import main
 from gpusolve.generate import generate
-from gpusolve.model import CostFunction, Problem, Variable
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable
+from gpusolve.schedule.solve import Options, solve
 
 from helpers import brute_force, random_problem, toulbar2_optimum
 

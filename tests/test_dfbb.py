@@ -5,10 +5,10 @@ import itertools
 import numpy as np
 import pytest
 
-from gpusolve import dfbb
-from gpusolve.dfbb import DepthFirst
-from gpusolve.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, LEFT, MODE, PAUSED
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.search import dfbb
+from gpusolve.search.dfbb import DepthFirst
+from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, LEFT, MODE, PAUSED
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
 

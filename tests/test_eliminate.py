@@ -2,14 +2,14 @@
 import pytest
 from helpers import brute_force, same_messages, tight_problem
 
-from gpusolve import graph
-from gpusolve import plan as plan_module
+from gpusolve.order import graph
+from gpusolve.plan import buckets as plan_module
 from gpusolve.engines import sparse
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.plan import build_plan
-from gpusolve.solve import Options, solve
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.plan.buckets import build_plan
+from gpusolve.schedule.solve import Options, solve
 
 
 class SmallDevice(NumpyEngine):

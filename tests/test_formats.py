@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from helpers import brute_force, random_problem
 
 import gpusolve
-from gpusolve.cli import main
+from gpusolve.cli.commands import main
 from gpusolve.parsers import ParseError, read
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,8 @@ def test_solve_reads_standard_input_with_a_format():
     bad = subprocess.run([sys.executable, "-m", "gpusolve", "solve", "-"], input=text, capture_output=True,
                          text=True, cwd=ROOT)
     assert bad.returncode == 2 and "--format" in bad.stderr
-    from gpusolve import cli, parsers
+    from gpusolve.cli import commands as cli
+    from gpusolve import parsers
     assert cli.FORMATS == parsers.FORMATS
 
 

@@ -7,9 +7,9 @@ import pytest
 from helpers import toulbar2_optimum
 
 from gpusolve import parsers
-from gpusolve import graph
+from gpusolve.order import graph
 from gpusolve.generate import generate, scalefree_edges
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers.write import write_wcsp
 
 CASES = [(t, n, d, p2, seed) for seed, (t, n) in enumerate(

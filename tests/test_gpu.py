@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from helpers import random_bucket, random_problem
 
-from gpusolve import graph
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.order import graph
+from gpusolve.engines.dense import eliminate_dense
 from gpusolve.engines.cupy_engine import HostTable
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model import CostFunction, Problem, Variable, condition
-from gpusolve.plan import build_plan
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable, condition
+from gpusolve.plan.buckets import build_plan
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.schedule.solve import Options, solve
 
 pytestmark = pytest.mark.gpu
 
@@ -43,26 +43,28 @@ def test_fused_kernel_equals_eliminate_dense(cupy, seed):
 
 
 def test_prebuilt_kernels_are_loaded_and_equal_compiled_ones(cupy, monkeypatch):
-    """On an architecture engines/cubins.py ships, the shape-generic kernels come from their cubins
+    """On an architecture cuda/cubins.py ships, the shape-generic kernels come from their cubins
     (no NVRTC); compiled from source instead, every message is the same: the NumPy reference's."""
-    from gpusolve.engines import cubins, cupy_engine
+    from gpusolve.cuda import cubins, loader
+    from gpusolve.cuda.runtime import device_info
     from gpusolve.engines.kernels import shape_generic_specs
     rng = np.random.default_rng(77)
     buckets = [random_bucket(rng, integer=bool(i % 2)) for i in range(40)]
 
     def run():
-        monkeypatch.setattr(cupy_engine, "_KERNELS", {})
+        monkeypatch.setattr(loader, "_KERNELS", {})
         eng = engine(stage=False)
         outs = [eng.get(eng.eliminate(mb, [(cupy.asarray(t), s) for t, s in inputs], domains, top, i % 2 == 1))
                 for i, (mb, inputs, domains, top) in enumerate(buckets)]
         return eng, outs
     prebuilt, a = run()
-    if not any(cubins.find(s.name, prebuilt.capability) for s in shape_generic_specs()):
-        pytest.skip(f"no cubin ships for compute capability {prebuilt.capability}")
-    assert prebuilt.stats["prebuilt"] >= 2 and prebuilt.stats["compiled"] == 0
+    capability = device_info(cupy.cuda.runtime.getDevice())[2]
+    if not any(cubins.find(s.name, capability) for s in shape_generic_specs()):
+        pytest.skip(f"no cubin ships for compute capability {capability}")
+    assert prebuilt.kernels.prebuilt >= 2 and prebuilt.kernels.compiled == 0
     monkeypatch.setattr(cubins, "find", lambda name, capability: None)
     compiled, b = run()
-    assert compiled.stats["prebuilt"] == 0 and compiled.stats["compiled"] >= 2
+    assert compiled.kernels.prebuilt == 0 and compiled.kernels.compiled >= 2
     assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b))
     ref = [eliminate_dense(np, mb.var, mb.scope, inputs, domains, top, i % 2 == 1)
            for i, (mb, inputs, domains, top) in enumerate(buckets)]
@@ -101,7 +103,7 @@ def test_small_bucket_reuses_a_compiled_kernel(cupy):
     engine(fuse_min=0, stage=False).eliminate(mb, inputs, domains, top, True)
     reuse = engine(stage=False)
     assert np.array_equal(reuse.get(reuse.eliminate(mb, inputs, domains, top, True)), ref)
-    assert (reuse.stats["generic"], reuse.stats["fused"], reuse.stats["compiled"]) == (0, 1, 0)
+    assert (reuse.stats["generic"], reuse.stats["fused"], reuse.kernels.compiled) == (0, 1, 0)
 
 
 def test_generic_descriptors_wrap_around_the_ring(cupy):
@@ -341,13 +343,13 @@ def matches_reference(eng, seed):
 
 
 def test_select_engine(cupy):
-    from gpusolve.engines import AUTO_MIN_JOINT, select_engine
+    from gpusolve.engines.select import select_engine
     eng, note = select_engine("gpu")
     assert eng.name == "cupy" and eng.startup_s > 0 and "gpu requested" in note
     matches_reference(eng, 4343)
     assert select_engine("auto", 10)[0].name == "numpy"
-    assert select_engine("auto", 2 * AUTO_MIN_JOINT)[0].name == "cupy"
-    assert select_engine("auto", 2 * AUTO_MIN_JOINT, gpu_mem_limit=1000)[0].budget == 1000
+    assert select_engine("auto", 10 ** 10)[0].name == "cupy"
+    assert select_engine("auto", 10 ** 10, gpu_mem_limit=1000)[0].budget == 1000
     # CUDA is up in this process now: a plan worth a few milliseconds of the CPU goes to the device
     eng, note = select_engine("gpu", 10 ** 7, 4)
     assert eng.name == "cupy" and "to start CUDA" not in note
@@ -411,7 +413,7 @@ def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
     import sys
     from pathlib import Path
     probe = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-             "from gpusolve.engines import import_cupy; import_cupy(); from cupy.cuda import compiler\n"
+             "from gpusolve.cuda.runtime import import_cupy; import_cupy(); from cupy.cuda import compiler\n"
              "from gpusolve.engines.cupy_engine import CupyEngine; from test_gpu import matches_reference\n"
              "eng = CupyEngine(fuse_min=0, stage=False)\n"
              "matches_reference(eng, 4444)\n"
@@ -422,3 +424,21 @@ def test_cupy_comes_up_with_precompiled_headers_unless_told_otherwise(cupy):
     off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          env=dict(env, CUPY_NVRTC_USE_PCH="0"))
     assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), (on.stderr, off.stderr)
+
+
+def test_registry_and_policy_on_cuda(cupy):
+    """On a GPU: the device spec probes usable and makes the CuPy engine (its spec, its array module,
+    its budget within the one margin); solve's and CSG's placements by the one policy land there."""
+    from gpusolve.csg import dp
+    from gpusolve.cuda.runtime import DEVICE_MEMORY_SHARE, device_budget
+    from gpusolve.engines import registry
+    from gpusolve.engines.select import choose, make_engine
+    spec = registry.for_place(True)
+    assert spec.probe() is None and spec.array_module() is cupy
+    engine = make_engine(spec, gpu_mem_limit=1 << 20)
+    assert engine.spec is spec and engine.budget == 1 << 20 and engine.xp is cupy
+    free = cupy.cuda.runtime.memGetInfo()[0] + cupy.get_default_memory_pool().free_bytes()
+    assert device_budget() <= int(free * DEVICE_MEMORY_SHARE)
+    assert choose("auto", 10 ** 12, 1, threads=16)[0] is spec
+    r = dp.solve(dp.generate_values("uniform", 22, 1), dp.Options(device="auto", threads=16))
+    assert r.engine == spec.name and r.levels_done == 22

@@ -4,14 +4,14 @@ import pytest
 from test_probabilistic import random_network, write_uai
 
 from gpusolve import parsers
-from gpusolve import probabilistic
+from gpusolve.inference import probabilistic
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.engines.base import reduce_axes
+from gpusolve.engines.dense import reduce_axes
 from gpusolve.generate import markov_grid
-from gpusolve.graph import elimination_order
-from gpusolve.plan import build_plan
-from gpusolve.eliminate import run_plan
-from gpusolve.solve import Options, solve
+from gpusolve.order.graph import elimination_order
+from gpusolve.plan.buckets import build_plan
+from gpusolve.inference.eliminate import run_plan
+from gpusolve.schedule.solve import Options, solve
 
 pytestmark = pytest.mark.gpu
 

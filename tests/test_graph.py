@@ -8,9 +8,9 @@ from helpers import random_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusolve import graph
+from gpusolve.order import graph
 from gpusolve.generate import generate
-from gpusolve.model import CostFunction, Problem, Variable
+from gpusolve.model.problem import CostFunction, Problem, Variable
 
 
 def networkx_induced_width(g, order) -> int:

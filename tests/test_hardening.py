@@ -15,9 +15,9 @@ from helpers import random_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.parsers import ParseError, read, source
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEAK = ("import atexit, sys\n"
         "atexit.register(lambda: print('peak', next(int(line.split()[1]) for line in open('/proc/self/status')\n"
         "                                           if line.startswith('VmHWM:')), file=sys.stderr))\n"
-        "from gpusolve.cli import main\nmain(sys.argv[1:])")
+        "from gpusolve.cli.commands import main\nmain(sys.argv[1:])")
 
 
 def gpusolve(*args):

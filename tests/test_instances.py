@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gpusolve import parsers
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 from helpers import log10_partition, marginals
 
 BUDGET = 1 << 30  # 1 GiB keeps CI fast; wider instances must still be bracketed

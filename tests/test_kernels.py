@@ -166,7 +166,7 @@ def test_generic_descriptor_reads_every_bucket_as_eliminate_dense(seed):
     for random buckets (mixed C and Fortran inputs, int64 with top, float)."""
     from helpers import random_bucket
 
-    from gpusolve.engines.base import eliminate_dense
+    from gpusolve.engines.dense import eliminate_dense
     rng = np.random.default_rng(seed)
     integer = seed % 3 != 2
     op = "max" if seed % 5 == 4 else ("lse" if not integer and seed % 2 else "min")
@@ -205,7 +205,7 @@ def test_generic_source_is_one_kernel_per_arithmetic_class():
 def test_every_shape_generic_kernel_ships_prebuilt_for_each_architecture():
     """A change to the generic or assignment kernels' source renames them (the name holds a hash of
     the source): their cubins must be rebuilt with `make cubins` (CuPy's NVRTC, no GPU needed)."""
-    from gpusolve.engines import cubins
+    from gpusolve.cuda import cubins
     from gpusolve.engines.kernels import shape_generic_specs
     wanted = {cubins.path(s.name, a) for s in shape_generic_specs() for a in cubins.ARCHS}
     shipped = set(cubins.FOLDER.glob("*.cubin"))
@@ -217,7 +217,7 @@ def test_every_shape_generic_kernel_ships_prebuilt_for_each_architecture():
 @pytest.mark.parametrize("capability, arch", [("90", "sm_90"), ("80", "sm_80"), ("86", "sm_80"), ("89", "sm_80"),
                                               ("75", None), ("100", None), ("120", None)])
 def test_a_cubin_is_used_only_where_its_architecture_runs(tmp_path, monkeypatch, capability, arch):
-    from gpusolve.engines import cubins
+    from gpusolve.cuda import cubins
     monkeypatch.setattr(cubins, "FOLDER", tmp_path)
     for a in cubins.ARCHS:
         cubins.path("k", a).write_bytes(b"\x7fELF")

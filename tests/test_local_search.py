@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from gpusolve import parsers
-from gpusolve import graph
-from gpusolve.eliminate import assign, run_plan
+from gpusolve.order import graph
+from gpusolve.inference.eliminate import assign, run_plan
 from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.local_search import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
-from gpusolve.model import condition
+from gpusolve.search.local import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
+from gpusolve.model.problem import condition
 from gpusolve.parsers.write import write_wcsp
-from gpusolve.plan import build_plan
-from gpusolve.preprocess import preprocess
+from gpusolve.plan.buckets import build_plan
+from gpusolve.consistency.preprocess import preprocess
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 
@@ -217,7 +217,7 @@ def test_rollouts_and_local_search_on_cupy_are_sound(cupy, seed):
 
 def test_chains_run_on_the_device_only_for_problems_with_many_table_entries():
     """Below DEVICE_MIN_ENTRIES one core sweeps as fast and nothing compiles (bench/local_search.py --sweeps)."""
-    from gpusolve.local_search import DEVICE_MIN_ENTRIES, chains_module
+    from gpusolve.search.local import DEVICE_MIN_ENTRIES, chains_module
     device = object()  # stands for cupy: only its identity is returned
     small, large = generate("grid", 16, 4, 0.3, 0.5, 1), generate("grid", 900, 10, 0.3, 0.5, 1)
     assert sum(f.entries for f in small.functions) < DEVICE_MIN_ENTRIES <= sum(f.entries for f in large.functions)
@@ -332,7 +332,7 @@ def test_celar6_with_top_one_above_its_optimum(shared_instances, tmp_path):
 def test_chain_steps_on_cupy_equal_numpy(cupy, seed):
     """Integer costs are exact in float64 on both modules: the rank, a sweep at temperature 0 with hard
     entries weighed lexicographically, and an exact tree move give the same arrays on CuPy as on NumPy."""
-    from gpusolve.local_search import _rng, sweep
+    from gpusolve.search.local import _rng, sweep
     problem = tight_network(seed)
     rng = np.random.default_rng(seed)
     x = rng.integers(0, problem.domains, size=(32, len(problem.domains)))

@@ -16,9 +16,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gpusolve
-from gpusolve import cli
+from gpusolve.cli import commands as cli
 from gpusolve.generate import markov_grid
-from gpusolve.cli import main
+from gpusolve.cli.commands import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.report import SCHEMA_PATH, dumps, fields, record
 
@@ -108,7 +108,7 @@ def test_bounded_sparse_be_is_named_and_advances_a_bar():
         totals.append(total)
         return done.append
 
-    from gpusolve.eliminate import bounded_sparse
+    from gpusolve.inference.eliminate import bounded_sparse
     bounded_sparse(problem, order, fallback, 1 << 30, NumpyEngine(), None, progress_factory=factory)
     assert totals and sum(done) > 0
 
@@ -167,8 +167,8 @@ def test_short_version_flag():
 # The command line, with a line on stderr once the solver holds an incumbent: a signal sent after it
 # lands mid-solve, however loaded the machine.
 MARKED = """import sys
-from gpusolve import anytime
-from gpusolve.cli import main
+from gpusolve.schedule import anytime
+from gpusolve.cli.commands import main
 offer = anytime.Bounds.offer
 
 
@@ -210,7 +210,7 @@ def test_info_plot_draws_the_bucket_profile(files, tmp_path):
     r = run("info", files["grid"], "--plot", png, "--mem-limit", "1M")
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code = "import sys, gpusolve.cli; print('matplotlib' in sys.modules)"
+    code = "import sys, gpusolve.cli.commands; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.strip() == "False"
 
 

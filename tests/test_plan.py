@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from helpers import random_problem
 
-from gpusolve import graph
+from gpusolve.order import graph
 from gpusolve.generate import generate
-from gpusolve.plan import build_plan, place
+from gpusolve.plan.buckets import build_plan, place
 
 
 def test_plan_buckets_sizes_and_message_routing():
@@ -79,7 +79,7 @@ def test_placement_follows_the_device_budget():
 def test_info_prints_the_placement_for_a_device_budget(tmp_path):
     from click.testing import CliRunner
 
-    from gpusolve.cli import main
+    from gpusolve.cli.commands import main
     path = tmp_path / "g.wcsp"
     problem = generate("grid", 16, 6, seed=2)
     from gpusolve.parsers.write import write

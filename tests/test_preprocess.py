@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from helpers import brute_force, random_problem, tight_problem
 
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, TupleFunction, Variable, finalize_integer
-from gpusolve.preprocess import lower_top, preprocess
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, TupleFunction, Variable, finalize_integer
+from gpusolve.consistency.preprocess import lower_top, preprocess
+from gpusolve.schedule.solve import Options, solve
 
 
 def hand_made(unary, binary, domains=(2, 2, 2), top=10):
@@ -106,7 +106,7 @@ def naive_arc_consistency(tables, live):
 def test_revise_reaches_the_arc_consistent_fixpoint_on_pair_lists_and_dense_tables():
     """revise keeps a binary table with few allowed pairs as their list and any other as a boolean
     table read over the live values; both end at the fixpoint the definition gives."""
-    from gpusolve.preprocess import revise
+    from gpusolve.consistency.preprocess import revise
     rng = np.random.default_rng(4)
     kinds = set()
     for seed in range(120):
@@ -180,7 +180,7 @@ def test_pair_supports_reach_the_arc_consistent_fixpoint():
     """MAC's PairSupports (binary functions propagated from removed values): from full domains
     (`start`) and after removing random values from an arc-consistent state (`follow`), the
     domains the definition gives, or a wiped-out domain where it empties one."""
-    from gpusolve.preprocess import PairSupports
+    from gpusolve.consistency.preprocess import PairSupports
     rng = np.random.default_rng(5)
     checked = {True: 0, False: 0}
     for seed in range(150):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpusolve import parsers
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 
 def random_network(rng, bayes: bool, n_max=6, d_max=3, p_zero=0.15):
@@ -148,7 +148,7 @@ def test_uai_result_files(tmp_path, shared_instances):
 
     from click.testing import CliRunner
 
-    from gpusolve.cli import main
+    from gpusolve.cli.commands import main
     from helpers import log10_partition, marginals
     net = shared_instances / "network.uai"
     for task in ("PR", "MAR", "MPE"):
@@ -179,7 +179,7 @@ def test_uai_result_files(tmp_path, shared_instances):
 def test_task_errors():
     from click.testing import CliRunner
 
-    from gpusolve.cli import main
+    from gpusolve.cli.commands import main
     import pathlib
     bundled = pathlib.Path(__file__).resolve().parents[1] / "instances" / "random-n14-d10-s1.wcsp"
     r = CliRunner().invoke(main, ["solve", str(bundled), "--task", "PR"])
@@ -189,8 +189,8 @@ def test_task_errors():
 @pytest.mark.parametrize("op", ["lse", "min", "max"])
 def test_contract_in_blocks(op):
     """Blocks of any size, host-memory inputs (HostTable) and forbidden entries give the one-block result."""
-    from gpusolve.engines.base import HostTable
-    from gpusolve.probabilistic import contract
+    from gpusolve.engines.dense import HostTable
+    from gpusolve.inference.probabilistic import contract
     rng = np.random.default_rng(11)
     dom = [2, 3, 2, 4, 3]
     inputs = []
@@ -268,7 +268,7 @@ def test_models_of_probability_zero_on_the_command_line(tmp_path, seed):
     schema.json (Z = 0: infeasible, bounds null, no marginals) and --uai-output, against enumeration."""
     from click.testing import CliRunner
 
-    from gpusolve.cli import main
+    from gpusolve.cli.commands import main
     dom, factors, evidence = zero_network(np.random.default_rng(5000 + seed))
     path = tmp_path / "net.uai"
     write_uai(path, dom, factors, False, evidence)  # net.uai.evid: the command line's default evidence

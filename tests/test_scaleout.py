@@ -1,4 +1,4 @@
-"""batch over Dask workers (gpusolve/scaleout.py): same lines as the serial batch, and a worker killed
+"""batch over Dask workers (gpusolve/distributed/cluster.py): same lines as the serial batch, and a worker killed
 mid-instance loses none."""
 import json
 import os
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gpusolve import graph
-from gpusolve.cli import main
-from gpusolve.eliminate import run_plan
+from gpusolve.order import graph
+from gpusolve.cli.commands import main
+from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.plan import build_plan
-from gpusolve.scaleout import search_on_dask
-from gpusolve.search import Heuristic
+from gpusolve.plan.buckets import build_plan
+from gpusolve.search.on_dask import search_on_dask
+from gpusolve.search.andor import Heuristic
 
 distributed = pytest.importorskip("dask.distributed")
 from helpers import brute_force, random_problem  # noqa: E402
@@ -123,7 +123,7 @@ def test_search_subproblems_on_workers_find_the_optimum(tmp_path):
 def test_embedded_workers_share_the_host_memory():
     """Each of n embedded workers may use 1/n of the host, not Dask's memory x threads / cores."""
     from distributed.system import MEMORY_LIMIT
-    from gpusolve.scaleout import executor
+    from gpusolve.distributed.cluster import executor
     with executor(None, 1) as (client, _, _):
         limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
     assert limits == [MEMORY_LIMIT]
@@ -131,7 +131,7 @@ def test_embedded_workers_share_the_host_memory():
 
 def test_one_worker_per_gpu_needs_a_gpu(tmp_path):
     """Where a GPU is usable, test_gpu_workers_each_see_their_own_device runs the same batch."""
-    from gpusolve.engines import gpu_unavailable_reason
+    from gpusolve.cuda.runtime import gpu_unavailable_reason
     if gpu_unavailable_reason() is None:
         pytest.skip("a GPU is usable here")
     generate(tmp_path / "in", "random", 6, 3, range(1))
@@ -141,7 +141,7 @@ def test_one_worker_per_gpu_needs_a_gpu(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_workers_each_see_their_own_device(cupy, tmp_path):
-    from gpusolve.scaleout import executor
+    from gpusolve.distributed.cluster import executor
     with executor(None, None, gpus=True) as (client, what, _):
         seen = sorted(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"]).values())
         limits = {w["memory_limit"] for w in client.scheduler_info()["workers"].values()}

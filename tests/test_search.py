@@ -6,22 +6,35 @@ import pytest
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve import parsers
-from gpusolve import graph
-from gpusolve.dfbb import Beside
-from gpusolve.eliminate import run_plan
+from gpusolve.order import graph
+from gpusolve.search.dfbb import Beside
+from gpusolve.inference.eliminate import run_plan
+from gpusolve.schedule.anytime import Bounds
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.model import CostFunction, Problem, Variable
-from gpusolve.plan import build_plan
-from gpusolve.search import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable
+from gpusolve.plan.buckets import build_plan
+from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
+from gpusolve.schedule.solve import Options, solve
 
 
-def search_for(problem, z):
+def search_for(problem, z, **options):
     order = graph.elimination_order(problem)
     plan = build_plan(problem, order, z)
     _, _, messages = run_plan(problem, plan, NumpyEngine())
-    return AndOrSearch(problem, order, Heuristic.from_run(plan, NumpyEngine(), messages))
+    return AndOrSearch(problem, order, Heuristic.from_run(plan, NumpyEngine(), messages), **options)
+
+
+def offering_to(bounds: Bounds, offered: list):
+    """on_incumbent for a search: each assignment complete and within the domains, offered to `bounds`
+    (which computes its cost), the node count noted; the search then prunes against the incumbent."""
+    def offer(assignment):
+        assert len(assignment) == len(bounds.problem.variables)
+        assert all(0 <= a < d for a, d in zip(assignment, bounds.problem.domains))
+        offered.append(assignment)
+        bounds.offer(assignment, "AND/OR search")
+        return bounds.upper
+    return offer
 
 
 @pytest.mark.parametrize("seed", range(320))
@@ -40,6 +53,69 @@ def test_search_finds_the_optimum_and_proves_it(seed):
     if problem.integer:  # with the optimum as incumbent nothing better exists: a proof
         cost, assignment = search_for(problem, z).run(best)
         assert assignment is None and cost >= best
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_search_pruning_against_its_own_incumbents_still_proves_the_optimum(seed):
+    """Greedy completions become incumbents as the search goes and cut its budgets: the search still
+    ends with the optimum (brute force) or with the proof that the incumbent is optimal."""
+    rng = np.random.default_rng(3000 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, integer=seed % 3 != 0, n_components=1 + seed % 3)
+    best, _ = brute_force(problem)
+    bounds, offered = Bounds.start(problem, 0.0), []
+    s = search_for(problem, max([f.arity for f in problem.functions] + [1]), on_incumbent=offering_to(bounds, offered))
+    cost, assignment = s.run(problem.top)
+    if assignment is not None:
+        bounds.offer(assignment, "AND/OR search")
+        assert cost == pytest.approx(problem.evaluate(assignment), rel=1e-12, abs=1e-12)
+    if best >= problem.top:
+        assert bounds.assignment is None
+    else:
+        assert bounds.upper == pytest.approx(best, rel=1e-12, abs=1e-12)
+
+
+STOP_NODES = 256  # the search asks whether to stop every 256 nodes; every network below needs more
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, seed):
+    """Stopped before the root completes, the search has offered incumbents as it went (greedy
+    completions of its path): without hard tuples every one is feasible, so an upper bound is held.
+    Against pytoulbar2: the incumbent is no better than the optimum, and the least bound of the open
+    nodes, never below the heuristic's own bound, is no worse."""
+    topology, n = ("random", 18) if seed % 2 else ("grid", 25)
+    hard = 0.3 if seed % 4 < 2 else 0.0
+    problem = generate(topology, n, 4, 0.4, hard, seed)
+    optimum = toulbar2_optimum(problem, tmp_path / "g.wcsp")
+    bounds, offered = Bounds.start(problem, 0.0), []
+    s = search_for(problem, 2, on_incumbent=offering_to(bounds, offered))
+    s.should_stop = lambda: s.stats.nodes >= STOP_NODES
+    with pytest.raises(Stopped) as stopped:
+        s.run(problem.top)
+    assert not s.stats.complete
+    assert stopped.value.lower >= s.constant + sum(s.root_h.values())  # the heuristic's bound at the root
+    if optimum is None:
+        assert bounds.assignment is None
+        return
+    assert stopped.value.lower <= optimum
+    assert bounds.assignment is not None or hard  # hard tuples: a subproblem may have failed every time
+    assert bounds.assignment is None or bounds.upper >= optimum
+
+
+def test_the_first_incumbent_of_a_network_where_only_optima_are_feasible(shared_instances):
+    """CELAR6-SUB0 with `top` lowered to its optimum plus one: only optimal assignments are feasible.
+    The search once found one after 545k nodes and, stopped, reported none; now the completion of its
+    first descent is one, offered before the search first asks whether to stop."""
+    problem = parsers.read(shared_instances / "CELAR6-SUB0.wcsp")
+    optimum = 159  # optima.csv
+    problem = problem.like(problem.functions, top=optimum + 1)
+    bounds, offered = Bounds.start(problem, 0.0), []
+    s = search_for(problem, 4, on_incumbent=offering_to(bounds, offered))
+    s.should_stop = lambda: True
+    with pytest.raises(Stopped) as stopped:
+        s.run(problem.top)
+    assert s.stats.nodes == 256 and bounds.upper == optimum == problem.evaluate(bounds.assignment)
+    assert stopped.value.lower <= optimum
 
 
 def test_pseudo_tree_children_are_independent_given_their_context():

@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpusolve.serve import fingerprint
-from gpusolve.server import REQUEST, REQUEST_MAX, STREAM, read_request
+from gpusolve.serve.client import fingerprint
+from gpusolve.serve.server import REQUEST, REQUEST_MAX, STREAM, read_request
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
@@ -433,7 +433,7 @@ def good_request(env) -> dict:
 
 def exchange(path: str, payload: bytes) -> list[tuple[bytes, bytes]]:
     """Send raw bytes to the server; the frames it answers with until it closes."""
-    from gpusolve.serve import _recv_frame
+    from gpusolve.serve.client import _recv_frame
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(60)
         conn.connect(path)
@@ -495,10 +495,10 @@ def test_malformed_requests_are_answered_and_the_server_stays_up(server):
 def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
     """A process that started CUDA leaves with os._exit once its output is flushed: same code and
     output, no interpreter finalization (atexit handlers); others exit as usual."""
-    code = ("import atexit, sys; from gpusolve import engines, serve\n"
+    code = ("import atexit, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli import entry\n"
             + ("engines._warming.append(None)\n" if cuda else "")
             + "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
-              "print('out', end=''); print('err', end='', file=sys.stderr); serve.leave(3)")
+              "print('out', end=''); print('err', end='', file=sys.stderr); entry.leave(3)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 3 and p.stdout == "out"
     assert p.stderr == ("err" if cuda else "errfinalized\n")
@@ -506,9 +506,9 @@ def test_leave_flushes_and_skips_finalization_only_after_cuda(cuda):
 
 def test_leave_after_cuda_with_the_reader_gone():
     """Output to a pipe nobody reads any more: leave still exits with the command's code, no traceback."""
-    code = ("import os, sys; from gpusolve import engines, serve\n"
+    code = ("import os, sys; from gpusolve.cuda import runtime as engines; from gpusolve.cli import entry\n"
             "engines._warming.append(None)\n"
             "r, w = os.pipe(); os.close(r); sys.stdout = os.fdopen(w, 'w')\n"
-            "print('lost'); serve.leave(0)")
+            "print('lost'); entry.leave(0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0 and p.stderr == ""

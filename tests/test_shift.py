@@ -1,4 +1,4 @@
-"""Cost shifting (gpusolve/shift.py): FGLP keeps the problem equivalent, MBE-MM keeps bounds valid."""
+"""Cost shifting (gpusolve/inference/shift.py): FGLP keeps the problem equivalent, MBE-MM keeps bounds valid."""
 import csv
 import itertools
 from collections import Counter
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from gpusolve import parsers
-from gpusolve import graph
-from gpusolve.eliminate import run_plan
+from gpusolve.order import graph
+from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.model import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
-from gpusolve.plan import build_plan
-from gpusolve.preprocess import preprocess
-from gpusolve.shift import fglp, jglp
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.plan.buckets import build_plan
+from gpusolve.consistency.preprocess import preprocess
+from gpusolve.inference.shift import fglp, jglp
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 SEEDS = range(300)
@@ -242,7 +242,7 @@ def test_weighted_mini_buckets_bound_z_from_above():
     """WMB (probabilistic.weighted_bound): never above -log10 Z (brute force on small problems, exact
     BE on larger ones), exact for exact plans; on these 100 problems it beats one sum and K-1 maxima
     at 112 of 164 (problem, z) pairs and loses at 52 (equal weights, not optimised)."""
-    from gpusolve.probabilistic import partition_bounds, weighted_bound
+    from gpusolve.inference.probabilistic import partition_bounds, weighted_bound
     eng = NumpyEngine()
     for seed in range(60):
         p = generated(3 * seed)  # float

@@ -1,4 +1,4 @@
-"""Exact BE with buckets sliced over Dask workers (gpusolve/slicing.py): the sliced message is the unsliced
+"""Exact BE with buckets sliced over Dask workers (gpusolve/distributed/slicing.py): the sliced message is the unsliced
 one, a solve with slicing is the solve without, and the slicing plan is what it says."""
 import itertools
 import json
@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gpusolve import graph
-from gpusolve.cli import main
+from gpusolve.order import graph
+from gpusolve.cli.commands import main
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.model import CostFunction, Problem, Variable, finalize_integer
-from gpusolve.plan import build_plan
-from gpusolve.slicing import Slice, eliminate_sliced, plan_slicing
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable, finalize_integer
+from gpusolve.plan.buckets import build_plan
+from gpusolve.distributed.slicing import Slice, eliminate_sliced, plan_slicing
+from gpusolve.schedule.solve import Options, solve
 
 distributed = pytest.importorskip("dask.distributed")
 from helpers import random_problem  # noqa: E402
@@ -141,8 +141,8 @@ def test_solve_and_info_with_workers_on_processes(tmp_path):
 def test_sliced_buckets_on_gpu_workers_match_numpy(cupy, client):
     # the client's engine on the GPU too: its device (or host-streamed) inputs go to the workers, the rows come back
     from gpusolve.engines.cupy_engine import CupyEngine
-    from gpusolve.eliminate import run_plan
-    from gpusolve.slicing import SlicedStep
+    from gpusolve.inference.eliminate import run_plan
+    from gpusolve.distributed.slicing import SlicedStep
     engine = CupyEngine()
     for seed in range(4):
         problem = generate("random", 14, 6, 0.4, 0.1, seed)

@@ -3,11 +3,12 @@ import numpy as np
 import pytest
 from helpers import bounded_case, brute_force, internal, random_problem
 
-from gpusolve import plan as plan_module
+from gpusolve.plan import buckets as plan_module
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
-from gpusolve.eliminate import bounded_sparse
-from gpusolve.solve import BudgetError, Options, solve
+from gpusolve.inference.eliminate import bounded_sparse
+from gpusolve.schedule.solve import Options, solve
+from gpusolve.host import BudgetError
 
 SEEDS = range(320)
 

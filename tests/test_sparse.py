@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 from helpers import bounded_case, brute_force, internal, same_messages, tight_problem
 
-from gpusolve import graph
+from gpusolve.order import graph
 from gpusolve.engines import sparse, streaming
 from gpusolve.engines.sparse import SparseTable
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 from gpusolve.engines.numpy_engine import NumpyEngine
-from gpusolve.model import CostFunction, Problem, Variable
-from gpusolve import plan as plan_module
-from gpusolve.plan import build_plan
-from gpusolve.eliminate import assign, run_plan
-from gpusolve.eliminate import bounded_sparse
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction, Problem, Variable
+from gpusolve.plan import buckets as plan_module
+from gpusolve.plan.buckets import build_plan
+from gpusolve.inference.eliminate import assign, run_plan
+from gpusolve.inference.eliminate import bounded_sparse
+from gpusolve.schedule.solve import Options, solve
 
 SEEDS = range(120)
 

@@ -11,8 +11,9 @@ import math
 import numpy as np
 import pytest
 
+from gpusolve.cuda import pinned
 from gpusolve.engines import sparse, streaming
-from gpusolve.engines.base import eliminate_dense
+from gpusolve.engines.dense import eliminate_dense
 
 
 def random_runs(rng, unique: bool):
@@ -331,7 +332,7 @@ def test_merge_reads_pinned_runs_in_place(cupy, monkeypatch):
     """Runs in the runs arena are merged through HostPieces; a single run in the arena comes back
     as a copy (the next request overwrites the arena), and a tracked array's range is forgotten
     when its registered pages go."""
-    monkeypatch.setattr(streaming, "POOLED_PINNED_MAX", 1 << 12)  # registered pages from 4 KiB on
+    monkeypatch.setattr(pinned, "POOLED_PINNED_MAX", 1 << 12)  # registered pages from 4 KiB on
     pipe = streaming.Pipeline(cupy, [])
     rng = np.random.default_rng(8)
     runs = [tuple(np.sort(a) if k == 0 else a for k, a in enumerate(r)) for r in random_runs(rng, unique=False)]
@@ -405,16 +406,16 @@ def test_pinned_arrays_are_page_locked_and_large_blocks_reused_after_their_last_
     last view goes, serves the next request of at least half its size, and is unregistered once
     the free blocks pass the pool's share of the host memory."""
     rt = cupy.cuda.runtime
-    large = streaming.POOLED_PINNED_MAX // 8 + 1
-    arrays = [streaming.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
-    arrays += [streaming.pinned_array(cupy, (n,), np.int64) for n in (large, large + 511, large)]
+    large = pinned.POOLED_PINNED_MAX // 8 + 1
+    arrays = [pinned.pinned_array(cupy, (n,), np.int64) for n in (1, 3, 511, 512, 513, 5)]
+    arrays += [pinned.pinned_array(cupy, (n,), np.int64) for n in (large, large + 511, large)]
     for a in arrays:
         assert a.base is not None and rt.pointerGetAttributes(a.ctypes.data).type == rt.memoryTypeHost
         a[...] = 7
         assert np.all(a == 7)
-    pool = streaming._PagePool()
-    monkeypatch.setattr(streaming, "_PAGES", pool)
-    big = streaming.pinned_array(cupy, (3, large), np.int64)
+    pool = pinned._PagePool()
+    monkeypatch.setattr(pinned, "_PAGES", pool)
+    big = pinned.pinned_array(cupy, (3, large), np.int64)
     view = big[1, 10:20]
     address = big.ctypes.data
     del big
@@ -423,13 +424,13 @@ def test_pinned_arrays_are_page_locked_and_large_blocks_reused_after_their_last_
     del view
     gc.collect()
     assert [b.ctypes.data for b in pool.free] == [address]
-    small = streaming.pinned_array(cupy, (large,), np.int64)  # under half the block: a new one
-    again = streaming.pinned_array(cupy, (2, large), np.int64)
+    small = pinned.pinned_array(cupy, (large,), np.int64)  # under half the block: a new one
+    again = pinned.pinned_array(cupy, (2, large), np.int64)
     assert again.ctypes.data == address and small.ctypes.data != address and not pool.free
     ended = []
-    monkeypatch.setattr(streaming, "_unregister", lambda runtime, address: (ended.append(address),
+    monkeypatch.setattr(pinned, "_unregister", lambda runtime, address: (ended.append(address),
                                                                               runtime.hostUnregister(address)))
-    monkeypatch.setattr(streaming, "PINNED_SHARE", 10 ** 18)  # no room: free blocks are unregistered
+    monkeypatch.setattr(pinned, "PINNED_SHARE", 10 ** 18)  # no room: free blocks are unregistered
     del again
     gc.collect()
     assert ended == [address] and not pool.free

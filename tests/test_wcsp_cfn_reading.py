@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpusolve.model import MAX_TOP
+from gpusolve.model.problem import MAX_TOP
 from gpusolve.parsers import ParseError, read, wcsp
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 INT64_MAX = (1 << 63) - 1
@@ -90,7 +90,7 @@ PEAK = ("import atexit, sys\n"
         "    with open('/proc/self/status') as f:\n"
         "        print('peak', next(line.split()[1] for line in f if line.startswith('VmHWM')), file=sys.stderr)\n"
         "atexit.register(peak)\n")
-SOLVE = PEAK + "from gpusolve.cli import main\nmain(['solve', *sys.argv[1:]])"
+SOLVE = PEAK + "from gpusolve.cli.commands import main\nmain(['solve', *sys.argv[1:]])"
 READ = PEAK + ("from gpusolve.parsers import OverBudget, read\ntry:\n"
                "    read(sys.argv[1], mem_limit=int(sys.argv[2]))\n    print('read')\n"
                "except OverBudget as e:\n    print(e)")

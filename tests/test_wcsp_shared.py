@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpusolve.parsers import read
-from gpusolve.solve import Options, solve
+from gpusolve.schedule.solve import Options, solve
 
 FILES = 240
 ORACLE = """import json, sys, pytoulbar2

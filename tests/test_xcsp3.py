@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusolve.model import CostFunction
-from gpusolve.solve import Options, solve
+from gpusolve.model.problem import CostFunction
+from gpusolve.schedule.solve import Options, solve
 from gpusolve.parsers import ParseError, read
 
 
@@ -246,7 +246,7 @@ def test_functional_intension_kept_as_its_tuples_allows_what_the_constraint_does
     """eq(x, e) with x not in e, read as its allowed tuples (TupleFunction, above LISTED_MIN entries) or
     as a dense table, allows exactly the assignments the constraint, evaluated in Python, allows, over
     domains with holes and negative values; an expression with x on both sides stays dense."""
-    from gpusolve.model import TupleFunction
+    from gpusolve.model.problem import TupleFunction
     from gpusolve.parsers import xcsp3
     values = (-2, 0, 1, 3, 4, 7, 9)
     path = tmp_path / "f.xml"

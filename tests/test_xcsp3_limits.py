@@ -122,7 +122,7 @@ def test_element_text_is_joined_once_not_grown(tmp_path, monkeypatch):
 
 def read_in_child(path, mem_limit: int):
     """(the reading error or None, peak RSS in MiB) of reading `path` in a fresh process."""
-    code = PEAK.replace("from gpusolve.cli import main\nmain(sys.argv[1:])",
+    code = PEAK.replace("from gpusolve.cli.commands import main\nmain(sys.argv[1:])",
                         "from gpusolve.parsers import ParseError, read\n"
                         "try:\n    read(sys.argv[1], mem_limit=int(sys.argv[2]))\n"
                         "except ParseError as e:\n    print(e)")

@@ -1,8 +1,8 @@
 """The GPU engine: CuPy tables, one raw CUDA kernel launch per mini-bucket, chunked streaming.
 
 Tables live on the device between buckets. A mini-bucket whose joint table is
-large gets a kernel generated for its exact shape (kernels.py; compiled once per process,
-and by CuPy's disk cache across processes); the others share one shape-generic kernel per
+large gets a kernel generated for its exact shape (kernels.py; loaded once per process by
+cuda/loader.py, and kept in CuPy's disk cache across processes); the others share one shape-generic kernel per
 arithmetic class, which reads the bucket's shape from a descriptor, so no bucket waits for a
 compilation of its own (the dense step `eliminate_dense` on CuPy arrays is left for buckets
 beyond the generic kernel's inputs or axes). A message that does not fit the device budget is computed in chunks of
@@ -16,17 +16,18 @@ CuPy is imported when an engine is made, never at package import.
 from __future__ import annotations
 
 import ctypes
-import functools
 import itertools
 import os
 import time
 
 import numpy as np
 
-from . import cubins, import_cupy
-from .base import Engine, HostTable, eliminate_dense
+from gpusolve.cuda import loader
+from gpusolve.cuda.runtime import device_budget, device_info, import_cupy
+from .base import Engine
+from .dense import HostTable, eliminate_dense
 from .kernels import (ASSIGN_BLOCK_MAX, ASSIGN_SHARED_MAX, BLOCK, GENERIC_MAX_FREE, GENERIC_MAX_OPS, FusedKernel,
-                      assign_source, fused_source, generic_descriptor, generic_source, kernel_mode)
+                      assign_source, fused_source, generic_descriptor, generic_source, kernel_mode, load)
 from .streaming import dense_chunks, stream_dense
 
 # A mini-bucket runs a kernel specialised to its shape when one is already
@@ -42,16 +43,6 @@ DESCRIPTOR_RING = 1 << 17
 # Working set of the dense CuPy step: larger than the CPU's CHUNK_ENTRIES, since
 # each chunk costs launches (grid12x12 lse: 1M-entry chunks 0.28 s, 16M 0.087 s).
 DENSE_CHUNK = 1 << 24
-_KERNELS: dict[tuple, object] = {}  # FusedKernel.key -> compiled cupy.RawKernel, for the process
-
-
-@functools.lru_cache(maxsize=None)
-def _device_info(device_id: int) -> tuple[str, int]:
-    """(name, SM count) of a device: read once per process, the query takes about a millisecond."""
-    import cupy
-    props = cupy.cuda.runtime.getDeviceProperties(device_id)
-    name = props["name"]
-    return (name.decode() if isinstance(name, bytes) else str(name)), props["multiProcessorCount"]
 
 
 class _Operand:
@@ -83,21 +74,19 @@ class CupyEngine(Engine):
             # and JGLP's `any()`, bench/batch_gpu.py); CuPy's own reduction kernels compile in 0.1 s.
             cupy._core.set_reduction_accelerators([])
         self.xp = cupy
-        device = cupy.cuda.Device()
         self._pool = cupy.get_default_memory_pool()
         self._base_used = self._pool.used_bytes()
-        free = cupy.cuda.runtime.memGetInfo()[0] + self._pool.free_bytes()  # cached blocks are reusable
-        self.device_name, self.sm_count = _device_info(device.id)
-        self.capability = device.compute_capability  # "90": which prebuilt cubins run here
-        self.budget = int(free * 0.9) if gpu_mem_limit is None else min(int(gpu_mem_limit), int(free * 0.9))
+        self.device_name, self.sm_count, _ = device_info(cupy.cuda.runtime.getDevice())
+        self.budget = device_budget(gpu_mem_limit)
         self.fuse_min = fuse_min
         self.stage = stage
         self.generic = generic
         self._ring = self._ring_dev = None
         self._ring_at = 0
         self.init_s = time.perf_counter() - t0
-        self.compile_s = 0.0
-        self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0, "compiled": 0, "prebuilt": 0}
+        self.kernels = loader.Account()  # what this engine's run loaded, wherever it launches them
+        loader.charge_to(self.kernels)
+        self.stats = {"fused": 0, "generic": 0, "dense": 0, "streamed": 0}
 
     @property
     def device_bytes(self) -> int:
@@ -107,6 +96,10 @@ class CupyEngine(Engine):
     def block_entries(self) -> int:
         """What the device budget leaves for four float64 temporaries (at least 2^10)."""
         return max((self.budget - self.device_bytes) // 32, 1 << 10)
+
+    @property
+    def compile_s(self) -> float:
+        return self.kernels.compile_s
 
     @property
     def startup_s(self) -> float:
@@ -175,7 +168,7 @@ class CupyEngine(Engine):
             try:
                 dev_ops = [o if o.on_device else _Operand(cp.asarray(o.array), o.scope, True) for o in ops]
                 key = self.fused_key(dev_ops, mb.var, mb.scope, domains, top, integer, op)
-                if mb.joint_entries >= self.fuse_min or key in _KERNELS:
+                if mb.joint_entries >= self.fuse_min or loader.loaded(key):
                     out = cp.empty(out_shape, dtype=dtype)
                     self.launch(out, dev_ops, {}, mb.var, mb.scope, domains, top, integer, op, spec=fused_source(*key))
                     self.stats["fused"] += 1
@@ -197,7 +190,7 @@ class CupyEngine(Engine):
         mode, clamp = kernel_mode(len(ops), top, integer)
         desc = generic_descriptor([o.array.data.ptr for o in ops], [tuple(o.stride_of(u) for u in free) for o in ops],
                                   [o.stride_of(var) for o in ops], tuple(domains[u] for u in free), domains[var])
-        k = self.kernel(generic_source("f64" if mode == "f64" else "i64", clamp, op))
+        k = load(generic_source("f64" if mode == "f64" else "i64", clamp, op))
         blocks = max(1, min(-(-int(desc[4]) // BLOCK), self.sm_count * 16))
         k((blocks,), (BLOCK,), (out, np.uint64(self._descriptor(desc)), np.int64(int(top) if integer else 0)),
           shared_mem=8 * desc.size)
@@ -219,24 +212,6 @@ class CupyEngine(Engine):
                             runtime.memcpyHostToDevice, stream.ptr)
         return self._ring_dev.data.ptr + 8 * at
 
-    def kernel(self, spec: FusedKernel):
-        """The kernel for `spec`: loaded from its prebuilt cubin (engines/cubins.py) or compiled, the
-        first time in this process."""
-        k = _KERNELS.get(spec.key)
-        if k is None:
-            t0 = time.perf_counter()
-            prebuilt = cubins.find(spec.name, self.capability)
-            if prebuilt is not None:  # get_function loads the module (no NVRTC)
-                k = self.xp.RawModule(path=str(prebuilt)).get_function(spec.name)
-                self.stats["prebuilt"] += 1
-            else:
-                k = self.xp.RawKernel(spec.source, spec.name)
-                k.compile()
-                self.stats["compiled"] += 1
-            self.compile_s += time.perf_counter() - t0
-            _KERNELS[spec.key] = k
-        return k
-
     def fused_key(self, ops, var, free, domains, top, integer, op="min") -> tuple:
         """fused_source's arguments for these operands (the kernel's FusedKernel.key)."""
         mode, clamp = kernel_mode(len(ops), top, integer)
@@ -256,7 +231,7 @@ class CupyEngine(Engine):
         kernel when the caller already made it.
         """
         spec = spec or self.fused_spec(ops, var, free, domains, top, integer, op)
-        k = self.kernel(spec)
+        k = load(spec)
         ptrs = [np.uint64(out.data.ptr)]
         for o in ops:
             base = sum(value * o.stride_of(u) for u, value in fixed.items()) if fixed else 0
@@ -325,7 +300,7 @@ class CupyEngine(Engine):
         cached = shared <= ASSIGN_SHARED_MAX
         threads = min(ASSIGN_BLOCK_MAX, -(-widest // 32) * 32)
         top = np.int64(int(problem.top) if problem.integer else 0)
-        k = self.kernel(assign_source("i64" if problem.integer else "f64"))
+        k = load(assign_source("i64" if problem.integer else "f64"))
         k((1,), (threads,), (np.uint64(buf.data.ptr), np.uint64(buf.data.ptr + 8 * n_desc),
                              *(np.int32(v) for v in (len(steps) // 4, len(steps), len(steps) + len(parts),
                                                      n_desc, len(values), cached)), top),
@@ -342,7 +317,7 @@ class CupyEngine(Engine):
         plan = dense_chunks(mb.scope, inputs, domains, max(self.budget - self.device_bytes, 0))
         shaped = [o if o.on_device else _Operand(cp.empty(tuple(domains[u] for u in s), dtype=o.array.dtype), s, True)
                   for o, s in zip(ops, plan.scopes)]
-        self.kernel(self.fused_spec(shaped, mb.var, plan.free, domains, top, integer, op))
+        load(self.fused_spec(shaped, mb.var, plan.free, domains, top, integer, op))
         del shaped
         dtype = np.int64 if integer else np.float64
 

@@ -2,8 +2,8 @@
 
 `fused_source` writes the join-sum/eliminate kernel of one bucket signature
 (tiling, index width, arithmetic mode, clamping), `assign_source` the
-value-assignment kernel, `kernel_mode` picks the arithmetic. The GPU engine
-compiles and launches what these return; nothing here imports CuPy.
+value-assignment kernel, `kernel_mode` picks the arithmetic; `load` hands a
+kernel to the one kernel loader, cuda/loader.py. Nothing here imports CuPy.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import needs_clamp_each_step
+from gpusolve.cuda import cubins, loader
+from .dense import needs_clamp_each_step
 
 TILE_MAX = 16  # output rows one thread keeps in registers
 BLOCK = 256  # threads per block of the fused kernel
@@ -28,6 +29,11 @@ class FusedKernel:
     source: str
     n_blocks: int
     key: tuple  # the generator's arguments: whether a kernel is compiled is known without generating it
+
+
+def load(spec: FusedKernel):
+    """The kernel on the current device, once per process (cuda/loader.py), keyed by the generator's arguments."""
+    return loader.load(spec.source, spec.name, key=spec.key)
 
 
 def _split_last_axis(dims, strides):
@@ -442,7 +448,7 @@ def kernel_mode(n_inputs: int, top, integer: bool) -> tuple[str, bool]:
 def shape_generic_specs() -> list[FusedKernel]:
     """The kernels that serve every plan shape: the shape-generic elimination kernel of each
     arithmetic class and elimination, and the value-assignment kernel of each mode (what a
-    server compiles at start and engines/cubins.py ships prebuilt)."""
+    server compiles at start and cuda/cubins.py ships prebuilt)."""
     specs = [generic_source(mode, clamp, op) for mode, clamp in (("i64", False), ("i64", True), ("f64", False))
              for op in ("min", "max", "lse") if op != "lse" or mode == "f64"]
     return specs + [assign_source(mode) for mode in ("i64", "f64")]
@@ -537,16 +543,6 @@ extern "C" __global__ void NAME(const i64* ak, const T* ac, const i64* bk, const
 }
 """.replace("COST", ctype).replace("NAME", name)
     return FusedKernel(name, source, 0, ("join_gather", cost_type))
-
-
-_RAW_KERNELS: dict = {}  # kernel name -> compiled RawKernel of the array module, for the process
-
-
-def raw_kernel(xp, spec: FusedKernel):
-    """The generated kernel compiled once per process by module `xp` (CuPy's RawKernel)."""
-    if spec.name not in _RAW_KERNELS:
-        _RAW_KERNELS[spec.name] = xp.RawKernel(spec.source, spec.name)
-    return _RAW_KERNELS[spec.name]
 
 
 @functools.lru_cache(maxsize=4)
@@ -655,3 +651,7 @@ extern "C" __global__ void NAME(const i64* addresses, const i64* sizes, const i6
 }
 """.replace("NAME", name).replace("BLOCK", str(BISECT_BLOCK))
     return FusedKernel(name, source, 0, ("bisect",))
+
+
+if __name__ == "__main__":  # python -m gpusolve.engines.kernels: the cubins cuda/cubins.py ships (make cubins)
+    print(*cubins.build(shape_generic_specs()), sep="\n")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Engine, eliminate_dense
+from .base import Engine
+from .dense import eliminate_dense
 
 
 class NumpyEngine(Engine):
@@ -11,7 +12,7 @@ class NumpyEngine(Engine):
     xp = np
 
     def __init__(self, threads: int | None = None):
-        from . import host_threads
+        from gpusolve.host import host_threads
         self.threads = host_threads(threads)
 
     def put(self, table):

@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import plan as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
+from gpusolve.plan import buckets as sizes  # CHUNK_ROWS and KEY_LIMIT, read at call time (tests shrink the chunk)
 from . import kernels, streaming
-from .base import host_or_table
+from .dense import host_or_table
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
 DENSE_TERM = 1 << 20
@@ -316,7 +316,7 @@ def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int
     rows_a, rows_b = (ix.a_rows, ix.b_rows) if indirect else (count, count)  # unread without `indirect`
     as64 = [xp.asarray(x, dtype=xp.int64) for x in (ix.a_start, ix.a_size, ix.b_start, ix.out_start)]
     scalar = np.int64 if mode == "i64" else np.float64
-    kernels.raw_kernel(xp, kernels.join_gather_source(mode))(kernels.grid(n), (256,), (
+    kernels.load(kernels.join_gather_source(mode))(kernels.grid(n), (256,), (
         a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
         np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)) if axes is None else axes,
         np.int32(len(scope)),
@@ -374,7 +374,7 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, lim
     m = n if counted else int(pos[-1])
     largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
     distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
-    kernels.raw_kernel(xp, kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
+    kernels.load(kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
         kernels.grid(n), (256,), (codes, costs, pos, np.int64(n), distinct, least))
     return streaming.Counted((distinct, least), pos[-1:]) if counted else (distinct, least)
 

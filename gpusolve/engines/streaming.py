@@ -5,7 +5,7 @@ chunk i+1 is uploaded on one CUDA stream while chunk i works on the other,
 and a chunk's results are read back only when its stream is reused, so copies
 overlap work. Host arrays pass through pinned staging buffers that are kept
 and reused (page-locking fresh memory costs 0.04 s per GiB at best, see
-`pinned_array`); arrays already in a pinned buffer of the pipeline go straight, and
+`gpusolve.cuda.pinned`); arrays already in a pinned buffer of the pipeline go straight, and
 many small pieces of them are read in place by one kernel (`HostPieces`). Every
 map adds one record to the engine's `stream_log`.
 
@@ -20,13 +20,9 @@ Written against an array module: with NumPy the same code runs synchronously
 from __future__ import annotations
 
 import bisect as bisect_module
-import collections
 import contextlib
-import ctypes
-import functools
 import itertools
 import math
-import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -34,23 +30,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..memory import available_memory
-from ..plan import CHUNKS_IN_FLIGHT, streamed_lead
+from gpusolve.cuda import pinned
+from gpusolve.host import available_memory, over_threads
+from gpusolve.plan.buckets import CHUNKS_IN_FLIGHT, streamed_lead
 from . import kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
 SLOTS = 2  # jobs in flight on the host side: staging buffers are per slot (job parity)
 COPY_SPLIT_BYTES = 1 << 23  # host copies from this size on are split over threads
 DIRECT_PIECE_BYTES = 1 << 16  # several pinned pieces this large on average go up a copy call each (one always does)
-PAGE = 1 << 12  # bytes of a host memory page, the unit of page-locking
-POOLED_PINNED_MAX = 1 << 25  # smaller pinned arrays come from CuPy's pool, larger ones are registered pages
-# Results a later step uploads again (sorted runs in the kept arenas, merged tables) are page-locked
-# while they fit in this share of the host memory available, and free page blocks are kept up to it;
-# past it results go through the staging buffers into plain memory.
-PINNED_SHARE = 8
-# cudaHostRegisterPortable | cudaHostRegisterMapped: page-locked for every CUDA context (a pooled block
-# may serve an engine on another device), and kernels may read the pages in place
-REGISTER_FLAGS = 1 | 2
 SAMPLE_KEYS = 19  # Pipeline.bisect samples about 2^19 keys of the runs (4 MiB) onto the device
 
 
@@ -97,115 +85,7 @@ def _copy(dest: np.ndarray, src) -> None:
             end = min(hi, int(ends[j]))
             np.copyto(d[lo:end], pieces[j][lo - start:end - start])
             lo, j = end, j + 1
-    _split(d.size, part)
-
-
-def _split(n: int, part: Callable[[int, int], None]) -> None:
-    """part(lo, hi) over equal slices of range(n), one per copy thread."""
-    pool, threads = _copy_pool()
-    cuts = np.linspace(0, n, threads + 1).astype(np.int64)
-    list(pool.map(lambda i: part(int(cuts[i]), int(cuts[i + 1])), range(threads)))
-
-
-@functools.lru_cache(maxsize=1)
-def _copy_pool():
-    from concurrent.futures import ThreadPoolExecutor
-
-    from . import host_threads
-    threads = max(1, min(host_threads(), 16))
-    return ThreadPoolExecutor(threads, thread_name_prefix="gpusolve-copy"), threads
-
-
-def pinned_array(xp, shape, dtype) -> np.ndarray:
-    """A numpy array in page-locked memory, for asynchronous copies with module `xp` (CuPy); plain
-    memory on the CPU or where none can be had.
-
-    Below POOLED_PINNED_MAX it comes from CuPy's pinned memory pool, which hands freed blocks out
-    again: an engine per solve allocates its small staging buffers anew each time, and
-    registering them cost a tiny instance's warm solve 0.35 ms of its 1.6 ms (cProfile, H100).
-    Larger ones are blocks of whole pages of a plain allocation, faulted in by the copy threads,
-    then registered with CUDA (cudaHostRegister): on the H100 host 0.04 s per GiB, where
-    cudaHostAlloc takes 0.33 s, faulting and locking the pages on one core. When an array's last
-    view goes its block returns to `_PAGES` for the next large array (a streamed step's merged
-    table, the next step's), unregistered only past the pool's share of the host memory."""
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if xp is np or not nbytes:
-        return np.empty(shape, dtype=dtype)
-    if nbytes < POOLED_PINNED_MAX:
-        try:  # what cupyx.empty_pinned does, without importing cupyx (it pulls in scipy, 0.3 s)
-            return np.ndarray(shape, dtype=dtype, buffer=xp.cuda.alloc_pinned_memory(nbytes))
-        except Exception:  # pinning refused (limits, container): copies just stop overlapping
-            return np.empty(shape, dtype=dtype)
-    block = _PAGES.take(xp.cuda.runtime, -(-nbytes // PAGE) * PAGE)
-    if block is None:  # pinning refused (limits, container): copies just stop overlapping
-        return np.empty(shape, dtype=dtype)
-    lease = (ctypes.c_ubyte * nbytes).from_address(block.ctypes.data)  # the arrays' base: its end is seen
-    lease.block = block
-    weakref.finalize(lease, _PAGES.give, xp.cuda.runtime, block).atexit = False
-    return np.ndarray(shape, dtype=dtype, buffer=lease)
-
-
-class _PagePool:
-    """Registered page blocks of large pinned arrays, kept when their arrays go and handed out
-    again for a request of at least half their size: registering fresh pages and faulting them in
-    cost 0.03 s per 540 MB merged table on the H100 host, and unregistering them about as much.
-    Free blocks are unregistered, oldest first, past PINNED_SHARE of the available host memory."""
-
-    def __init__(self):
-        self.free: list[np.ndarray] = []  # oldest first
-        self.returned: collections.deque = collections.deque()  # given back, not yet sorted in
-        self.lock = threading.Lock()
-        self.stats = {"reused": 0, "registered": 0, "registered_bytes": 0, "register_s": 0.0, "unregistered": 0}
-
-    def take(self, runtime, size: int) -> np.ndarray | None:
-        """A registered block of at least `size` bytes (a multiple of PAGE), or None if refused."""
-        with self.lock:
-            self._sort_in(runtime)
-            fits = [i for i, b in enumerate(self.free) if size <= b.nbytes <= 2 * size]
-            if fits:
-                self.stats["reused"] += 1
-                return self.free.pop(min(fits, key=lambda i: self.free[i].nbytes))
-        t0 = time.perf_counter()
-        raw = np.empty(size + PAGE, dtype=np.uint8)
-        at = -raw.ctypes.data % PAGE
-        block = raw[at:at + size]  # pages no other allocation shares: each is registered once
-        _split(size // PAGE, lambda lo, hi: block[lo * PAGE:hi * PAGE].fill(0))
-        try:
-            runtime.hostRegister(block.ctypes.data, size, REGISTER_FLAGS)
-        except Exception:
-            return None
-        self.stats["registered"] += 1
-        self.stats["registered_bytes"] += size
-        self.stats["register_s"] += time.perf_counter() - t0
-        return block
-
-    def give(self, runtime, block: np.ndarray) -> None:
-        """A block whose arrays are gone (a finalizer: any thread, any moment, even inside take)."""
-        self.returned.append(block)
-        if self.lock.acquire(blocking=False):
-            try:
-                self._sort_in(runtime)
-            finally:
-                self.lock.release()
-
-    def _sort_in(self, runtime) -> None:
-        """Given-back blocks join the free ones, the oldest unregistered past the share (lock held)."""
-        while self.returned:
-            self.free.append(self.returned.popleft())
-        cap = available_memory() // PINNED_SHARE
-        while self.free and sum(b.nbytes for b in self.free) > cap:
-            _unregister(runtime, self.free.pop(0).ctypes.data)
-            self.stats["unregistered"] += 1
-
-
-_PAGES = _PagePool()
-
-
-def _unregister(runtime, address: int) -> None:
-    try:
-        runtime.hostUnregister(address)
-    except Exception:  # the CUDA context is already gone
-        pass
+    over_threads(d.size, part)
 
 
 @dataclass(frozen=True)
@@ -268,7 +148,7 @@ class Pipeline:
         """A numpy array in page-locked memory (async copies), plain memory on the CPU or if none can
         be had. `track`: remember it, so that copies from or into it skip the staging buffers, until
         its last view goes."""
-        a = pinned_array(self.xp, shape, dtype)
+        a = pinned.pinned_array(self.xp, shape, dtype)
         if track and a.base is not None:  # page-locked (a plain fallback owns its memory)
             start = a.ctypes.data
             if start not in self._pinned_ranges:
@@ -295,17 +175,17 @@ class Pipeline:
 
     def kept(self, n: int, dtype):
         """Room for n items of a result that a later step uploads again (a merged or sorted table):
-        page-locked and tracked while it fits in PINNED_SHARE of the available host memory, so it
+        page-locked and tracked while it fits in pinned.PINNED_SHARE of the available host memory, so it
         comes down and goes back up without staging; else plain memory."""
         return self.pinned((n,), dtype) if self._may_pin(n * np.dtype(dtype).itemsize) else np.empty(n, dtype=dtype)
 
     def _may_pin(self, nbytes: int) -> bool:
-        return self.gpu and nbytes <= available_memory() // PINNED_SHARE
+        return self.gpu and nbytes <= available_memory() // pinned.PINNED_SHARE
 
     def arena_into(self, total: int, dtypes) -> Callable | None:
         """An `into` for map that lays result k of every job side by side in runs arena k (jobs'
         results of `total` items at most), so that their merge reads them in place: None on the
-        CPU or past PINNED_SHARE of the available host memory (then they go through staging)."""
+        CPU or past pinned.PINNED_SHARE of the available host memory (then they go through staging)."""
         if not self._may_pin(total * sum(np.dtype(d).itemsize for d in dtypes)):
             return None
         return side_by_side([self.runs_arena(k, total, d) for k, d in enumerate(dtypes)])
@@ -314,7 +194,7 @@ class Pipeline:
         """Kept pinned room for n items: results that the next step reads back (sorted runs before
         their merge) land there straight from the device and go back up from there, with no host
         copy either way. A caller holds one arena's contents only until its next request. Grown to
-        what is asked, no more: the caller bounds that (`arena_into`: PINNED_SHARE), and so the pinned
+        what is asked, no more: the caller bounds that (`arena_into`: pinned.PINNED_SHARE), and so the pinned
         memory kept."""
         return self._buffer(("runs", k), n, dtype, arena=True)
 
@@ -369,7 +249,7 @@ class Pipeline:
         staged = self._buffer(("pieces", slot, k), 2 * n, np.int64)
         staged[:n], staged[n:] = pieces.addresses, pieces.outs
         rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
-        kernel = kernels.raw_kernel(xp, kernels.pieces_gather_source(d.dtype.itemsize))
+        kernel = kernels.load(kernels.pieces_gather_source(d.dtype.itemsize))
         with self.streams[s]:
             kernel(kernels.grid(pieces.size), (256,), (table, table[n:], np.int32(n),
                                                                         np.int64(pieces.size), d))
@@ -387,10 +267,10 @@ class Pipeline:
         table = xp.asarray(np.concatenate([[r.ctypes.data for r in runs], n, offsets]).astype(np.int64))
         addresses, sizes, starts = table[:len(runs)], table[len(runs):2 * len(runs)], table[2 * len(runs):]
         sample = xp.empty(int(offsets[-1]), dtype=xp.int64)
-        kernels.raw_kernel(xp, kernels.sample_source())(kernels.grid(sample.size), (256,), (
+        kernels.load(kernels.sample_source())(kernels.grid(sample.size), (256,), (
             addresses, sizes, starts, np.int32(len(runs)), np.int64(stride), np.int64(sample.size), sample))
         left, right = xp.empty((2, targets.shape[0], len(runs)), dtype=xp.int64)
-        kernels.raw_kernel(xp, kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
+        kernels.load(kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
             addresses, sizes, sample, starts, np.int64(stride), np.int32(len(runs)), xp.asarray(targets),
             xp.asarray(lo), xp.asarray(hi), left, right))
         return left.get(), right.get()

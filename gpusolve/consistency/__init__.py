@@ -1,0 +1,1 @@
+"""Keeping domains consistent with the hard constraints: node and generalised arc consistency, AllDifferent."""

@@ -1,0 +1,1 @@
+"""Coalition structure generation by dynamic programming over subsets."""

@@ -1,0 +1,1 @@
+"""Work spread over Dask workers: the cluster, sliced elimination, distributed DCOP."""

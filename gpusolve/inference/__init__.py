@@ -1,0 +1,1 @@
+"""Elimination and message passing: (mini-)bucket elimination, sum-product tasks, cost shifting."""

@@ -1,0 +1,1 @@
+"""The problem model: variables, cost functions, random instances."""

@@ -1,0 +1,333 @@
+"""The problem model: variables, cost functions as dense tables, objective.
+
+Every reader produces a `Problem` whose internal objective is *minimisation* of
+a sum of cost tables. Integer problems (WCSP, XCSP) keep int64 costs in
+``[0, top]`` where ``top`` means forbidden and additions saturate at ``top``;
+probabilistic problems (UAI MPE) use float64 costs ``-log10 p`` with ``inf`` for
+forbidden. ``sense`` maps an internal cost back to the file's own objective.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+# Largest top we accept: the sum of two costs <= MAX_TOP never overflows int64.
+MAX_TOP = (1 << 62) - 1
+
+
+class ModelError(ValueError):
+    """A problem that cannot be represented (for instance costs beyond int64)."""
+
+
+class Infeasible(Exception):
+    """No assignment satisfies the hard constraints (a domain wiped out, an AllDifferent no matching covers)."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    domain: int
+    labels: tuple[str, ...] | None = None  # value names, when the file gives them
+    agent: str | None = None  # DCOP files: the agent holding the variable (None: an agent of its own)
+
+    def label(self, index: int) -> str:
+        return self.labels[index] if self.labels else str(index)
+
+
+@dataclass
+class CostFunction:
+    """A cost table over `scope`, lexicographic order (last scope variable fastest)."""
+
+    scope: tuple[int, ...]
+    table: np.ndarray
+
+    @property
+    def arity(self) -> int:
+        return len(self.scope)
+
+    @property
+    def entries(self) -> int:
+        """Entries of the dense table."""
+        return self.table.size
+
+    def cost(self, values) -> int | float:
+        """The cost of one tuple (a value index per scope variable)."""
+        return self.table[tuple(int(a) for a in values)]
+
+    def used_costs(self) -> np.ndarray:
+        """The costs the function takes (with repeats)."""
+        return self.table.reshape(-1)
+
+    def least(self) -> int | float:
+        """The least cost of a (non-empty) table."""
+        return self.used_costs().min()
+
+    def map_costs(self, fn) -> None:
+        """Replace every cost c by fn(c), fn taking and giving arrays."""
+        self.table = fn(self.table)
+
+    def restrict(self, kept: list[np.ndarray]) -> "CostFunction":
+        """The function over the domain indices `kept[k]` of each scope variable (renumbered)."""
+        return CostFunction(self.scope, np.ascontiguousarray(self.table[np.ix_(*kept)])) if self.scope else self
+
+
+class TupleFunction(CostFunction):
+    """A cost function kept as the tuples it lists and one default cost for the rest, as wcsp and
+    XCSP files state them (CUBE's incomplete tables): Langford's gap constraint over 2n positions
+    allows 2n - d - 1 of its (2n)^2 pairs, and at n = 3000 the dense tables would take 864 GB.
+    Arc consistency, MAC and evaluation read the tuples; elimination and AND/OR search read
+    `table`, the dense table made on demand (for the problems whose buckets fit anyway).
+    `tuples` holds distinct rows."""
+
+    def __init__(self, scope, dims, tuples, costs, default):
+        self.scope, self.dims = tuple(scope), tuple(int(d) for d in dims)
+        self.tuples = np.asarray(tuples, dtype=np.int64).reshape(-1, len(self.scope))
+        self.costs = np.asarray(costs).reshape(-1)
+        self.default = default
+        self._sorted = None  # (flat index of each tuple, sorted; the tuples' order), made on first lookup
+
+    def __repr__(self) -> str:
+        return f"TupleFunction(scope={self.scope}, dims={self.dims}, {len(self.costs)} tuples, default={self.default})"
+
+    @property
+    def table(self) -> np.ndarray:
+        table = np.full(self.dims, self.default, dtype=np.result_type(self.costs.dtype, np.int64))
+        table[tuple(self.tuples.T)] = self.costs
+        return table
+
+    @property
+    def entries(self) -> int:
+        return int(np.prod(self.dims, dtype=object))
+
+    def cost(self, values) -> int | float:
+        """A binary search over the tuples' flat indices (local search evaluates many assignments)."""
+        if self.entries >= 1 << 63:  # no flat index: a scan
+            hit = np.flatnonzero((self.tuples == np.asarray(values, dtype=np.int64)).all(axis=1))
+            return self.costs[hit[0]] if hit.size else self.default
+        if self._sorted is None:
+            flat = np.ravel_multi_index(tuple(self.tuples.T), self.dims)
+            order = np.argsort(flat)
+            self._sorted = flat[order], order
+        flat, order = self._sorted
+        key = np.ravel_multi_index(tuple(int(a) for a in values), self.dims)
+        at = int(np.searchsorted(flat, key))
+        return self.costs[order[at]] if at < len(flat) and flat[at] == key else self.default
+
+    def used_costs(self) -> np.ndarray:
+        """The listed costs, and the default unless every tuple is listed."""
+        return self.costs if len(self.costs) >= self.entries else np.append(self.costs, self.default)
+
+    def map_costs(self, fn) -> None:
+        self.costs, self.default = fn(self.costs), fn(np.asarray(self.default)).item()
+
+    def restrict(self, kept: list[np.ndarray]) -> "TupleFunction":
+        keep = np.ones(len(self.tuples), dtype=bool)
+        new = []
+        for k, values in enumerate(kept):
+            index = np.full(self.dims[k], -1, dtype=np.int64)
+            index[values] = np.arange(len(values))
+            new.append(index[self.tuples[:, k]])
+            keep &= new[-1] >= 0
+        tuples = np.stack(new, axis=1)[keep] if new else self.tuples
+        return TupleFunction(self.scope, [len(v) for v in kept], tuples, self.costs[keep], self.default)
+
+
+@dataclass(eq=False)  # arrays inside: compared by identity
+class AllDifferent:
+    """A global AllDifferent over `scope`, kept whole: its binary decomposition is made only where it fits.
+
+    `values[k]` maps the domain indices of scope variable k to the values compared (N-queens'
+    diagonals are AllDifferents over x_i + i); `exempt` values may be shared (XCSP3 `except`).
+    `cost` per unit of violation, >= top (the model's) for a hard constraint. Violation, as toulbar2
+    defines it: `var` counts the variables to change (variables on a non-exempt value minus the
+    distinct such values), `dec` the pairs of variables that share a non-exempt value.
+    """
+
+    scope: tuple[int, ...]
+    values: tuple[np.ndarray, ...]
+    cost: int
+    semantics: str = "var"  # var | dec
+    exempt: frozenset = frozenset()
+    tabled: bool = False  # its decomposition is among the problem's tables (globals.decompose)
+
+    def violation(self, taken) -> int:
+        """Violation of the values `taken` (one per scope variable, domain indices)."""
+        seen = [int(self.values[k][int(a)]) for k, a in enumerate(taken)]
+        seen = [x for x in seen if x not in self.exempt]
+        counts = np.unique(np.array(seen, dtype=np.int64), return_counts=True)[1]
+        if self.semantics == "dec":
+            return int((counts * (counts - 1) // 2).sum())
+        return int((counts - 1).sum())
+
+    def worst(self) -> int:
+        """The largest violation (all variables on one value)."""
+        n = len(self.scope)
+        return n * (n - 1) // 2 if self.semantics == "dec" else max(n - 1, 0)
+
+    def restrict(self, kept: list[np.ndarray]) -> "AllDifferent":
+        """The same constraint after preprocessing kept the domain indices `kept[v]` of each variable."""
+        return replace(self, values=tuple(vals[kept[v]] for v, vals in zip(self.scope, self.values)))
+
+
+@dataclass
+class Problem:
+    name: str
+    variables: list[Variable]
+    functions: list[CostFunction]
+    integer: bool = True  # int64 costs saturating at `top`; else float64 with inf
+    top: int | float = MAX_TOP  # the internal cost meaning "forbidden"
+    offset: int | float = 0  # constant added to every assignment's cost
+    sense: int = 1  # file objective = sense * internal cost (-1: maximise / log10 p)
+    task: str = "WCSP"  # WCSP | MPE
+    evidence: dict[int, int] = field(default_factory=dict)  # variable -> observed value
+    precision: int = 0  # decimals of the file's integer-scaled costs (CFN): file value = cost / 10^precision
+    # Global constraints (integer problems only). One not `tabled` makes the tables a relaxation,
+    # which elimination bounds and search completes (gpusolve/consistency/globals.py).
+    globals: list[AllDifferent] = field(default_factory=list)
+
+    @property
+    def dtype(self):
+        return np.int64 if self.integer else np.float64
+
+    @property
+    def domains(self) -> list[int]:
+        return [v.domain for v in self.variables]
+
+    @property
+    def relaxed(self) -> bool:
+        """Some global constraint is missing from the tables: elimination alone proves nothing."""
+        return any(not g.tabled for g in self.globals)
+
+    @property
+    def is_satisfaction(self) -> bool:
+        """Every cost 0 or forbidden (constants aside), every global constraint hard: the first
+        solution found is optimal."""
+        return self.integer and all(g.cost >= self.top for g in self.globals) and all(
+            not f.scope or bool(((f.used_costs() == 0) | (f.used_costs() >= self.top)).all()) for f in self.functions)
+
+    def is_forbidden(self, cost) -> bool:
+        return cost >= self.top
+
+    def add(self, a, b):
+        """Sum of two costs: saturating at top for integer costs (inf absorbs for floats)."""
+        return min(a + b, self.top) if self.integer else a + b
+
+    def total(self, costs):
+        """Saturating sum of costs."""
+        acc = self.dtype(0)
+        for c in costs:
+            acc = self.add(acc, c)
+        return acc
+
+    def bounds_meet(self, lower, upper) -> bool:
+        """Whether internal bounds prove optimality: equal, or within float rounding on real costs."""
+        if self.integer:
+            return lower == upper
+        return abs(float(upper) - float(lower)) <= 1e-9 * max(1.0, abs(float(upper)))
+
+    def file_bounds(self, lower, upper):
+        """Internal (min) bounds -> the file's own objective, keeping lower <= upper (None stays None)."""
+        lo = self.to_file_value(lower)
+        hi = None if upper is None else self.to_file_value(upper)
+        if self.sense < 0:
+            lo, hi = hi, lo
+        return lo, hi
+
+    def value_labels(self, assignment: list[int] | None) -> list[str] | None:
+        """The assignment as domain values when the file names them (XCSP values, CFN value names)."""
+        if assignment is None or not any(v.labels for v in self.variables):
+            return None
+        return [v.label(a) for v, a in zip(self.variables, assignment)]
+
+    def to_file_value(self, cost):
+        """Internal cost (sum of tables) -> objective as the file states it, None if forbidden."""
+        if cost is None or self.is_forbidden(cost):
+            return None
+        if self.integer:
+            value = self.sense * (int(cost) + int(self.offset))
+            return round(value / 10 ** self.precision, self.precision) if self.precision else value
+        return self.sense * (float(cost) + float(self.offset))
+
+    def evaluate(self, assignment) -> int | float:
+        """Internal cost (offset excluded) of a complete assignment, saturating at top."""
+        total = 0
+        for var, value in self.evidence.items():
+            if int(assignment[var]) != value:
+                return self.top
+        for f in self.functions:
+            total = total + f.cost([assignment[v] for v in f.scope])
+            if total >= self.top:
+                return self.top
+        for g in self.globals:
+            if g.tabled:
+                continue
+            total = total + min(g.cost * g.violation([assignment[v] for v in g.scope]), self.top)
+            if total >= self.top:
+                return self.top
+        return total
+
+    def like(self, functions: list[CostFunction], variables: list[Variable] | None = None,
+             top=None, globals: list[AllDifferent] | None = None) -> "Problem":
+        """A problem with this one's objective, new tables (and optionally variables, top, globals)."""
+        return Problem(self.name, self.variables if variables is None else variables, functions, self.integer,
+                       self.top if top is None else top, self.offset, self.sense, self.task, dict(self.evidence),
+                       self.precision, list(self.globals if globals is None else globals))
+
+
+# Readers mark forbidden integer entries with this before `finalize_integer`.
+FORBIDDEN = np.iinfo(np.int64).max
+
+
+def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
+    """Shift negative costs into the offset and choose an exact int64 `top`.
+
+    Tables hold finite costs and FORBIDDEN. The internal top bounds the *sum of
+    tables* (the offset stays outside): the file's top minus the offset, or,
+    when smaller, one more than the largest finite sum any assignment can
+    reach. Sums of two costs <= MAX_TOP never overflow int64.
+    """
+    worst = 0
+    for f in problem.functions:
+        costs = f.used_costs()
+        finite = costs != FORBIDDEN  # a mask, not a copy of the costs: readers budget two copies of a table
+        if not finite.any():
+            continue
+        low = int(costs.min(where=finite, initial=FORBIDDEN))
+        high = int(costs.max(where=finite, initial=low))
+        if high - low > MAX_TOP:  # the shift below would wrap in int64
+            raise ModelError(f"costs too large: one table's costs span {high - low}, more than 2^62")
+        if low < 0:
+            f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
+            problem.offset += low
+        worst += high - min(low, 0)
+    for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
+        worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
+    top = worst + 1
+    if file_top is not None:
+        top = min(top, max(int(file_top) - int(problem.offset), 0))
+    if top > MAX_TOP:
+        raise ModelError(f"costs too large: the sum of finite costs ({worst}) exceeds 2^62")
+    for f in problem.functions:
+        f.map_costs(lambda t: np.minimum(t, top).astype(np.int64, copy=False))
+    for g in problem.globals:
+        g.cost = min(g.cost, top)
+    problem.top = top
+    return problem
+
+
+def condition(problem: Problem, evidence: dict[int, int]) -> Problem:
+    """Fix observed variables: slice them out of every table (they leave the graph)."""
+    if not evidence:
+        return problem
+    functions = []
+    for f in problem.functions:
+        index = tuple(evidence.get(v, slice(None)) for v in f.scope)
+        scope = tuple(v for v in f.scope if v not in evidence)
+        functions.append(CostFunction(scope, np.array(f.table[index])))  # a copy; 0-d when all observed
+    merged = dict(problem.evidence)
+    merged.update(evidence)
+    if problem.globals:
+        raise ModelError("evidence with global constraints is not supported")
+    return Problem(problem.name, problem.variables, functions, problem.integer, problem.top,
+                   problem.offset, problem.sense, problem.task, merged, problem.precision)

@@ -1,0 +1,1 @@
+"""The primal graph and elimination orderings."""

@@ -1,0 +1,1 @@
+"""The elimination plan: buckets, mini-buckets, table sizes and memory, and its picture."""

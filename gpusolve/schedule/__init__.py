@@ -1,0 +1,1 @@
+"""Solving one problem: the anytime schedule of bounding, elimination and search phases."""

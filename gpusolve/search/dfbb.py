@@ -1,0 +1,405 @@
+"""Depth-first branch and bound with soft arc consistency, compiled with numba.
+
+At every node the problem is kept EDAC* (de Givry, Heras, Zytnicki & Larrosa,
+IJCAI 2005): binary costs are projected onto unary costs until every value has
+a support (AC*, Larrosa & Schiex, AIJ 2004) and, towards later variables, a
+full support (DAC*); a variable none of whose values of zero cost is fully
+supported by all its neighbours (not EAC) gets full supports from all of them,
+which raises its unary costs. Unary costs go onto the constant c0 (node
+consistency NC*), and a value is pruned once c0 plus its unary cost reaches
+the upper bound. c0 is then a lower bound of every assignment below the node.
+An n-ary function (arity 3 or more) keeps AC* as a binary one does, its least
+cost given each value projected onto that value, whenever the live part of its
+table is small (NARY_TUPLES tuples; always once all but one of its variables
+are assigned). Branching is binary
+(x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
+conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
+else the EAC value.
+
+Every change of the state is written on a trail (once per index and choice
+point) and undone on backtracking; nothing is copied per node. The search
+runs in slices of nodes, so that the caller publishes incumbents as they come,
+reports the global lower bound and honours a stop between slices.
+
+The default order is Hybrid Best-First Search (Allouche, de Givry, Katsirelos,
+Schiex & Zytnicki, CP 2015): depth-first dives, each stopped after Z
+backtracks, from the open node of least lower bound; a stopped dive leaves its
+unexplored right branches as open nodes (their decisions from the root and
+their parent's c0). The global lower bound is the least over open nodes and
+the current dive's. Z starts at Z_FIRST, doubles when replaying open nodes costs more than
+HBFS_BETA of the nodes and halves below HBFS_ALPHA (toulbar2's rule and
+defaults); past OPEN_LIMIT stored decisions, dives run to their end. A node is
+replayed by restoring the root's state and taking all its decisions at once.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusolve.model.problem import Problem
+from gpusolve.inference.vac import before_search
+
+from gpusolve.search.dfbb_state import (
+    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, LIMIT, N_CTL, NODES, QLEN, RIGHT, SLACK, UB, ZLIMIT
+)
+
+HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
+Z_FIRST = 1 << 12  # the first dive's Z: small problems are proven in it, as depth-first search proves them
+Z_MAX = 1 << 14  # Z doubles up to here
+OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
+NO_LIMIT = 1 << 62
+
+
+@dataclass
+class Layout:
+    """Where each part of the state vector S lives; S[0] is c0, S[SLACK] the gap between the upper
+    bound and c0 at the last pass of NC* over every variable."""
+
+    n: int
+    d: int  # the largest domain
+    m: int  # binary functions
+    k: int  # n-ary functions
+    a: int  # the n-ary functions' arities, summed
+
+    @property
+    def unary(self) -> int:
+        return SLACK + 1
+
+    @property
+    def alive(self) -> int:
+        return self.unary + self.n * self.d
+
+    @property
+    def size(self) -> int:
+        return self.alive + self.n * self.d
+
+    @property
+    def fixed(self) -> int:
+        return self.size + self.n
+
+    @property
+    def proj(self) -> int:
+        return self.fixed + self.n
+
+    @property
+    def left(self) -> int:  # unassigned variables per n-ary function
+        return self.proj + 2 * self.m * self.d
+
+    @property
+    def nproj(self) -> int:  # what each n-ary function projected onto each value of each of its variables
+        return self.left + self.k
+
+    @property
+    def eac(self) -> int:  # each variable's EAC value: alive, of unary cost 0, fully supported by its neighbours
+        return self.nproj + self.a * self.d
+
+    @property
+    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
+        return self.eac + self.n
+
+    @property
+    def pos(self) -> int:  # where each value stands in dom
+        return self.dom + self.n * self.d
+
+    @property
+    def length(self) -> int:
+        return self.pos + self.n * self.d
+
+
+def supports(problem: Problem) -> str | None:
+    """Why this core cannot search `problem`, or None when it can."""
+    if not problem.integer:
+        return "costs are not integers"
+    if problem.relaxed:
+        return "a global constraint is kept whole"
+    if problem.evidence:
+        return "evidence"
+    return None
+
+
+class DepthFirst:
+    """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS, its first
+    dive limited to `z` backtracks, unless `best_first` is False (plain depth-first branch and bound)."""
+
+    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST):
+        why = supports(problem)
+        if why:
+            raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
+        problem = before_search(problem)  # VAC's root bound where it is cheap: an equivalent problem
+        top = int(problem.top)
+        n = len(problem.variables)
+        d = max(problem.domains, default=1)
+        unary = np.zeros((n, d), dtype=np.int64)
+        const = 0
+        binary: dict[tuple[int, int], np.ndarray] = {}
+        nary = []
+        for f in problem.functions:
+            table = np.minimum(np.asarray(f.table, dtype=np.int64), top)
+            if f.arity == 0:
+                const = min(const + int(table), top)
+            elif f.arity == 1:
+                unary[f.scope[0], : table.shape[0]] = np.minimum(unary[f.scope[0], : table.shape[0]] + table, top)
+            elif f.arity == 2:
+                i, j = f.scope
+                if i > j:
+                    i, j, table = j, i, table.T
+                key = (i, j)
+                binary[key] = table if key not in binary else np.minimum(binary[key] + table, top)
+            else:
+                nary.append(f)
+        for v, size in enumerate(problem.domains):
+            unary[v, size:] = top  # padding values never live
+        self.lay = Layout(n, d, len(binary), len(nary), sum(f.arity for f in nary))
+        self._build(unary, const, binary, nary, top, problem.domains)
+        self.ub = top if upper is None else min(int(upper), top)
+        self.ctl[UB] = self.ub
+        self.best = np.full(n, -1, dtype=np.int64)
+        self.complete = False
+        self.best_first = best_first
+        self.z = z  # HBFS's backtrack limit per dive
+        self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
+        self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
+        self.pushed = 0
+        self.stored = 0  # decisions in self.open
+        self.replayed = 0  # decisions taken again to start dives
+        self._lower = min(const, self.ub)
+
+    def _build(self, unary, const, binary, nary, top, domains) -> None:
+        lay = self.lay
+        n, d, m, k = lay.n, lay.d, lay.m, lay.k
+        self.top, self.U0, self.c00 = top, unary, const
+        pairs = sorted(binary)
+        self.bvar = np.array([v for p in pairs for v in p], dtype=np.int64)
+        tables = [np.pad(binary[p], ((0, d - binary[p].shape[0]), (0, d - binary[p].shape[1])),
+                         constant_values=top) for p in pairs]
+        # int32 where every cost (at most top) fits: half the memory traffic of the tables, read at every node
+        narrow = np.int32 if top <= np.iinfo(np.int32).max else np.int64
+        self.T = (np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(1, np.int64)).astype(narrow)
+        self.boff = np.arange(m, dtype=np.int64) * d * d
+        self.bdj = np.full(m, d, dtype=np.int64)
+        incident = [[] for _ in range(n)]
+        for j, (a, b) in enumerate(pairs):
+            incident[a].append((j, 0))
+            incident[b].append((j, 1))
+        self.adj_ptr = np.cumsum([0] + [len(x) for x in incident], dtype=np.int64)
+        self.adj_k = np.array([j for x in incident for j, _ in x], dtype=np.int64)
+        self.adj_side = np.array([s for x in incident for _, s in x], dtype=np.int64)
+        self.nptr = np.cumsum([0] + [f.arity for f in nary], dtype=np.int64)
+        self.nscope = np.array([v for f in nary for v in f.scope], dtype=np.int64)
+        self.nstride = np.array([s // 8 for f in nary for s in np.zeros(f.table.shape, np.int64).strides],
+                                dtype=np.int64)
+        sizes = [f.table.size for f in nary]
+        self.noff = np.cumsum([0] + sizes[:-1], dtype=np.int64) if nary else np.zeros(0, dtype=np.int64)
+        self.NT = (np.concatenate([np.minimum(np.asarray(f.table, np.int64), top).ravel() for f in nary])
+                   if nary else np.zeros(1, dtype=np.int64))
+        touching = [[] for _ in range(n)]
+        for j, f in enumerate(nary):
+            for v in f.scope:
+                touching[v].append(j)
+        self.nadj_ptr = np.cumsum([0] + [len(x) for x in touching], dtype=np.int64)
+        self.nadj_k = np.array([j for x in touching for j in x], dtype=np.int64)
+        S = np.zeros(lay.length, dtype=np.int64)
+        S[0] = const
+        S[SLACK] = top + 1  # no pass yet
+        S[lay.unary: lay.alive] = unary.ravel()
+        alive = np.zeros((n, d), dtype=np.int64)
+        for v, size in enumerate(domains):
+            alive[v, :size] = 1
+        S[lay.alive: lay.size] = alive.ravel()
+        S[lay.size: lay.fixed] = domains
+        S[lay.left: lay.nproj] = [f.arity for f in nary]
+        S[lay.dom: lay.pos] = S[lay.pos: lay.length] = np.tile(np.arange(d), n)
+        self.S = S
+        S[lay.eac: lay.dom] = -1
+        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos, nproj, eac
+        self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k, lay.dom,
+                                 lay.pos, lay.nproj, lay.eac], dtype=np.int64)
+        # hints, never trailed: simple-support residues, full-support residues
+        self.hints = np.full(4 * m * d, -1, dtype=np.int64)
+        self.weight = np.zeros(m + k, dtype=np.int64)
+        self.trail = np.zeros((4 * lay.length + 1024, 2), dtype=np.int64)
+        self.stamp = np.full(lay.length, -1, dtype=np.int64)
+        self.ctl = np.zeros(N_CTL, dtype=np.int64)
+        self.ctl[LAST] = -1
+        self.qs = np.zeros((4, 2 * n), dtype=np.int64)
+        for row in (AC, DAC, EAC):  # the root propagates everything
+            self.qs[row] = np.concatenate([np.arange(n), np.ones(n)])
+            self.ctl[QLEN + row] = n
+        self.ctl[DTOP] = n - 1
+        depth = int(sum(domains)) + 1
+        self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
+                                                                    for _ in range(5))
+        self.scratch = np.zeros(n, dtype=np.int64)  # a leaf's assignment; an n-ary function's live tuple
+        # full_support's costs and values; least_nary's least costs per position and value
+        self.tmp = np.zeros(max([2] + [f.arity for f in nary]) * d, dtype=np.int64)
+
+    @property
+    def nodes(self) -> int:
+        return int(self.ctl[NODES])
+
+    @property
+    def lower_bound(self) -> int:
+        """A lower bound of the optimum, never falling: the least over the open nodes and the current
+        dive's (its open right branches, its current path), or the incumbent's cost when less."""
+        return self._lower
+
+    def _bound(self) -> int:
+        if self.complete:
+            return self.ub
+        depth, base = int(self.ctl[DEPTH]), int(self.ctl[BASE])
+        if depth == 0:
+            bound = int(self.S[0])
+        else:
+            left = np.flatnonzero(self.dbranch[base:depth] == LEFT)
+            bound = int(self.dlb[base + left[0] if left.size else depth - 1])
+        if self.open:
+            bound = min(bound, self.open[0][0])
+        return min(bound, self.ub)
+
+    def run(self, node_limit: int = 1 << 14) -> int:
+        """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
+        `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
+        # numba and its cache load with the first search, not at import
+        from gpusolve.search.dfbb_search import replay, run
+        stop_at = self.nodes + node_limit
+        while True:
+            status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
+                         self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
+                         self.NT, self.nadj_ptr, self.nadj_k, self.top, self.hints, self.weight, self.trail,
+                         self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
+                         self.best, self.scratch, self.tmp, max(stop_at - self.nodes, 0))
+            if status == GROW:
+                self.trail = np.concatenate([self.trail, np.zeros_like(self.trail)])
+                continue
+            if status == LIMIT:
+                self._suspend()
+            if status in (LIMIT, COMPLETE):
+                if self._next_dive(replay):
+                    continue
+                self.complete = True
+            if status == FOUND:
+                self.ub = int(self.ctl[UB])
+            self._lower = max(self._lower, self._bound())
+            return COMPLETE if self.complete else status
+
+    def _suspend(self) -> None:
+        """The dive stopped: its unexplored right branches become open nodes, at their parent's c0."""
+        depth, base = int(self.ctl[DEPTH]), int(self.ctl[BASE])
+        for i in range(base, depth):
+            if self.dbranch[i] == LEFT and self.dlb[i] < self.ub:
+                path = np.stack([self.dvar[: i + 1], self.dval[: i + 1], self.dbranch[: i + 1]]).astype(np.int32)
+                path[2, i] = RIGHT
+                heapq.heappush(self.open, (int(self.dlb[i]), -(i + 1), self.pushed, path))
+                self.pushed += 1
+                self.stored += i + 1
+
+    def _next_dive(self, replay) -> bool:
+        """Start a dive from the open node of least lower bound (the deepest among ties); False when none
+        is left below the incumbent."""
+        while self.open:
+            lower, _, _, path = heapq.heappop(self.open)
+            depth = path.shape[1]
+            self.stored -= depth
+            if lower >= self.ub:
+                self.open, self.stored = [], 0  # the heap's least: every open node is refuted
+                break
+            self.dvar[:depth], self.dval[:depth], self.dbranch[:depth] = path
+            self.dlb[:depth] = lower
+            replay(self.S, self.lay_arr, self.trail, self.stamp, self.ctl, self.qs, self.dvar, self.dval,
+                   self.dbranch, depth)
+            self.replayed += depth
+            if self.replayed > HBFS_BETA * self.nodes and self.z <= Z_MAX:
+                self.z *= 2
+            elif self.replayed < HBFS_ALPHA * self.nodes and self.z >= 2:
+                self.z //= 2
+            self.ctl[ZLIMIT] = NO_LIMIT if self.stored > OPEN_LIMIT else self.z
+            return True
+        return False
+
+
+class Beside:
+    """The core searching in a thread of its own (numba releases the GIL) while another search runs in
+    the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
+    schedule's Bounds, so that only one thread at a time touches them."""
+
+    LABEL = "HBFS (EDAC*)"
+
+    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12, best_first: bool = True):
+        self.search = DepthFirst(problem, bounds.upper, best_first)
+        if not best_first:
+            self.LABEL = "DFBB (EDAC*)"
+        self.slice_nodes = slice_nodes
+        self._lock = threading.Lock()
+        self._found: list[np.ndarray] = []
+        self._lower = self.search.lower_bound
+        self._quit = False
+        self.compile_s = 0.0
+        self.time_s = 0.0
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "Beside":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        t0 = time.perf_counter()
+        while not self._quit and self._step() != COMPLETE:
+            pass
+        self.time_s = time.perf_counter() - t0
+
+    def _step(self) -> int:
+        """One slice; the first one also compiles (or loads) the core and propagates the root."""
+        t0 = time.perf_counter()
+        status = self.search.run(self.slice_nodes if self.search.nodes or self.compile_s else 0)
+        if not self.compile_s:
+            self.compile_s = time.perf_counter() - t0
+        with self._lock:
+            if status == FOUND:
+                self._found.append(self.search.best.copy())
+            self._lower = self.search.lower_bound
+        return status
+
+    @property
+    def complete(self) -> bool:
+        return self.search.complete
+
+    def publish(self, bounds) -> bool:
+        """Offer what the core found since the last call; True once it has proven the optimum."""
+        with self._lock:
+            found, self._found, lower = self._found, [], self._lower
+        for assignment in found:
+            bounds.offer(assignment, self.LABEL)
+        if self.search.complete:
+            bounds.raise_lower(self.search.ub, self.LABEL)
+            if bounds.closed:
+                bounds.prove(self.LABEL)
+            return True
+        bounds.raise_lower(lower, self.LABEL)
+        return False
+
+    def finish(self, bounds, wait: bool) -> None:
+        """Stop the core (waiting for its slice to end when `wait`) and publish what it holds."""
+        self._quit = True
+        if wait:
+            self._thread.join()
+        self.publish(bounds)
+
+    def run_here(self, bounds, stop) -> None:
+        """The core alone, in this thread, until it completes or `stop()`."""
+        t0 = time.perf_counter()
+        while not stop():
+            self._step()
+            if self.publish(bounds):
+                break
+        self.time_s = time.perf_counter() - t0
+
+    def stats(self) -> dict:
+        nodes = self.search.nodes
+        took = max(self.time_s - self.compile_s, 0.0)
+        return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
+                "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
+                "compile_s": self.compile_s}

@@ -1,0 +1,1 @@
+"""One warm process that solve commands hand their work to."""
