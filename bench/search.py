@@ -1,14 +1,16 @@
 """Search speed: the compiled depth-first core, the whole solve, and toulbar2, side by side in one run.
 
 For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
-RLFAP-like networks, generated grids), three fresh processes under the same
-time limit:
-- `core`: the depth-first search with EDAC* alone (gpusolve.search.dfbb), no upper
-  bound given: nodes, nodes per second (the first slice, which loads or
-  compiles the core, left out), nodes and seconds to the proof;
+RLFAP-like networks, generated grids), fresh processes under the same time
+limit, each run --repeat times (the medians printed, every run recorded):
+- `core`: the compiled search with EDAC* alone (gpusolve.search.dfbb) in its
+  default order, HBFS, no upper bound given: nodes, nodes per CPU-second (the
+  first slice, which loads or compiles the core, left out), nodes and seconds
+  to the proof, the global lower bound reached;
+- `dfbb`: the same core in depth-first order;
 - `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user
   runs it: status, bounds, seconds;
-- `toulbar2`: pytoulbar2 with default options: optimum, nodes, seconds.
+- `toulbar2`: pytoulbar2 with default options: optimum, nodes, seconds (CPU and wall).
 Writes bench/results/search-<cpu>-<date>.json.
 
 RLFAP-like networks imitate the CELAR radio link problems: links in duplex
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,36 +83,38 @@ def instances(folder: Path, quick: bool) -> list[Path]:
     return out
 
 
-def core(path: str, limit: float) -> dict:
-    """The depth-first core alone on `path`, in this process."""
+def core(path: str, limit: float, best_first: bool = True) -> dict:
+    """The compiled core alone on `path`, in this process."""
     from gpusolve import parsers
     from gpusolve.search.dfbb import COMPLETE, DepthFirst
     problem = parsers.read(path)
-    search = DepthFirst(problem)
+    search = DepthFirst(problem, best_first=best_first)
     t0 = time.perf_counter()
     search.run(0)  # loads (or compiles) the core, propagates the root
     load = time.perf_counter() - t0
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     while time.perf_counter() - t1 < limit and search.run(1 << 13) != COMPLETE:
         pass
-    took = time.perf_counter() - t1
+    took, cpu = time.perf_counter() - t1, time.process_time() - c1
     upper = problem.to_file_value(search.ub) if search.ub < problem.top else None
-    return {"complete": search.complete, "upper": upper, "nodes": search.nodes, "search_s": took,
-            "nodes_per_s": search.nodes / took if took else None, "load_s": load}
+    return {"complete": search.complete, "upper": upper, "lower": problem.to_file_value(search.lower_bound),
+            "nodes": search.nodes, "search_s": took, "search_cpu_s": cpu,
+            "nodes_per_cpu_s": search.nodes / cpu if cpu else None, "load_s": load}
 
 
 def toulbar2(path: str, limit: float) -> dict:
     import pytoulbar2
     cfn = pytoulbar2.CFN(verbose=-1)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     try:
         cfn.Read(path)
         cfn.CFN.timer(max(int(limit), 1))  # whole seconds, as bench/anytime.py gives it
         res = cfn.Solve()
     except pytoulbar2.pytb2.Contradiction:
         res = None
-    took = time.perf_counter() - t
-    return {"optimum": None if res is None else res[1], "nodes": cfn.GetNbNodes(), "search_s": took}
+    took, cpu = time.perf_counter() - t, time.process_time() - c
+    return {"optimum": None if res is None else res[1], "nodes": cfn.GetNbNodes(), "search_s": took,
+            "search_cpu_s": cpu, "nodes_per_cpu_s": cfn.GetNbNodes() / cpu if cpu else None}
 
 
 def child(kind: str, path: Path, limit: float) -> dict:
@@ -131,31 +136,46 @@ def child(kind: str, path: Path, limit: float) -> dict:
     return {**rec, "wall_s": wall}
 
 
+def summary(kind: str, runs: list[dict]) -> str:
+    """One measurement's medians over its runs: the proof (or the bounds reached), nodes, CPU time, rate."""
+    def median(key):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        return statistics.median(values) if values else 0
+
+    last = runs[-1]
+    if "error" in last:
+        return f"{kind}: {last['error']}"
+    found = (f"{last['optimum']}" if kind == "toulbar2" else
+             f"{'proof' if last['complete'] else 'open'} [{last['lower']}, {last['upper']}]")
+    return (f"{kind}: {found} {last['nodes']} nodes {median('search_cpu_s'):.3f} CPU-s "
+            f"({median('nodes_per_cpu_s'):,.0f}/CPU-s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--quick", action="store_true", help="one small RLFAP-like network and one grid, 5 s")
     ap.add_argument("--no-toulbar2", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement, medians printed")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, path, limit = args.child
-        print(json.dumps((core if kind == "core" else toulbar2)(path, float(limit))))
+        measure = {"core": core, "dfbb": lambda p, t: core(p, t, best_first=False), "toulbar2": toulbar2}[kind]
+        print(json.dumps(measure(path, float(limit))))
         return
     limit = 5.0 if args.quick else args.time_limit
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in instances(Path(tmp), args.quick):
-            row = {"instance": path.name, "core": child("core", path, limit), "solve": child("solve", path, limit)}
-            if not args.no_toulbar2:
-                row["toulbar2"] = child("toulbar2", path, limit)
+            kinds = ["core", "dfbb"] + ([] if args.no_toulbar2 else ["toulbar2"])
+            row = {"instance": path.name, **{k: [child(k, path, limit) for _ in range(args.repeat)] for k in kinds},
+                   "solve": child("solve", path, limit)}
             rows.append(row)
-            c, s, t = row["core"], row["solve"], row.get("toulbar2", {})
-            print(f"{path.name:28} core: {'proof' if c.get('complete') else 'open'} {c.get('upper')} "
-                  f"{c.get('nodes')} nodes {c.get('search_s', 0):.3f} s ({c.get('nodes_per_s') or 0:,.0f}/s, "
-                  f"load {c.get('load_s', 0):.2f} s) | solve: {s.get('status')} [{s.get('lower')}, "
-                  f"{s.get('upper')}] {s.get('time_s', 0):.2f} s | toulbar2: {t.get('optimum')} "
-                  f"{t.get('nodes')} nodes {t.get('search_s', 0):.3f} s", flush=True)
+            s = row["solve"]
+            print(f"{path.name:28} " + " | ".join(summary(k, row[k]) for k in kinds)
+                  + f" | solve: {s.get('status')} [{s.get('lower')}, {s.get('upper')}] {s.get('time_s', 0):.2f} s",
+                  flush=True)
     write_result("search", cpu_name(), time_limit=limit, rows=rows)
 
 

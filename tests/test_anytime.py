@@ -316,7 +316,7 @@ def test_without_a_guide_the_compiled_search_runs_alone_and_proves():
         out = run_schedule(problem, graph.elimination_order(problem), Schedule((Phase("search"),), "numpy"),
                            NumpyEngine(1), bounds, Stop(), 1 << 30)
         optimum, _ = brute_force(problem)
-        assert out.ran == ["DFBB (EDAC*)"] and out.search["complete"] and bounds.proven, seed
+        assert out.ran == ["HBFS (EDAC*)"] and out.search["complete"] and bounds.proven, seed
         assert bounds.upper == optimum if optimum < problem.top else bounds.assignment is None, seed
         searched += 1
     assert searched >= 20

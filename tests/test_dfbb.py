@@ -8,15 +8,19 @@ import pytest
 from gpusolve.search import dfbb
 from gpusolve.search.dfbb import DepthFirst
 from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, LEFT, MODE, PAUSED
-from gpusolve.model.problem import CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
 
 pytest.importorskip("numba")
 
 
-def solve(problem, node_limit=1 << 14, upper=None):
-    search = DepthFirst(problem, upper)
+# HBFS from a first dive of one backtrack, so that small problems take many dives; depth-first search
+ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}}
+
+
+def solve(problem, node_limit=1 << 14, upper=None, order="hbfs"):
+    search = DepthFirst(problem, upper, **ORDERS[order])
     while search.run(node_limit) != COMPLETE:
         pass
     return search
@@ -28,12 +32,13 @@ def random_case(seed, arity_max=3, n_max=6):
                           p_hard=float(rng.uniform(0.0, 0.7)))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("block", range(6))
-def test_the_optimum_equals_brute_force(block):
+def test_the_optimum_equals_brute_force(block, order):
     for seed in range(block * 60, block * 60 + 60):
         problem = random_case(seed)
         optimum, _ = brute_force(problem)
-        search = solve(problem)
+        search = solve(problem, order=order)
         assert search.complete and search.lower_bound == search.ub
         if optimum >= problem.top:
             assert search.ub >= problem.top, seed  # infeasible: no incumbent
@@ -43,7 +48,7 @@ def test_the_optimum_equals_brute_force(block):
 
 
 def current_cost(search, problem, assignment):
-    """c0 + unary + binary costs of the reparameterised problem at this node (binary problems)."""
+    """c0 + unary, binary and n-ary costs of the reparameterised problem at this node."""
     lay, S, d, top = search.lay, search.S, search.lay.d, search.top
     total = int(S[0])
     for v, a in enumerate(assignment):
@@ -55,6 +60,12 @@ def current_cost(search, problem, assignment):
         if t >= top:
             return top
         total += t - int(S[lay.proj + 2 * k * d + a]) - int(S[lay.proj + (2 * k + 1) * d + b])
+    for k in range(lay.k):
+        positions = range(search.nptr[k], search.nptr[k + 1])
+        t = int(search.NT[search.noff[k] + sum(assignment[search.nscope[p]] * search.nstride[p] for p in positions)])
+        if t >= top:
+            return top
+        total += t - sum(int(S[lay.nproj + p * d + assignment[search.nscope[p]]]) for p in positions)
     return min(total, top)
 
 
@@ -63,17 +74,21 @@ def decisions(search):
     return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
 
 
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("arity_max", [2, 4])
 @pytest.mark.parametrize("seed", range(60))
-def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed):
+def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_max, order):
     """EPTs keep every live assignment's cost; c0 never exceeds the best assignment under the node's
-    decisions (brute force), and the reported global bound never exceeds the optimum."""
-    problem = random_case(1000 + seed, arity_max=2, n_max=5)
+    decisions (brute force), and the reported global bound never exceeds the optimum nor falls."""
+    problem = random_case(1000 + seed, arity_max=arity_max, n_max=5)
     optimum, _ = brute_force(problem)
-    search = DepthFirst(problem)
+    search = DepthFirst(problem, **ORDERS[order])
     lay, d = search.lay, search.lay.d
+    reported = 0
     while True:
         status = search.run(1)
-        assert search.lower_bound <= min(optimum, problem.top)
+        assert reported <= search.lower_bound <= min(optimum, problem.top)
+        reported = search.lower_bound
         if status == PAUSED and search.ctl[MODE] == BRANCH:  # a node after propagation
             taken = decisions(search)
             best_below = problem.top
@@ -122,7 +137,7 @@ def assert_edac(search):
         full[i] &= ((cost == 0) & zero_j[None, :]).any(axis=1)
         full[j] &= ((cost == 0) & zero_i[:, None]).any(axis=0)
     assert all(values.any() for values in full.values()), "EAC"
-    eac_value = search.hints[len(search.hints) - search.lay.n:]  # the value kept for branching
+    eac_value = search.S[search.lay.eac: search.lay.dom]  # the value kept for branching
     assert all(full[v][eac_value[v]] for v in full), "EAC value"
     lay, S = search.lay, search.S
     dom = S[lay.dom: lay.pos].reshape(lay.n, lay.d)
@@ -140,9 +155,10 @@ def random_binary(rng):
     return finalize_integer(Problem("binary", variables, functions, integer=True), int(rng.integers(20, 200)))
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", range(40))
-def test_every_node_after_propagation_is_edac(seed):
-    search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)))
+def test_every_node_after_propagation_is_edac(seed, order):
+    search = DepthFirst(random_binary(np.random.default_rng(4000 + seed)), **ORDERS[order])
     while (status := search.run(1)) != COMPLETE:
         if status == PAUSED and search.ctl[MODE] == BRANCH:
             assert_edac(search)
@@ -157,7 +173,7 @@ def test_slices_of_any_size_make_the_same_search(seed):
 
 def test_each_better_incumbent_is_reported_as_found():
     problem = random_case(7, n_max=6)
-    search = DepthFirst(problem)
+    search = DepthFirst(problem, **ORDERS["hbfs"])
     seen = []
     while (status := search.run(1 << 10)) != COMPLETE:
         if status == FOUND:
@@ -173,6 +189,70 @@ def test_a_given_upper_bound_prunes_and_an_unreachable_one_finds_nothing():
         pytest.skip("infeasible draw")
     assert solve(problem, upper=optimum + 1).ub == optimum
     assert solve(problem, upper=optimum).best[0] == -1  # nothing strictly better than the optimum
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_an_nary_function_alone_gives_its_least_cost_at_the_root(seed):
+    """AC* on an n-ary function projects its least cost onto a variable, and NC* onto c0: alone, it is the
+    optimum (brute force) before any branching."""
+    rng = np.random.default_rng(6000 + seed)
+    arity = int(rng.integers(3, 6))
+    variables = [Variable(f"x{i}", int(rng.integers(1, 5))) for i in range(arity)]
+    table = rng.integers(1, 30, size=[v.domain for v in variables])
+    table[rng.random(table.shape) < 0.3] = FORBIDDEN
+    problem = finalize_integer(Problem("nary", variables, [CostFunction(tuple(range(arity)), table)],
+                                       integer=True), 100)
+    optimum, _ = brute_force(problem)
+    search = DepthFirst(problem)
+    search.run(0)  # the root's propagation only
+    assert search.nodes == 0 and search.lower_bound == min(optimum, problem.top)
+
+
+def test_pedigree1s_root_bound_comes_from_its_nary_functions(shared_instances):
+    """pedigree1's costs are in functions of arity 3 to 5 whose least cost is 0 each: before n-ary AC*,
+    its root bound was 0. It stays below the known optimum (optima.csv)."""
+    import csv
+    from gpusolve import parsers
+    problem = parsers.read(shared_instances / "pedigree1.wcsp")
+    with open(shared_instances / "optima.csv") as f:
+        optimum = next(int(row["optimum"]) for row in csv.DictReader(f) if row["file"] == "pedigree1.wcsp")
+    search = DepthFirst(problem)
+    search.run(0)
+    assert 0 < problem.to_file_value(search.lower_bound) <= optimum
+
+
+def test_best_first_raises_the_global_bound_before_the_proof(shared_instances):
+    """HBFS's point: on pedigree1 (not proven in these nodes) the bound of its open nodes rises well above
+    the root's, where depth-first search keeps the root's open left branch, hence its bound; both stay
+    below the optimum (optima.csv), and HBFS's incumbent is no worse."""
+    import csv
+    from gpusolve import parsers
+    problem = parsers.read(shared_instances / "pedigree1.wcsp")
+    with open(shared_instances / "optima.csv") as f:
+        optimum = next(int(row["optimum"]) for row in csv.DictReader(f) if row["file"] == "pedigree1.wcsp")
+    found = {}
+    for best_first in (True, False):
+        search = DepthFirst(problem, best_first=best_first)
+        search.run(0)
+        root = search.lower_bound
+        while search.nodes < 20000 and search.run(1 << 12) != COMPLETE:
+            pass
+        assert not search.complete and search.lower_bound <= optimum
+        found[best_first] = (search.lower_bound - root, search.ub)
+    assert found[False][0] == 0 and found[True][0] > 0
+    assert found[True][1] <= found[False][1]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_costs_beyond_int32_stay_exact(seed):
+    """Binary tables are stored as int32 only where top fits; costs near 2**40 keep the int64 path."""
+    narrow = random_case(7000 + seed)
+    functions = [CostFunction(f.scope, np.where(f.table == FORBIDDEN, FORBIDDEN, f.table * (1 << 35)))
+                 for f in narrow.functions]
+    problem = finalize_integer(Problem("wide", narrow.variables, functions, integer=True), None)
+    optimum, _ = brute_force(problem)
+    search = solve(problem)
+    assert search.T.dtype == np.int64 and search.ub == min(optimum, problem.top)
 
 
 def test_float_problems_and_kept_globals_are_refused():

@@ -8,8 +8,10 @@ supported by all its neighbours (not EAC) gets full supports from all of them,
 which raises its unary costs. Unary costs go onto the constant c0 (node
 consistency NC*), and a value is pruned once c0 plus its unary cost reaches
 the upper bound. c0 is then a lower bound of every assignment below the node.
-An n-ary function (arity 3 or more) waits until all but one of its variables
-are assigned and is then projected onto the last one. Branching is binary
+An n-ary function (arity 3 or more) keeps AC* as a binary one does, its least
+cost given each value projected onto that value, whenever the live part of its
+table is small (NARY_TUPLES tuples; always once all but one of its variables
+are assigned). Branching is binary
 (x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
 conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
 else the EAC value.
@@ -17,11 +19,21 @@ else the EAC value.
 Every change of the state is written on a trail (once per index and choice
 point) and undone on backtracking; nothing is copied per node. The search
 runs in slices of nodes, so that the caller publishes incumbents as they come,
-reports the global lower bound (the shallowest open right branch) and honours
-a stop between slices.
+reports the global lower bound and honours a stop between slices.
+
+The default order is Hybrid Best-First Search (Allouche, de Givry, Katsirelos,
+Schiex & Zytnicki, CP 2015): depth-first dives, each stopped after Z
+backtracks, from the open node of least lower bound; a stopped dive leaves its
+unexplored right branches as open nodes (their decisions from the root and
+their parent's c0). The global lower bound is the least over open nodes and
+the current dive's. Z starts at Z_FIRST, doubles when replaying open nodes costs more than
+HBFS_BETA of the nodes and halves below HBFS_ALPHA (toulbar2's rule and
+defaults); past OPEN_LIMIT stored decisions, dives run to their end. A node is
+replayed by restoring the root's state and taking all its decisions at once.
 """
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from dataclasses import dataclass
@@ -32,8 +44,14 @@ from gpusolve.model.problem import Problem
 from gpusolve.inference.vac import before_search
 
 from gpusolve.search.dfbb_state import (
-    AC, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, N_CTL, NODES, QLEN, SLACK, UB
+    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, LIMIT, N_CTL, NODES, QLEN, RIGHT, SLACK, UB, ZLIMIT
 )
+
+HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
+Z_FIRST = 1 << 12  # the first dive's Z: small problems are proven in it, as depth-first search proves them
+Z_MAX = 1 << 14  # Z doubles up to here
+OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
+NO_LIMIT = 1 << 62
 
 
 @dataclass
@@ -45,6 +63,7 @@ class Layout:
     d: int  # the largest domain
     m: int  # binary functions
     k: int  # n-ary functions
+    a: int  # the n-ary functions' arities, summed
 
     @property
     def unary(self) -> int:
@@ -71,8 +90,16 @@ class Layout:
         return self.proj + 2 * self.m * self.d
 
     @property
-    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
+    def nproj(self) -> int:  # what each n-ary function projected onto each value of each of its variables
         return self.left + self.k
+
+    @property
+    def eac(self) -> int:  # each variable's EAC value: alive, of unary cost 0, fully supported by its neighbours
+        return self.nproj + self.a * self.d
+
+    @property
+    def dom(self) -> int:  # each variable's values, the live ones first: not trailed (see remove)
+        return self.eac + self.n
 
     @property
     def pos(self) -> int:  # where each value stands in dom
@@ -95,9 +122,10 @@ def supports(problem: Problem) -> str | None:
 
 
 class DepthFirst:
-    """The resumable search over one integer problem; `run` advances it by a slice of nodes."""
+    """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS, its first
+    dive limited to `z` backtracks, unless `best_first` is False (plain depth-first branch and bound)."""
 
-    def __init__(self, problem: Problem, upper=None):
+    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST):
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
@@ -125,12 +153,20 @@ class DepthFirst:
                 nary.append(f)
         for v, size in enumerate(problem.domains):
             unary[v, size:] = top  # padding values never live
-        self.lay = Layout(n, d, len(binary), len(nary))
+        self.lay = Layout(n, d, len(binary), len(nary), sum(f.arity for f in nary))
         self._build(unary, const, binary, nary, top, problem.domains)
         self.ub = top if upper is None else min(int(upper), top)
         self.ctl[UB] = self.ub
         self.best = np.full(n, -1, dtype=np.int64)
         self.complete = False
+        self.best_first = best_first
+        self.z = z  # HBFS's backtrack limit per dive
+        self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
+        self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
+        self.pushed = 0
+        self.stored = 0  # decisions in self.open
+        self.replayed = 0  # decisions taken again to start dives
+        self._lower = min(const, self.ub)
 
     def _build(self, unary, const, binary, nary, top, domains) -> None:
         lay = self.lay
@@ -140,7 +176,9 @@ class DepthFirst:
         self.bvar = np.array([v for p in pairs for v in p], dtype=np.int64)
         tables = [np.pad(binary[p], ((0, d - binary[p].shape[0]), (0, d - binary[p].shape[1])),
                          constant_values=top) for p in pairs]
-        self.T = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(1, dtype=np.int64)
+        # int32 where every cost (at most top) fits: half the memory traffic of the tables, read at every node
+        narrow = np.int32 if top <= np.iinfo(np.int32).max else np.int64
+        self.T = (np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(1, np.int64)).astype(narrow)
         self.boff = np.arange(m, dtype=np.int64) * d * d
         self.bdj = np.full(m, d, dtype=np.int64)
         incident = [[] for _ in range(n)]
@@ -173,14 +211,15 @@ class DepthFirst:
             alive[v, :size] = 1
         S[lay.alive: lay.size] = alive.ravel()
         S[lay.size: lay.fixed] = domains
-        S[lay.left: lay.dom] = [f.arity for f in nary]
+        S[lay.left: lay.nproj] = [f.arity for f in nary]
         S[lay.dom: lay.pos] = S[lay.pos: lay.length] = np.tile(np.arange(d), n)
         self.S = S
-        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos
+        S[lay.eac: lay.dom] = -1
+        # lay as the kernels read it: unary, d, alive, size, proj, fixed, n, m, left, k, dom, pos, nproj, eac
         self.lay_arr = np.array([lay.unary, d, lay.alive, lay.size, lay.proj, lay.fixed, n, m, lay.left, k, lay.dom,
-                                 lay.pos], dtype=np.int64)
-        # hints, never trailed: simple-support residues, full-support residues, each variable's EAC value
-        self.hints = np.full(4 * m * d + n, -1, dtype=np.int64)
+                                 lay.pos, lay.nproj, lay.eac], dtype=np.int64)
+        # hints, never trailed: simple-support residues, full-support residues
+        self.hints = np.full(4 * m * d, -1, dtype=np.int64)
         self.weight = np.zeros(m + k, dtype=np.int64)
         self.trail = np.zeros((4 * lay.length + 1024, 2), dtype=np.int64)
         self.stamp = np.full(lay.length, -1, dtype=np.int64)
@@ -194,8 +233,9 @@ class DepthFirst:
         depth = int(sum(domains)) + 1
         self.dvar, self.dval, self.dbranch, self.dmark, self.dlb = (np.zeros(depth, dtype=np.int64)
                                                                     for _ in range(5))
-        self.scratch = np.zeros(n, dtype=np.int64)
-        self.tmp = np.zeros(2 * d, dtype=np.int64)
+        self.scratch = np.zeros(n, dtype=np.int64)  # a leaf's assignment; an n-ary function's live tuple
+        # full_support's costs and values; least_nary's least costs per position and value
+        self.tmp = np.zeros(max([2] + [f.arity for f in nary]) * d, dtype=np.int64)
 
     @property
     def nodes(self) -> int:
@@ -203,34 +243,82 @@ class DepthFirst:
 
     @property
     def lower_bound(self) -> int:
-        """A lower bound of every assignment not yet refuted: the least c0 of an open choice point."""
+        """A lower bound of the optimum, never falling: the least over the open nodes and the current
+        dive's (its open right branches, its current path), or the incumbent's cost when less."""
+        return self._lower
+
+    def _bound(self) -> int:
         if self.complete:
             return self.ub
-        depth = int(self.ctl[DEPTH])
+        depth, base = int(self.ctl[DEPTH]), int(self.ctl[BASE])
         if depth == 0:
-            return int(min(self.S[0], self.ub))
-        left = np.flatnonzero(self.dbranch[:depth] == LEFT)
-        at = left[0] if left.size else depth - 1
-        return int(min(self.dlb[at], self.ub))
+            bound = int(self.S[0])
+        else:
+            left = np.flatnonzero(self.dbranch[base:depth] == LEFT)
+            bound = int(self.dlb[base + left[0] if left.size else depth - 1])
+        if self.open:
+            bound = min(bound, self.open[0][0])
+        return min(bound, self.ub)
 
     def run(self, node_limit: int = 1 << 14) -> int:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
-        from gpusolve.search.dfbb_kernels import run  # numba and its cache load with the first search, not at import
+        # numba and its cache load with the first search, not at import
+        from gpusolve.search.dfbb_search import replay, run
+        stop_at = self.nodes + node_limit
         while True:
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
                          self.NT, self.nadj_ptr, self.nadj_k, self.top, self.hints, self.weight, self.trail,
                          self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
-                         self.best, self.scratch, self.tmp, node_limit)
+                         self.best, self.scratch, self.tmp, max(stop_at - self.nodes, 0))
             if status == GROW:
                 self.trail = np.concatenate([self.trail, np.zeros_like(self.trail)])
                 continue
+            if status == LIMIT:
+                self._suspend()
+            if status in (LIMIT, COMPLETE):
+                if self._next_dive(replay):
+                    continue
+                self.complete = True
             if status == FOUND:
                 self.ub = int(self.ctl[UB])
-            if status == COMPLETE:
-                self.complete = True
-            return status
+            self._lower = max(self._lower, self._bound())
+            return COMPLETE if self.complete else status
+
+    def _suspend(self) -> None:
+        """The dive stopped: its unexplored right branches become open nodes, at their parent's c0."""
+        depth, base = int(self.ctl[DEPTH]), int(self.ctl[BASE])
+        for i in range(base, depth):
+            if self.dbranch[i] == LEFT and self.dlb[i] < self.ub:
+                path = np.stack([self.dvar[: i + 1], self.dval[: i + 1], self.dbranch[: i + 1]]).astype(np.int32)
+                path[2, i] = RIGHT
+                heapq.heappush(self.open, (int(self.dlb[i]), -(i + 1), self.pushed, path))
+                self.pushed += 1
+                self.stored += i + 1
+
+    def _next_dive(self, replay) -> bool:
+        """Start a dive from the open node of least lower bound (the deepest among ties); False when none
+        is left below the incumbent."""
+        while self.open:
+            lower, _, _, path = heapq.heappop(self.open)
+            depth = path.shape[1]
+            self.stored -= depth
+            if lower >= self.ub:
+                self.open, self.stored = [], 0  # the heap's least: every open node is refuted
+                break
+            self.dvar[:depth], self.dval[:depth], self.dbranch[:depth] = path
+            self.dlb[:depth] = lower
+            replay(self.S, self.lay_arr, self.trail, self.stamp, self.ctl, self.qs, self.dvar, self.dval,
+                   self.dbranch, depth)
+            self.replayed += depth
+            if self.replayed > HBFS_BETA * self.nodes and self.z <= Z_MAX:
+                self.z *= 2
+            elif self.replayed < HBFS_ALPHA * self.nodes and self.z >= 2:
+                self.z //= 2
+            self.ctl[ZLIMIT] = NO_LIMIT if self.stored > OPEN_LIMIT else self.z
+            return True
+        return False
 
 
 class Beside:
@@ -238,10 +326,12 @@ class Beside:
     the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
     schedule's Bounds, so that only one thread at a time touches them."""
 
-    LABEL = "DFBB (EDAC*)"
+    LABEL = "HBFS (EDAC*)"
 
-    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12):
-        self.search = DepthFirst(problem, bounds.upper)
+    def __init__(self, problem: Problem, bounds, slice_nodes: int = 1 << 12, best_first: bool = True):
+        self.search = DepthFirst(problem, bounds.upper, best_first)
+        if not best_first:
+            self.LABEL = "DFBB (EDAC*)"
         self.slice_nodes = slice_nodes
         self._lock = threading.Lock()
         self._found: list[np.ndarray] = []
@@ -310,5 +400,6 @@ class Beside:
     def stats(self) -> dict:
         nodes = self.search.nodes
         took = max(self.time_s - self.compile_s, 0.0)
-        return {"nodes": nodes, "nodes_per_s": nodes / took if took else 0.0, "complete": self.search.complete,
-                "time_s": self.time_s, "compile_s": self.compile_s}
+        return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
+                "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
+                "compile_s": self.compile_s}

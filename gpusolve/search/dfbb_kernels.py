@@ -1,4 +1,5 @@
-"""The compiled kernels of `dfbb`: numba functions over the flat state vector and the trail.
+"""The compiled propagation kernels of `dfbb` (soft arc consistency): numba functions over the flat state
+vector and the trail; the search loop over them is in `dfbb_search`.
 
 Imported only when a search runs (numba's import and its on-disk cache cost a
 fraction of a second); `cache=True` makes a second process load rather than
@@ -9,13 +10,11 @@ its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
-from gpusolve.search.dfbb_state import (
-    AC, BACKTRACK, BRANCH, COMPLETE, DAC, DEPTH, DTOP, EAC, EAC_CHECK, FAILS, FOUND, GROW, LAST, LEFT, LEVEL,
-    MODE, NODES, PAUSED, PROPAGATE, QLEN, RIGHT, SLACK, TRAIL, UB
-)
+from gpusolve.search.dfbb_state import AC, DAC, DTOP, EAC, EAC_CHECK, LEVEL, QLEN, SLACK, TRAIL, UB
 
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
+NARY_TUPLES = 1 << 10  # an n-ary function with more live tuples waits for its domains to shrink
 
 
 @jit
@@ -198,26 +197,76 @@ def pair_cost(S, lay, k, side, T, boff, bdj, top, b, a):
 
 
 @jit
-def project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl):
-    """All but one variable of n-ary function k are assigned: its costs given them go onto the
-    last one's unary costs (or onto c0 when none is left); the function is then used up."""
-    d, U = lay[1], lay[0]
-    base, free = noff[k], -1
+def live_tuples(S, lay, k, nptr, nscope, limit):
+    """How many tuples of n-ary function k have all their values alive, or limit + 1 when more."""
+    count = 1
     for p in range(nptr[k], nptr[k + 1]):
-        v = nscope[p]
-        if S[lay[3] + v] == 1 and S[lay[5] + v] == 1:
-            base += live(S, lay, v, 0) * nstride[p]
-        else:
-            free = p
-    if free < 0:
-        put(S, 0, min(S[0] + NT[base], top), trail, stamp, ctl)
-        return -1
-    z = nscope[free]
+        count *= S[lay[3] + nscope[p]]
+        if count > limit:
+            return limit + 1
+    return count
+
+
+@jit
+def nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit):
+    """n-ary function k's current cost at the tuple of the live values numbered by `digit`."""
+    d, i, drawn = lay[1], noff[k], 0
+    for p in range(nptr[k], nptr[k + 1]):
+        a = live(S, lay, nscope[p], digit[p - nptr[k]])
+        i += a * nstride[p]
+        drawn += S[lay[12] + p * d + a]
+    return top if NT[i] >= top else NT[i] - drawn
+
+
+@jit
+def least_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit, low):
+    """The least cost of n-ary function k over its live tuples with each value of each of its variables,
+    in low[p * d + value] for the variable at position p (of k's), in one pass over the live tuples
+    (digit: the tuple visited, an odometer)."""
+    d, arity = lay[1], nptr[k + 1] - nptr[k]
+    for p in range(arity):
+        digit[p] = 0
+        z = nscope[nptr[k] + p]
+        for t in range(S[lay[3] + z]):
+            low[p * d + live(S, lay, z, t)] = top
+    while True:
+        c = nary_cost(S, lay, k, nptr, nscope, nstride, noff, NT, top, digit)
+        for p in range(arity):
+            i = p * d + live(S, lay, nscope[nptr[k] + p], digit[p])
+            low[i] = min(low[i], c)
+        p = arity - 1
+        while p >= 0 and digit[p] == S[lay[3] + nscope[nptr[k] + p]] - 1:
+            digit[p] = 0
+            p -= 1
+        if p < 0:
+            return
+        digit[p] += 1
+
+
+@jit
+def project_nary(S, lay, k, p, nptr, nscope, top, low, trail, stamp, ctl):
+    """AC* for n-ary function k towards its variable at position p: each value's least cost (`low`, as
+    least_nary leaves it) goes onto its unary cost, as `revise` does for a binary function. Returns
+    what it did as revise does, or -1 when every least cost is 0."""
+    d, U = lay[1], lay[0]
+    z = nscope[nptr[k] + p]
+    out = -1
     for t in range(S[lay[3] + z]):
-        c = live(S, lay, z, t)
-        i = U + z * d + c
-        put(S, i, min(S[i] + NT[base + c * nstride[free]], top), trail, stamp, ctl)
-    return z
+        a = live(S, lay, z, t)
+        c = low[p * d + a]
+        if c > 0:
+            i = U + z * d + a
+            out = max(out, 0)
+            if S[i] == 0:
+                out |= FROM_ZERO
+            if c >= top:
+                put(S, i, top, trail, stamp, ctl)
+            else:
+                j = lay[12] + (nptr[k] + p) * d + a
+                put(S, j, S[j] + c, trail, stamp, ctl)
+                put(S, i, min(S[i] + c, top), trail, stamp, ctl)
+            out |= ROSE
+    return out
 
 
 @jit
@@ -300,7 +349,7 @@ def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
     h = 2 * m * d + (2 * k + side) * d + a
     if zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, hints[h]):
         return True
-    b = hints[4 * m * d + j]
+    b = S[lay[13] + j]
     t = 0
     while not zero_pair(S, lay, k, side, T, boff, bdj, top, j, a, b):
         if t == S[lay[3] + j]:
@@ -312,7 +361,7 @@ def supported(S, lay, k, side, a, T, boff, bdj, bvar, top, hints):
 
 
 @jit
-def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, trail, stamp, ctl):
     """Is a, alive with u_i(a) = 0, fully supported by every neighbour of i? Then it is i's EAC value."""
     d = lay[1]
     if a < 0 or S[lay[2] + i * d + a] == 0 or S[lay[0] + i * d + a] != 0:
@@ -320,24 +369,26 @@ def existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side
     for p in range(adj_ptr[i], adj_ptr[i + 1]):
         if not supported(S, lay, adj_k[p], adj_side[p], a, T, boff, bdj, bvar, top, hints):
             return False
-    hints[4 * lay[7] * d + i] = a
+    if S[lay[13] + i] != a:
+        put(S, lay[13] + i, a, trail, stamp, ctl)
     return True
 
 
 @jit
-def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+def existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best, trail, stamp, ctl):
     """EAC on i: some value has a zero unary cost and a full support in every neighbour. The incumbent's
     value is tried first, then the last EAC value."""
-    first, second = best[i], hints[4 * lay[7] * lay[1] + i]
-    if existential_value(S, lay, i, first, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints):
+    first, second = best[i], S[lay[13] + i]
+    if existential_value(S, lay, i, first, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, trail, stamp,
+                         ctl):
         return True
     if second != first and existential_value(S, lay, i, second, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side,
-                                             top, hints):
+                                             top, hints, trail, stamp, ctl):
         return True
     for t in range(S[lay[3] + i]):
         a = live(S, lay, i, t)
         if a != first and a != second and existential_value(S, lay, i, a, T, boff, bdj, bvar, adj_ptr, adj_k,
-                                                            adj_side, top, hints):
+                                                            adj_side, top, hints, trail, stamp, ctl):
             return True
     return False
 
@@ -356,13 +407,13 @@ def enforce_eac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints
             if adj_side[p] == 0:
                 k = adj_k[p]
                 y = bvar[2 * k + 1]
-                s = hints[4 * lay[7] * lay[1] + y]
+                s = S[lay[13] + y]
                 if not (s >= 0 and S[lay[2] + y * lay[1] + s] and S[lay[0] + y * lay[1] + s] == 0
                         and supported(S, lay, k, 1, s, T, boff, bdj, bvar, top, hints)):
                     push(qs, EAC_CHECK, y, ctl)
     while ctl[QLEN + EAC_CHECK] > 0:
         i = pop(qs, EAC_CHECK, ctl)
-        if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best):
+        if existential(S, lay, i, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, top, hints, best, trail, stamp, ctl):
             continue
         for p in range(adj_ptr[i], adj_ptr[i + 1]):
             full_support(S, lay, adj_k[p], adj_side[p], T, boff, bdj, bvar, top, hints, tmp, trail, stamp, ctl)
@@ -406,9 +457,9 @@ def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
 
 @jit
 def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT, nadj_ptr,
-               nadj_k, top, hints, weight, trail, stamp, ctl, qs):
-    """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it; an
-    n-ary function left with one unassigned variable is projected onto it. False on a wipe-out."""
+               nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
+    """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it, through
+    binary functions and the n-ary ones whose live tuples are few. False on a wipe-out."""
     m = lay[7]
     while ctl[QLEN + AC] > 0:
         x = pop(qs, AC, ctl)
@@ -417,17 +468,22 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
         if S[lay[3] + x] == 1 and S[lay[5] + x] == 0:  # x just got assigned
             put(S, lay[5] + x, 1, trail, stamp, ctl)
             for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
-                k = nadj_k[p]
-                left = S[lay[8] + k] - 1
-                put(S, lay[8] + k, left, trail, stamp, ctl)
-                if left == 1:
-                    z = project_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, trail, stamp, ctl)
-                    if z >= 0:
-                        raised(qs, z, ctl)
-                    ok = z < 0 or node_consistent(S, lay, z, top, trail, stamp, ctl, qs)
-                    if not ok or S[0] >= ctl[UB]:
-                        weight[m + k] += 1
-                        return False
+                put(S, lay[8] + nadj_k[p], S[lay[8] + nadj_k[p]] - 1, trail, stamp, ctl)
+        for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
+            k = nadj_k[p]
+            q = 0
+            while q < nptr[k + 1] - nptr[k] and live_tuples(S, lay, k, nptr, nscope, NARY_TUPLES) <= NARY_TUPLES:
+                # after a projection the least costs of the other variables are computed again
+                least_nary(S, lay, k, nptr, nscope, nstride, noff, NT, top, scratch, tmp)
+                out = -1
+                q = 0
+                while out < 0 and q < nptr[k + 1] - nptr[k]:
+                    if nscope[nptr[k] + q] != x:  # x's values keep their supports; the root's queue holds all
+                        out = project_nary(S, lay, k, q, nptr, nscope, top, tmp, trail, stamp, ctl)
+                    q += 1
+                if out >= 0 and not after_projection(S, lay, out, nscope[nptr[k] + q - 1], m + k, top, weight, trail,
+                                                     stamp, ctl, qs):
+                    return False
         for p in range(adj_ptr[x], adj_ptr[x + 1]):
             k, side = adj_k[p], adj_side[p]
             y = bvar[2 * k + 1 - side]
@@ -454,7 +510,7 @@ def nc_everywhere(S, lay, trail, stamp, ctl, qs):
 
 @jit
 def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp):
+              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, scratch, tmp):
     """EDAC* (EAC, DAC* and AC* with NC*) to a fixpoint, the queues taken in the paper's order; False on a
     wipe-out or when c0 reaches the upper bound. Each round that finds a variable not EAC raises c0."""
     while True:
@@ -469,122 +525,5 @@ def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope
                            qs, tmp):
             return False
         if not enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs):
+                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
             return False
-
-
-@jit
-def choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, hints, ctl):
-    """(variable, value): last conflict, else least domain over weighted degree; the incumbent's value
-    while it is alive, else the EAC value (as toulbar2 does)."""
-    n, d, m = lay[6], lay[1], lay[7]
-    x = ctl[LAST]
-    if x < 0 or S[lay[3] + x] <= 1:
-        x, bs, bw = -1, 0, 1
-        for v in range(n):
-            s = S[lay[3] + v]
-            if s <= 1:
-                continue
-            w = 1
-            for p in range(adj_ptr[v], adj_ptr[v + 1]):
-                k = adj_k[p]
-                if S[lay[3] + bvar[2 * k + 1 - adj_side[p]]] > 1:
-                    w += weight[k]
-            for p in range(nadj_ptr[v], nadj_ptr[v + 1]):
-                k = nadj_k[p]
-                if S[lay[8] + k] > 1:
-                    w += weight[m + k]
-            if x < 0 or s * bw < bs * w:
-                x, bs, bw = v, s, w
-    a = best[x]
-    if a < 0 or S[lay[2] + x * d + a] == 0:
-        a = hints[4 * m * d + x]  # alive with unary cost 0 at an EDAC fixpoint
-    return x, a
-
-
-@jit
-def cost_of(best_try, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c00, top, n, m, k):
-    """The original cost of a complete assignment."""
-    total = c00
-    for v in range(n):
-        total += U0[v, best_try[v]]
-    for j in range(m):
-        total += T[boff[j] + best_try[bvar[2 * j]] * bdj[j] + best_try[bvar[2 * j + 1]]]
-    for j in range(k):
-        i = noff[j]
-        for p in range(nptr[j], nptr[j + 1]):
-            i += best_try[nscope[p]] * nstride[p]
-        total += NT[i]
-    return min(total, top)
-
-
-@jit
-def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-        nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, dvar, dval, dbranch, dmark, dlb,
-        best, scratch, tmp, node_limit):
-    """Search until `node_limit` more nodes, a new incumbent, completion, or a full trail."""
-    n, m, k = lay[6], lay[7], lay[9]
-    stop_at = ctl[NODES] + node_limit
-    while True:
-        mode = ctl[MODE]
-        if mode == PROPAGATE:
-            ok = propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff,
-                           NT, nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, tmp)
-            clear_queues(ctl, qs)
-            if not ok:
-                ctl[FAILS] += 1
-                if ctl[DEPTH] > 0:
-                    ctl[LAST] = dvar[ctl[DEPTH] - 1]
-                ctl[MODE] = BACKTRACK
-                continue
-            done = True
-            for v in range(n):
-                if S[lay[3] + v] > 1:
-                    done = False
-                    break
-            if done:
-                for v in range(n):
-                    scratch[v] = live(S, lay, v, 0)
-                c = cost_of(scratch, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c00, top, n, m, k)
-                ctl[MODE] = BACKTRACK
-                if c < ctl[UB]:
-                    ctl[UB] = c
-                    for v in range(n):  # not best[:] = scratch, which may allocate a copy
-                        best[v] = scratch[v]
-                    return FOUND
-                continue
-            ctl[MODE] = BRANCH
-        elif mode == BRANCH:
-            if ctl[NODES] >= stop_at:
-                return PAUSED
-            if ctl[TRAIL] + S.shape[0] > trail.shape[0]:
-                return GROW
-            ctl[NODES] += 1
-            x, a = choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, hints, ctl)
-            dep = ctl[DEPTH]
-            dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, LEFT, ctl[TRAIL], S[0]
-            ctl[DEPTH] = dep + 1
-            ctl[LEVEL] += 1
-            for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
-                if live(S, lay, x, t) != a:
-                    remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
-            ctl[MODE] = PROPAGATE
-        else:  # BACKTRACK
-            while True:
-                dep = ctl[DEPTH]
-                if dep == 0:
-                    return COMPLETE
-                top_d = dep - 1
-                mark = dmark[top_d]
-                for t in range(ctl[TRAIL] - 1, mark - 1, -1):
-                    S[trail[t, 0]] = trail[t, 1]
-                ctl[TRAIL] = mark
-                if dbranch[top_d] == LEFT:
-                    if ctl[TRAIL] + S.shape[0] > trail.shape[0]:
-                        return GROW
-                    dbranch[top_d] = RIGHT
-                    ctl[LEVEL] += 1
-                    remove(S, lay, dvar[top_d], dval[top_d], trail, stamp, ctl, qs)
-                    ctl[MODE] = PROPAGATE
-                    break
-                ctl[DEPTH] = dep - 1

@@ -1,11 +1,13 @@
 """The slots and codes shared by the depth-first search's driver (dfbb) and its compiled kernels
 (dfbb_kernels): the control vector, the propagation queues, what a slice ends with."""
 
-# Control slots (ctl): where the resumable search stands.
-TRAIL, DEPTH, MODE, NODES, UB, LEVEL, LAST, FAILS, DTOP, QLEN = range(10)
+# Control slots (ctl): where the resumable search stands. BASE: the depth of the node the current dive
+# started from (HBFS), which backtracking never goes above; ROOT: the trail's length at the root.
+TRAIL, DEPTH, MODE, NODES, UB, LEVEL, LAST, FAILS, DTOP, BASE, BACKTRACKS, ZLIMIT, ROOT, QLEN = range(14)
 AC, DAC, EAC, EAC_CHECK = range(4)  # propagation queues (rows of qs); their lengths follow QLEN in ctl
 N_CTL = QLEN + 4
 PROPAGATE, BRANCH, BACKTRACK = 0, 1, 2  # modes
-PAUSED, FOUND, COMPLETE, GROW = 0, 1, 2, 3  # what a slice ends with
+# what a slice ends with; COMPLETE: the subtree of the dive's node is refuted, LIMIT: the dive made ZLIMIT backtracks
+PAUSED, FOUND, COMPLETE, GROW, LIMIT = range(5)
 LEFT, RIGHT = 0, 1
 SLACK = 1
