@@ -85,6 +85,25 @@ def toulbar2_optimum(problem: Problem, path):
     return toulbar2_file_optimum(path)
 
 
+def toulbar2_optimum_in_a_child(problem: Problem, path):
+    """toulbar2_optimum in a process of its own: toulbar2 keeps settings in globals that the solves
+    before it in this process may have changed (a 64-variable grid took 10 s alone, over 10 minutes
+    after the rest of the suite)."""
+    import subprocess
+    import sys
+
+    import pytest
+    pytest.importorskip("pytoulbar2")
+    from gpusolve.parsers.write import write_wcsp
+    write_wcsp(problem, path)
+    code = ("import sys, pytoulbar2\ncfn = pytoulbar2.CFN(verbose=-1)\ncfn.Read(sys.argv[1])\n"
+            "try:\n    r = cfn.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
+            "print('none' if r is None else round(r[1]))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    last = out.stdout.split()[-1]
+    return None if last == "none" else int(last)
+
+
 def toulbar2_file_optimum(path):
     """pytoulbar2's optimum of the file at `path`, None when infeasible; skips the test when
     pytoulbar2 is not installed."""
