@@ -85,23 +85,21 @@ def toulbar2_optimum(problem: Problem, path):
     return toulbar2_file_optimum(path)
 
 
-def toulbar2_optimum_in_a_child(problem: Problem, path):
-    """toulbar2_optimum in a process of its own: toulbar2 keeps settings in globals that the solves
-    before it in this process may have changed (a 64-variable grid took 10 s alone, over 10 minutes
-    after the rest of the suite)."""
+def toulbar2_in_a_child(path):
+    """(optimum, assignment) by pytoulbar2 in a fresh process, None when infeasible: its reader may
+    abort on bad input, and after the rest of the suite in one process a 64-variable grid that takes
+    10 s alone ran past 10 minutes."""
+    import json
     import subprocess
     import sys
 
     import pytest
     pytest.importorskip("pytoulbar2")
-    from gpusolve.parsers.write import write_wcsp
-    write_wcsp(problem, path)
-    code = ("import sys, pytoulbar2\ncfn = pytoulbar2.CFN(verbose=-1)\ncfn.Read(sys.argv[1])\n"
-            "try:\n    r = cfn.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
-            "print('none' if r is None else round(r[1]))")
+    code = ("import pytoulbar2, sys, json\nc = pytoulbar2.CFN(verbose=-1)\n"  # reading may prove infeasibility
+            "try:\n    c.Read(sys.argv[1])\n    r = c.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
+            "print(json.dumps(None if r is None else [r[1], list(r[0])]))")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
-    last = out.stdout.split()[-1]
-    return None if last == "none" else int(last)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def toulbar2_file_optimum(path):
