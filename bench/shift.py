@@ -108,7 +108,7 @@ def main():
         arity = max(f.arity for f in p.functions)
         fglp_row = {"instance": name, "z": None, "optimum": opt, "fglp_constant": float(const), "fglp_s": t_fglp}
         rows.append(fglp_row)
-        print(f"{name:34} {'-':>3} {_fmt(opt):>12} {'FGLP constant':>18} {_fmt(float(const)):>10} {t_fglp:6.2f}s")
+        print(f"{name:34} {'-':>3} {fmt_bound(opt):>12} {'FGLP constant':>18} {fmt_bound(float(const)):>10} {t_fglp:6.2f}s")
         for z in range(max(arity, 2), max(arity, 2) + args.zs):
             if sum(mb.joint_entries for mb in build_plan(p, order, z).minibuckets) > args.max_joint:
                 break
@@ -129,8 +129,8 @@ def main():
                 row["schedule"] = max(row["plain"], row["fglp+mm"], lifted, key=_key)
                 row["schedule_s"] += t_fglp + row["fglp+mm_s"] + t_lift
             rows.append(row)
-            print(f"{name:34} {z:>3} {_fmt(opt):>12} " + " ".join(
-                f"{_fmt(row[v]):>10} {row[v + '_s']:6.2f}s" for v in COLUMNS))
+            print(f"{name:34} {z:>3} {fmt_bound(opt):>12} " + " ".join(
+                f"{fmt_bound(row[v]):>10} {row[v + '_s']:6.2f}s" for v in COLUMNS))
     wins = {v: sum(1 for r in rows if r["z"] is not None and _gt(r[v], r["plain"])) for v in COLUMNS[1:]}
     losses = {v: sum(1 for r in rows if r["z"] is not None and _gt(r["plain"], r[v])) for v in COLUMNS[1:]}
     pairs = sum(1 for r in rows if r["z"] is not None)
@@ -185,7 +185,7 @@ def _gt(a, b) -> bool:
     return a > b + 1e-9 * max(1.0, abs(b))
 
 
-def _fmt(x) -> str:
+def fmt_bound(x) -> str:
     if x is None:
         return "-"
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.4f}"

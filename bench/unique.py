@@ -1,4 +1,4 @@
-"""Run finding in sparse tables: engines/sparse.py's `_groups` against `xp.unique(..., return_index=True,
+"""Run finding in sparse tables: engines/sparse.py's `groups` against `xp.unique(..., return_index=True,
 return_counts=True)` on sorted int64 codes (the join-sum's histogram), NumPy and, with --devices gpu,
 CuPy. Both give the distinct codes, first indices and run sizes; unique sorts again. Writes
 bench/results/unique-<device>-<date>.json.
@@ -14,7 +14,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import best_time, cpu_name, gpu_name, write_result  # noqa: E402
 
-from gpusolve.engines.sparse import _groups  # noqa: E402
+from gpusolve.engines.sparse import groups  # noqa: E402
 
 
 def codes(xp, n: int, mean_run: int, seed: int = 0):
@@ -39,12 +39,12 @@ def main() -> None:
         for n in sizes:
             for mean_run in (1, 4, 64):
                 c = codes(xp, n, mean_run)
-                t_runs, ours = best_time(lambda: _groups(xp, c), sync, 5)
+                t_runs, ours = best_time(lambda: groups(xp, c), sync, 5)
                 t_unique, theirs = best_time(lambda: xp.unique(c, return_index=True, return_counts=True), sync, 5)
                 assert all(bool((a == b).all()) for a, b in zip(ours, theirs))
                 rows.append({"device": device, "rows": n, "mean_run": mean_run, "groups_s": t_runs,
                              "unique_s": t_unique, "unique_over_groups": t_unique / t_runs})
-                print(f"{device} {n:>10,} rows, mean run {mean_run:>3}: _groups {t_runs * 1e3:8.3f} ms, "
+                print(f"{device} {n:>10,} rows, mean run {mean_run:>3}: groups {t_runs * 1e3:8.3f} ms, "
                       f"xp.unique {t_unique * 1e3:8.3f} ms ({t_unique / t_runs:.2f}x)")
     write_result("unique", " + ".join(names), rows=rows)
 

@@ -251,7 +251,7 @@ def test_gather_axes_compose_the_output_keys():
     for _ in range(200):
         a, b, scope, dims = random_pair(rng, np.int64)
         ix = sparse.join_index(np, a, b)
-        keys, costs, count = sparse._gather(np, ix, a, b, 0, ix.total, scope, dims, 200, None)  # top above any sum
+        keys, costs, count = sparse.gather(np, ix, a, b, 0, ix.total, scope, dims, 200, None)  # top above any sum
         assert count is None
         i = np.arange(ix.total)
         g = np.searchsorted(ix.out_start, i, side="right") - 1
@@ -266,7 +266,7 @@ def test_gather_axes_compose_the_output_keys():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.int64, np.float64])
 def test_one_launch_gather_equals_the_array_code(cupy, dtype):
-    """The GPU's gather kernel against _gather's array code on NumPy, whole and in chunks of output
+    """The GPU's gather kernel against gather's array code on NumPy, whole and in chunks of output
     rows, from inputs in shared-code order or through the sort's permutation (rows come back in no
     fixed order: compared sorted by key)."""
     rng = np.random.default_rng(5)
@@ -279,14 +279,14 @@ def test_one_launch_gather_equals_the_array_code(cupy, dtype):
         step = max(1, ix.total // int(rng.integers(1, 4)))
         for lo in range(0, max(ix.total, 1), step):
             hi = min(lo + step, ix.total)
-            want = sparse._gather(np, ix, a, b, lo, hi, scope, dims, 50, None)
-            got = sparse._gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None)
+            want = sparse.gather(np, ix, a, b, lo, hi, scope, dims, 50, None)
+            got = sparse.gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None)
             order = np.argsort(want[0])
             k, c = cupy.asnumpy(got[0]), cupy.asnumpy(got[1])
             np.testing.assert_array_equal(np.sort(k), want[0][order])
             np.testing.assert_array_equal(c[np.argsort(k)], want[1][order])
             assert got[2] is None
-            counted = sparse._gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None, counted=True)
+            counted = sparse.gather(cupy, dix, da, db, lo, hi, scope, dims, 50, None, counted=True)
             n = int(counted[2].get()[0])  # the rows kept; the arrays hold every output row
             assert n == k.shape[0] and counted[0].shape[0] == hi - lo
             np.testing.assert_array_equal(np.sort(cupy.asnumpy(counted[0][:n])), np.sort(k))
@@ -296,7 +296,7 @@ def test_one_launch_gather_equals_the_array_code(cupy, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["int64", "float64", "int32"])
 def test_counted_sort_keeps_the_valid_rows_first(cupy, dtype):
-    """_by_first given a device count (the rows past it hold the largest key, as the counted gather
+    """by_first given a device count (the rows past it hold the largest key, as the counted gather
     leaves them) sorts the first count rows as NumPy does and returns them as a Counted."""
     rng = np.random.default_rng(11)
     for n, count in [(1000, 1000), (1000, 613), (1000, 0), (5, 1), (0, 0)]:
@@ -304,9 +304,9 @@ def test_counted_sort_keeps_the_valid_rows_first(cupy, dtype):
         codes[count:] = np.iinfo(np.int64).max
         costs = rng.integers(-5, 100, n).astype(dtype)
         dev_count = cupy.asarray([count], dtype=cupy.int64)
-        ordered = sparse._by_first(cupy, cupy.asarray(codes), cupy.asarray(costs), count=dev_count)
+        ordered = sparse.by_first(cupy, cupy.asarray(codes), cupy.asarray(costs), count=dev_count)
         assert isinstance(ordered, sparse.streaming.Counted) and ordered.count is dev_count
-        for w, g in zip(sparse._by_first(np, codes[:count], costs[:count]), ordered.arrays):
+        for w, g in zip(sparse.by_first(np, codes[:count], costs[:count]), ordered.arrays):
             np.testing.assert_array_equal(cupy.asnumpy(g[:count]), w)
 
 

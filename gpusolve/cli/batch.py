@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import click
 
-from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, Seconds, _fmt, err, out, solve_file,
+from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, Seconds, fmt_bound, err, out, solve_file,
                                  solve_options)
 from gpusolve.distributed.cluster import executor
 from gpusolve.report import dumps
@@ -235,8 +235,8 @@ def print_summary(records: list[dict], elapsed: float) -> None:
     counts: dict[str, int] = {}
     for r, message in zip(records, messages):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-        row = [Text(os.path.basename(r["file"])), r["status"], _fmt(r.get("lower_bound")),
-               _fmt(r.get("upper_bound")), _fmt(r.get("z")), f"{r.get('time_s') or 0:.2f}"]
+        row = [Text(os.path.basename(r["file"])), r["status"], fmt_bound(r.get("lower_bound")),
+               fmt_bound(r.get("upper_bound")), fmt_bound(r.get("z")), f"{r.get('time_s') or 0:.2f}"]
         if with_messages:
             row.append(Text(message if len(message) <= SHOWN else message[:SHOWN - 3] + "..."))
         t.add_row(*row)

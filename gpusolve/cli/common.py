@@ -45,7 +45,7 @@ def console(stderr: bool):
         made = Console(stderr=stderr, highlight=False)
     else:
         made = Console(file=_Unpadded(stderr), highlight=False, soft_wrap=True, width=1000)
-    made.on_broken_pipe = _reader_gone  # rich's own exits 1
+    made.on_broken_pipe = reader_gone  # rich's own exits 1
     return made
 
 
@@ -157,7 +157,7 @@ def solve_options(f):
     return f
 
 
-def _reader_gone():
+def reader_gone():
     """The reader of stdout (or stderr) has gone: what is left to print goes nowhere, and the command
     exits as a process killed by SIGPIPE would, without a traceback."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -236,8 +236,8 @@ class LiveLine:
         self.phase, self.nodes, self.since = phase, nodes, self.clock()
 
     def improved(self, lower, upper, phase: str) -> None:
-        gap = "" if lower is None or upper is None else f", gap {_fmt(upper - lower)}"
-        self.bounds = f"bounds [{_fmt(lower)}, {_fmt(upper)}]{gap} ({phase})"
+        gap = "" if lower is None or upper is None else f", gap {fmt_bound(upper - lower)}"
+        self.bounds = f"bounds [{fmt_bound(lower)}, {fmt_bound(upper)}]{gap} ({phase})"
 
     def lines(self) -> tuple[str, str]:
         now = self.clock()
@@ -324,18 +324,18 @@ def interruptible():
             signal.signal(s, h)
 
 
-def _shown(values: list) -> str:
+def one_line(values: list) -> str:
     """An assignment on one line: value names where the file gives them, as solve and dcop print it."""
     return " ".join(map(str, values[:200])) + (" ..." if len(values) > 200 else "")
 
 
-def _fmt(x) -> str:
+def fmt_bound(x) -> str:
     if x is None:
         return "none"
     return f"{x:.9g}" if isinstance(x, float) else str(x)
 
 
-def _fail(file: str, message: str, code: int, as_json: bool):
+def report_failure(file: str, message: str, code: int, as_json: bool):
     if as_json:
         from gpusolve.report import record
         print(dumps(record(file, "error", message=message)))

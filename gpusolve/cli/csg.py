@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import click
 
-from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, _fail, _fmt, err, interruptible, out
+from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, report_failure, fmt_bound, err, interruptible, out
 from gpusolve.csg.dp import ALGORITHMS
 from gpusolve.csg.solve import PRECISIONS
 from gpusolve.csg.values import DISTRIBUTIONS
@@ -55,7 +55,7 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
     name = file or (f"{distribution}-n{n}-s{seed}" if distribution else "")
 
     def fail(message, code):
-        _fail(name, message, code, as_json)
+        report_failure(name, message, code, as_json)
 
     if (file is None) == (distribution is None):
         fail("csg: give a FILE or --generate DISTRIBUTION (one of them)", EXIT_INPUT)
@@ -102,8 +102,8 @@ def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json
     t.add_column()
     r = result
     for label, value in [
-        ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", _fmt(r.value)),
-        ("upper bound", _fmt(r.upper_bound)), ("gap", _fmt(r.upper_bound - r.lower_bound)),
+        ("file", r.file), ("agents", str(r.n)), ("status", r.status), ("value", fmt_bound(r.value)),
+        ("upper bound", fmt_bound(r.upper_bound)), ("gap", fmt_bound(r.upper_bound - r.lower_bound)),
         ("method", r.method + ("" if r.status == "optimal" else f", stopped after size {r.levels_done}"
                                 if r.levels_done < r.n else ", float32 rounding leaves the gap (--precision double)")),
         ("engine", f"{r.engine} ({r.device_note})"),

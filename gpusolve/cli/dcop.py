@@ -6,7 +6,7 @@ import os
 
 import click
 
-from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, _fail, _fmt, _shown, out, progress_bar
+from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, report_failure, fmt_bound, one_line, out, progress_bar
 from gpusolve.cuda.runtime import DeviceError
 from gpusolve.engines.select import DEVICES
 from gpusolve.host import BudgetError
@@ -45,15 +45,15 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
             result = solve_dcop(problem, algo, max_dim, device, scheduler, workers, latency, file, progress,
                                 mem_limit)
     except ParseError as e:
-        _fail(file, str(e), EXIT_INPUT, as_json)
+        report_failure(file, str(e), EXIT_INPUT, as_json)
     except BudgetError as e:
-        _fail(file, f"{file}: {e}", EXIT_MEMORY, as_json)
+        report_failure(file, f"{file}: {e}", EXIT_MEMORY, as_json)
     except (DcopError, ClusterError, DeviceError) as e:
-        _fail(file, f"{file}: {e}", EXIT_INPUT, as_json)
+        report_failure(file, f"{file}: {e}", EXIT_INPUT, as_json)
     except Exception as e:  # a worker's failure or a bug: one line (GPUSOLVE_DEBUG=1 shows the traceback)
         if os.environ.get("GPUSOLVE_DEBUG"):
             raise
-        _fail(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
+        report_failure(file, f"{file}: {type(e).__name__}: {e}", 1, as_json)
     if as_json:
         from gpusolve.report import of_result
         print(dumps(of_result(result, task="DCOP")))
@@ -68,8 +68,8 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
     t.add_row("status", r.status)
     if r.message:
         t.add_row("why", r.message)
-    t.add_row("lower bound", _fmt(r.lower_bound))
-    t.add_row("upper bound", _fmt(r.upper_bound))
+    t.add_row("lower bound", fmt_bound(r.lower_bound))
+    t.add_row("upper bound", fmt_bound(r.upper_bound))
     t.add_row("agents", f"{r.agents} holding {r.variables} variables, induced width {r.induced_width}")
     t.add_row("messages", f"{m['util']} UTIL ({m['util_entries']:,} entries, largest {m['largest_util']:,}), "
                           f"{m['value']} VALUE ({m['value_entries']:,} values)")
@@ -78,5 +78,5 @@ def dcop_cmd(file, algo, max_dim, device, scheduler, workers, latency, mem_limit
                       f"latency {r.latency_s:g} s per message), computations {r.compute_s:.6f} s in all, "
                       f"pseudo tree {r.pseudo_tree_s:.3f} s" + (f", repair {r.repair_s:.3f} s" if r.message else ""))
     if r.assignment is not None:
-        t.add_row("assignment", _shown(r.values or r.assignment))
+        t.add_row("assignment", one_line(r.values or r.assignment))
     out().print(t, markup=False)

@@ -8,7 +8,7 @@ import click
 
 from gpusolve import __version__
 from gpusolve.cli import batch, csg, dcop, generate, info, serve, solve
-from gpusolve.cli.common import EXIT_INTERRUPT, _reader_gone, err
+from gpusolve.cli.common import EXIT_INTERRUPT, reader_gone, err
 from gpusolve.report import dumps
 
 
@@ -41,13 +41,13 @@ class Commands(click.Group):
                     sys.stdout.flush()
             sys.exit(code if isinstance(code, int) else 0)
         except BrokenPipeError:
-            _reader_gone()
+            reader_gone()
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # before click's own handling, which exits 1
-            _reader_gone()
+            reader_gone()
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})

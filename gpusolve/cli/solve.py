@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, _fmt, _shown, err, interruptible,
+from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, fmt_bound, one_line, err, interruptible,
                                  out, progress_bar, solve_file, solve_options)
 from gpusolve.engines import registry
 from gpusolve.host import fmt_bytes
@@ -133,14 +133,14 @@ def print_result(r: Result) -> None:
     t.add_row("status", r.status)
     if r.message:
         t.add_row("why", r.message)
-    t.add_row("lower bound", _fmt(r.lower_bound))
-    t.add_row("upper bound", _fmt(r.upper_bound))
+    t.add_row("lower bound", fmt_bound(r.lower_bound))
+    t.add_row("upper bound", fmt_bound(r.upper_bound))
     if r.lower_bound is not None and r.upper_bound is not None:
-        t.add_row("gap", _fmt(r.upper_bound - r.lower_bound))
+        t.add_row("gap", fmt_bound(r.upper_bound - r.lower_bound))
     t.add_row("method", r.method or "none")
     if r.z is not None:
         t.add_row("z", str(r.z))
-    t.add_row("induced width", _fmt(r.induced_width) + (" (of the elimination order)" if r.z is not None else ""))
+    t.add_row("induced width", fmt_bound(r.induced_width) + (" (of the elimination order)" if r.z is not None else ""))
     t.add_row("engine", (r.engine or "none") + (f" ({r.device_note})" if r.device_note else ""))
     if r.largest_rows:  # sparse tables: what they held, not what the plan feared
         t.add_row("peak memory", fmt_bytes(r.peak_bytes or 0) + " (measured: the sparse messages held)")
@@ -157,10 +157,10 @@ def print_result(r: Result) -> None:
         t.add_row("search", f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits, "
                             + ("complete" if s["complete"] else "stopped"))
     if len(r.trace) > 1:
-        t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{_fmt(lo)}, {_fmt(hi)}] {ph}"
+        t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{fmt_bound(lo)}, {fmt_bound(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))
     if r.assignment is not None:
-        t.add_row("assignment", _shown(r.values or r.assignment))
+        t.add_row("assignment", one_line(r.values or r.assignment))
     for i, m in enumerate((r.marginals or [])[:20]):
         t.add_row(f"P(x{i})", " ".join(f"{p:.4g}" for p in m))
     if r.marginals and len(r.marginals) > 20:

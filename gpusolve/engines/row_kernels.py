@@ -64,7 +64,7 @@ __device__ int last_start(const long long* starts, int count, long long i) {
 
 @functools.lru_cache(maxsize=2)
 def join_gather_source(cost_type: str) -> FusedKernel:
-    """The sparse join-sum's gather (sparse._gather, Cuda-BE's Algorithm 4) in one launch: a
+    """The sparse join-sum's gather (sparse.gather, Cuda-BE's Algorithm 4) in one launch: a
     thread per output row finds its group by binary search, sums the two input rows' costs and,
     below top, writes its key composed from both inputs' digits at the next free place (rows in
     no fixed order: the caller sorts them). `axes`: per output variable (source input, divisor,

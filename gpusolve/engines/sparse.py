@@ -194,7 +194,7 @@ def as_sparse(m, table, scope: tuple[int, ...], top) -> SparseTable:
     return from_dense(m, to_module(m, host_or_table(table)), scope, top)
 
 
-def _groups(xp, sorted_codes):
+def groups(xp, sorted_codes):
     """Distinct codes, first index and size of each run of a sorted code array (the histogram).
 
     What xp.unique(..., return_index=True, return_counts=True) returns, in one pass over the sorted
@@ -233,10 +233,10 @@ class JoinIndex:
         return int(self.out_start[-1])
 
 
-def _match(xp, ca, cb, oa=None, ob=None) -> JoinIndex:
+def match(xp, ca, cb, oa=None, ob=None) -> JoinIndex:
     """Histogram two sorted code arrays and keep the groups found in both."""
-    ga, sa, ha = _groups(xp, ca)
-    gb, sb, hb = _groups(xp, cb)
+    ga, sa, ha = groups(xp, ca)
+    gb, sb, hb = groups(xp, cb)
     if gb.shape[0] == 0:
         ga, sa, ha = gb, sb, hb
     pos = xp.minimum(xp.searchsorted(gb, ga), max(gb.shape[0] - 1, 0))
@@ -250,10 +250,10 @@ def join_index(xp, a: SparseTable, b: SparseTable) -> JoinIndex:
     shared = [u for u in a.scope if u in b.scope]
     ca, cb = a.code(xp, shared), b.code(xp, shared)
     oa, ob = xp.argsort(ca), xp.argsort(cb)
-    return _match(xp, ca[oa], cb[ob], oa, ob)
+    return match(xp, ca[oa], cb[ob], oa, ob)
 
 
-def _gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
+def gather(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
             keep: Keep | None, counted: bool = False, axes=None):
     """Output rows lo..hi-1 of the join as (keys, costs, count), rows at top or failing `keep`
     dropped. `counted`: the one-launch gather may leave the number of rows kept on the device
@@ -301,7 +301,7 @@ def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tu
 
 def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
                       counted: bool, axes=None):
-    """_gather in one kernel launch (row_kernels.join_gather_source), then one read of the row count
+    """gather in one kernel launch (row_kernels.join_gather_source), then one read of the row count
     unless `counted` (then the keys past it are the largest key, filled first)."""
     mode = GATHER_TYPES[a.costs.dtype.name]
     n = hi - lo
@@ -335,7 +335,7 @@ def join_chunks(xp, a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims
     for lo in range(0, ix.total, step):
         if check is not None:
             check()
-        yield _gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
+        yield gather(xp, ix, a, b, lo, min(lo + step, ix.total), scope, dims, top, keep)[:2]
 
 
 def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, limit: int | None = None):
@@ -352,13 +352,13 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, lim
     """
     if xp is np:
         order = xp.argsort(codes, kind="stable" if runs else None)
-        distinct, starts, _ = _groups(xp, codes[order])
+        distinct, starts, _ = groups(xp, codes[order])
         costs = costs[order]
         return distinct, xp.minimum.reduceat(costs, starts) if distinct.shape[0] else costs[:0]
     if costs.dtype.name not in GATHER_TYPES or not codes.shape[0]:
         order = xp.argsort(costs)
         order = order[xp.argsort(codes[order])]
-        distinct, starts, _ = _groups(xp, codes[order])
+        distinct, starts, _ = groups(xp, codes[order])
         return distinct, costs[order[starts]]
     # One sort by code; each run's minimum by row_kernels.segment_min_source.
     order = xp.argsort(codes.astype(xp.int32) if limit is not None and limit <= np.iinfo(np.int32).max else codes)
@@ -377,7 +377,7 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, lim
     return streaming.Counted((distinct, least), pos[-1:]) if counted else (distinct, least)
 
 
-def _by_first(xp, first, *rest, count=None):
+def by_first(xp, first, *rest, count=None):
     """The arrays stably sorted by the first; with `count` (a device scalar: the rows past it hold
     the largest key, so they stay last) as a streaming.Counted."""
     order = xp.argsort(first, kind="stable")
@@ -389,7 +389,7 @@ class DeviceFull(MemoryError):
     """A sparse bucket outgrew the device memory it was given: it runs streamed instead."""
 
 
-def _limit(rows: int, row_limit: int | None, what: str) -> None:
+def check_rows(rows: int, row_limit: int | None, what: str) -> None:
     if row_limit is not None and rows > row_limit:
         raise SparseOverflow(f"{what} exceeds the row limit of {row_limit:,} rows")
 
@@ -403,7 +403,7 @@ def _collect(xp, chunks, dtype, row_limit: int | None, what: str, reduce: Callab
         if reduce is not None:
             k, c = reduce(k, c)
         rows += int(k.shape[0])
-        _limit(rows, row_limit, what)
+        check_rows(rows, row_limit, what)
         if device_rows is not None and rows > device_rows:
             raise DeviceFull(what)
         keys.append(k)
@@ -476,7 +476,7 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
         if streamer is None:
             cur = join(xp, cur, t, sub, dims, top, keep, row_limit, check, device_rows, limits)
         else:
-            by_key = functools.partial(_by_first, xp)
+            by_key = functools.partial(by_first, xp)
             keys, costs = streamer.table(cur, t, sub, dims, top, keep, by_key, by_key, True, row_limit,
                                          f"a join over {len(sub)} variables", check)
             cur = SparseTable(sub, dims, keys, costs)
@@ -493,12 +493,12 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
     else:  # each chunk sorted by message key, then merged with equal keys reduced, on the device: a
         # chunk's own reduction (a dozen more launches) saved no copy, its rows coming down unreduced (Counted)
         if keep is None:  # the gather composes message keys (the joint key less var's digit)
-            scope, dims, by_message = tuple(sep), sep_dims, functools.partial(_by_first, xp)
+            scope, dims, by_message = tuple(sep), sep_dims, functools.partial(by_first, xp)
         else:  # the bound reads every joint variable's digit: joint keys, divided by var's domain
             scope, dims = joint, jdims
 
             def by_message(k, c, count=None):
-                return _by_first(xp, k // domains[var], c, count=count)
+                return by_first(xp, k // domains[var], c, count=count)
         keys, costs = streamer.table(cur, tables[-1], scope, dims, top, keep, by_message,
                                      functools.partial(segment_min, xp, counted=True, limit=math.prod(sep_dims)),
                                      False, row_limit, what, check)

@@ -10,7 +10,7 @@ import numpy as np
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.plan import buckets as sizes
 from . import streaming
-from .sparse import JoinIndex, Keep, SparseTable, _by_first, _gather, _limit, _match, gather_axes
+from .sparse import JoinIndex, Keep, SparseTable, by_first, gather, check_rows, match, gather_axes
 
 
 class Streamer:
@@ -45,7 +45,7 @@ class Streamer:
         xp, run = self.xp, self.run_rows
         if not t.rows:
             return np.zeros(0, dtype=np.int64), t.keys, t.costs
-        by_code = functools.partial(_by_first, xp)
+        by_code = functools.partial(by_first, xp)
         jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
         dtypes = (np.int64, np.int64, t.costs.dtype)
         if len(jobs) > 1:
@@ -68,7 +68,7 @@ class Streamer:
         shared = [u for u in a.scope if u in b.scope]
         ca, ka, wa = self.sort_by_code(a, shared, check)
         cb, kb, wb = self.sort_by_code(b, shared, check)
-        ix = _match(np, ca, cb)
+        ix = match(np, ca, cb)
         starts, total = ix.out_start, ix.total
         # a chunk's output rows, sized for the join's input rows per output row (at most one), so that
         # its work and input rows fit the job's room beside the previous chunk's waiting results
@@ -99,7 +99,7 @@ class Streamer:
         def work(i, ak, ac, bk, bc, groups):  # groups: starts in a, sizes in a, starts in b, output starts
             a_start, a_size, b_start, out_start = groups.reshape(4, -1)
             local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
-            k, c, count = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac),
+            k, c, count = gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac),
                                   SparseTable(b.scope, b.dims, bk, bc), *spans[i], scope, dims, top, keep, True, axes)
             return reduce(k, c, count=count)
         # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
@@ -115,9 +115,9 @@ class Streamer:
         the merge when it reduces nothing)."""
         runs = self.join(a, b, scope, dims, top, keep, reduce, check)
         if split_equal:
-            _limit(sum(r[0].shape[0] for r in runs), row_limit, what)
+            check_rows(sum(r[0].shape[0] for r in runs), row_limit, what)
         if not runs:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=a.costs.dtype)
         keys, costs = self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
-        _limit(keys.shape[0], row_limit, what)
+        check_rows(keys.shape[0], row_limit, what)
         return keys, costs
