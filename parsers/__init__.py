@@ -4,17 +4,18 @@
 .fzn (FlatZinc) and .yaml (pyDCOP), each optionally compressed as .gz, .xz or .bz2;
 "-" reads standard input in the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line; a stop
-asked while reading (time limit, Ctrl-C, SIGTERM) as Stopped. A reader's
+asked while reading (time limit, Ctrl-C, SIGTERM) as gpusolve.stop.Stopped. A reader's
 module is imported when a file of its format is read.
 """
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import OverBudget, ParseError, Stopped
+from gpusolve.stop import Stop
+
+from .errors import OverBudget, ParseError
 from .source import COMPRESSIONS, STDIN, check_stop, reading_limits, split_compression
 from .tables import reading_budget
 
@@ -26,18 +27,18 @@ READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn"
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["FORMATS", "OverBudget", "ParseError", "SUPPORTED_SUFFIXES", "Stopped", "check_stop", "format_of",
+__all__ = ["FORMATS", "OverBudget", "ParseError", "SUPPORTED_SUFFIXES", "check_stop", "format_of",
            "read"]
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
-         mem_limit: int | None = None, stop: Callable[[], bool] | None = None) -> Problem:
+         mem_limit: int | None = None, stop: Stop | None = None) -> Problem:
     """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
 
     `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
     Every table's declared size, and every line's length, is checked against `mem_limit`
-    (default: available memory) before it is allocated; once `stop()` is true (gpusolve.schedule.anytime.Stop:
-    a deadline, Ctrl-C, SIGTERM) reading raises Stopped."""
+    (default: available memory) before it is allocated; once `stop` says so (a deadline,
+    Ctrl-C, SIGTERM) reading raises gpusolve.stop.Stopped."""
     from gpusolve.host import available_memory
     budget = available_memory() if mem_limit is None else mem_limit
     with reading_budget(budget) as allowance, reading_limits(budget, stop):

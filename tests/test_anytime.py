@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from helpers import brute_force, random_problem
 
 from gpusolve.order import graph
-from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Bounds, Phase, Schedule, plan_schedule, run_schedule
+from gpusolve.search.andor import AndOrSearch
+from gpusolve.stop import Stop
 from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, plan_within
 from gpusolve.schedule.solve import Options, solve
@@ -88,12 +90,20 @@ def test_every_stop_point_holds_valid_bounds(seed):
 class StopAt(Stop):
     """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
     schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
-    then. Slices of their own (local search, JGLP's) still end on the wall clock. The search asks
-    through `within`, its checks counted (a box for it is not kept: these schedules give it none)."""
+    then. Slices of their own (local search, JGLP's) still end on the wall clock. The phases ask
+    through `within`; the checks made once AND/OR search has started (`searching`, set by a patch of
+    its run) are counted (a box for it is not kept: these schedules give it none)."""
 
-    def __init__(self, now, interrupt: bool = False):
+    def __init__(self, now, monkeypatch, interrupt: bool = False):
         super().__init__()
         self.now, self.interrupt, self.passed, self.search_checks = now, interrupt, False, 0
+        self.searching = False
+        run = AndOrSearch.run
+
+        def searching(search, incumbent):
+            self.searching = True
+            return run(search, incumbent)
+        monkeypatch.setattr(AndOrSearch, "run", searching)
 
     def __call__(self) -> bool:
         if not (self.passed or self.interrupted) and self.now():
@@ -108,7 +118,7 @@ class StopAt(Stop):
 
         class SearchStop(Stop):
             def __call__(self) -> bool:
-                outer.search_checks += 1
+                outer.search_checks += outer.searching
                 return outer()
         return SearchStop()
 
@@ -116,10 +126,10 @@ class StopAt(Stop):
 SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
 
 
-def test_time_limit_is_honoured_and_bounds_are_reported():
+def test_time_limit_is_honoured_and_bounds_are_reported(monkeypatch):
     """The limit passes at the search's 4th check: the run ends right there, with the bounds held."""
     problem = hard_grid()
-    stop = StopAt(lambda: stop.search_checks >= 4)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch)
     r = solve(problem, Options(device="cpu", time_limit=3.0), stop=stop)
     assert stop.deadline is not None and r.search["nodes"] == 4 * SEARCH_CHECK_NODES  # not one node more
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
@@ -129,10 +139,10 @@ def test_time_limit_is_honoured_and_bounds_are_reported():
     assert "time limit reached" in r.device_note and "AND/OR search cut off" in r.device_note
 
 
-def test_interrupt_stops_at_the_next_check():
+def test_interrupt_stops_at_the_next_check(monkeypatch):
     """Interrupted at the search's 4th check (no time limit), the run ends there with an incumbent."""
     problem = hard_grid()
-    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch, interrupt=True)
     r = solve(problem, Options(device="cpu", z=5), stop=stop)  # z=5: cheap, and its greedy assignment is feasible
     assert r.search["nodes"] == 4 * SEARCH_CHECK_NODES and not r.search["complete"]
     assert r.status == "bounded" and r.upper_bound is not None and "interrupted" in r.device_note
@@ -226,7 +236,7 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     assert bounds.upper == solve(problem, Options(device="cpu", search=False)).upper_bound
 
 
-def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
+def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds(monkeypatch):
     """An MBE cut off halfway is not in `method`, and z is that of the MBE whose bound is reported
     (the cut MBE was listed)."""
     problem = hard_grid()
@@ -238,7 +248,7 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
         def advance(entries):
             done[-1] += 1
         return advance
-    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10)  # 10 mini-buckets into the second elimination
+    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10, monkeypatch)  # 10 mini-buckets into the 2nd elimination
     r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
               progress_factory=progress_factory, stop=stop)
     first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]

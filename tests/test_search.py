@@ -3,7 +3,7 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import brute_force, random_problem, toulbar2_optimum
+from helpers import InterruptAfter, brute_force, random_problem, toulbar2_optimum
 
 from gpusolve import parsers
 from gpusolve.order import graph
@@ -13,7 +13,8 @@ from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan.buckets import build_plan
-from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
+from gpusolve.search.andor import AndOrSearch, Heuristic, Subproblem, pseudo_tree
+from gpusolve.stop import Stopped
 from gpusolve.schedule.solve import Options, solve
 
 
@@ -59,7 +60,7 @@ def test_pseudo_tree_children_are_independent_given_their_context():
 def test_search_stops_when_asked():
     problem = generate("grid", 64, 6, 0.3, 0.3, seed=2)
     s = search_for(problem, 2)
-    s.should_stop = lambda: s.stats.nodes > 1000
+    s.stop = InterruptAfter(4)  # polled every 256 nodes: at node 1024
     with pytest.raises(Stopped):
         s.run(problem.top)
     assert 1000 < s.stats.nodes < 1300 and not s.stats.complete

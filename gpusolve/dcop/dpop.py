@@ -54,6 +54,7 @@ from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import BudgetError, MiniBucket, Plan, build_plan
 from gpusolve.host import fmt_bytes
 from gpusolve.search.andor import PseudoTree, pseudo_tree
+from gpusolve.stop import Stop, Stopped
 
 ALGOS = ("dpop", "adpop")
 # A problem whose UTIL computations add up to fewer joint entries runs on a LocalCluster of
@@ -359,14 +360,13 @@ def repair(problem: Problem, assignment: list[int]) -> tuple[list[int] | None, b
     REPAIR_NODES nodes. Returns (the assignment or None, whether MAC proved there is none, what happened)."""
     from gpusolve.search.local import local_search
     from gpusolve.search.mac import Mac
-    from gpusolve.search.andor import Stopped
-    found = []
-    best, _ = local_search(problem, [assignment], None, np.random.default_rng(0), max_sweeps=REPAIR_SWEEPS,
-                           should_stop=lambda: bool(found), on_improve=lambda cost, a: found.append(a))
+    found = Stop()  # interrupted by the first feasible point
+    best, _ = local_search(problem, [assignment], found, np.random.default_rng(0), max_sweeps=REPAIR_SWEEPS,
+                           on_improve=lambda cost, a: setattr(found, "interrupted", True))
     broke = "ADPOP's values break a hard constraint"
     if best is not None:
         return best, False, f"{broke}; local search from them found the upper bound's assignment"
-    mac = Mac(problem, should_stop=lambda: mac.stats.nodes > REPAIR_NODES)
+    mac = Mac(problem, max_nodes=REPAIR_NODES)
     try:
         best = mac.run()
     except Stopped:

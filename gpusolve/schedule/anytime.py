@@ -35,6 +35,7 @@ from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
 from gpusolve.host import fmt_bytes
 from gpusolve.distributed.cluster import Cluster
+from gpusolve.stop import Stop, Stopped
 
 # Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
 # never gets a weaker phase. (No limit once meant a 1 s heuristic share and local search after it with
@@ -62,27 +63,6 @@ HEURISTIC_BYTES = 2 << 30
 # Result.phases keys: elimination phases share one timer, as before the schedule existed.
 TIMER = {"be": "eliminate", "mbe": "eliminate", "bounded-sparse": "eliminate", "local-search": "local_search",
          "mac": "search"}
-
-
-class Stop:
-    """Whether to stop now: a deadline and an interrupt flag (set by a signal handler)."""
-
-    def __init__(self, deadline: float | None = None, parent: "Stop | None" = None):
-        self.deadline = deadline
-        self.interrupted = False
-        self.parent = parent
-
-    def __call__(self) -> bool:
-        return self.interrupted or (self.parent is not None and self.parent()) or \
-            (self.deadline is not None and time.perf_counter() >= self.deadline)
-
-    def within(self, seconds: float, reserve: float = 0.0) -> "Stop":
-        """A stop for one phase: after `seconds`, or while `reserve` seconds are left for later phases."""
-        deadline = min(time.perf_counter() + seconds, (self.deadline or math.inf) - reserve)
-        return Stop(deadline if math.isfinite(deadline) else None, self)
-
-    def remaining(self) -> float:
-        return math.inf if self.deadline is None else max(self.deadline - time.perf_counter(), 0.0)
 
 
 @dataclass
@@ -360,7 +340,6 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
     """Run the phases in order until the bounds close, the schedule ends or `stop()`. With `cluster`
     exact BE slices its largest buckets over Dask workers (slicing.py) and the search runs there."""
     from gpusolve.inference import eliminate
-    from gpusolve.search import andor as search
     from gpusolve.distributed.slicing import sliced_step
 
     out = Outcome()
@@ -386,7 +365,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     if progress_factory else None
                 matched = {}
                 with sliced_step(cluster, plan, on.domains, engine, budget) as step:
-                    lower, tables, messages = eliminate.run_plan(on, plan, engine, None, progress, stop=stop,
+                    lower, tables, messages = eliminate.run_plan(on, plan, engine, progress, stop=stop,
                                                                  match=phase.shifted, matched=matched,
                                                                  dense_step=step)
                     out.note += f"; {step.summary()}" if step else ""
@@ -404,8 +383,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                         bounds.prove(label)
             elif phase.name == "fglp":
                 from gpusolve.inference.shift import fglp
-                candidate = fglp(problem, deadline=time.perf_counter() + FGLP_SHARE * stop.remaining(),
-                                 should_stop=stop)
+                candidate = fglp(problem, stop=stop.within(FGLP_SHARE * stop.remaining()))
                 if _constant(candidate) > bounds.trivial:
                     shifted = candidate
                     bounds.raise_lower(_constant(candidate), "FGLP")
@@ -418,7 +396,7 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
                     out.note += f"; jglp not started (predicted over its {seconds:.3g} s)"
                     continue
                 lower = jglp(guide.problem, guide.plan, engine, guide.tables, guide.messages, guide.matched,
-                             min(budget // 4, JGLP_BYTES), time.perf_counter() + seconds)
+                             min(budget // 4, JGLP_BYTES), stop.within(seconds))
                 bounds.raise_lower(lower, f"JGLP(z={guide.plan.z})")
             elif phase.name == "local-search":
                 _local_search(problem, guide, engine, bounds, stop, phase.seconds, phase.stall)
@@ -434,14 +412,14 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
             elif phase.name == "mac":
                 _mac(problem, engine, bounds, stop, out)
             elif phase.name == "bounded-sparse":
-                found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop.deadline,
+                found = eliminate.bounded_sparse(problem, order, phase.plan, budget, engine, stop,
                                                  n_components, progress_factory)
                 if found is not None:
                     lower, assignment, out.plan, out.messages = found
                     bounds.offer(assignment, "bounded sparse BE")
                     bounds.raise_lower(lower, "bounded sparse BE")
             cut = phase.name in RETURN_WHEN_STOPPED and stop()
-        except (eliminate.TimeLimit, search.Stopped):
+        except Stopped:
             cut = True  # the bounds held stand
         finally:
             key = TIMER.get(phase.name, phase.name)
@@ -465,8 +443,9 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
     from gpusolve.search import local as local_search
     from gpusolve.engines.sparse import to_module
     xp = local_search.chains_module(problem, engine.xp)
-    start = time.perf_counter()
-    last = [start]
+    box = stop.within(seconds)
+    last = [time.perf_counter()]
+    chains_stop = Stalled(box, bounds, last, STALL_S, STALL_SHARE)
     rng = rng_for(problem)
     starts = []
     if guide is not None:
@@ -479,26 +458,33 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
         if bounds.offer(assignment, "local search"):
             last[0] = time.perf_counter()
 
-    def stalled(since: float, floor: float, share: float):
-        """A stop test: no improvement for `floor` seconds, or for `share` of the time since `since`."""
-        def test() -> bool:
-            now = time.perf_counter()
-            return stop() or bounds.closed or now - last[0] > max(floor, share * (now - since))
-        return test
-
-    local_search.local_search(problem, xp.concatenate(starts) if starts else None, start + seconds, rng, xp=xp,
-                              should_stop=stalled(start, STALL_S, STALL_SHARE), on_improve=improved,
+    local_search.local_search(problem, xp.concatenate(starts) if starts else None,
+                              chains_stop, rng, xp=xp, on_improve=improved,
                               on_progress=lambda: last.__setitem__(0, time.perf_counter()))  # towards feasibility
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
     if bounds.assignment is not None:  # a feasible incumbent: Bounds takes no other
         last[0] = time.perf_counter()
-        local_search.lns(problem, bounds.assignment, engine, rng, start + seconds,
-                         stalled(last[0], *lns_stall), improved)
+        local_search.lns(problem, bounds.assignment, engine, rng, Stalled(box, bounds, last, *lns_stall), improved)
 
 
 # Local search gives up once it has not improved for STALL_S, or for this share of its time so far.
 STALL_S, STALL_SHARE = 0.1, 0.25
 ROLLOUTS = 1024
+
+
+class Stalled(Stop):
+    """Local search's stop: its box's, once the bounds close, or with no improvement for `floor`
+    seconds or for `share` of the time since it was made (`last[0]`: the last improvement's time)."""
+
+    def __init__(self, box: Stop, bounds: Bounds, last: list[float], floor: float, share: float):
+        super().__init__(parent=box)
+        self.bounds, self.last, self.floor, self.share = bounds, last, floor, share
+        self.since = time.perf_counter()
+
+    def __call__(self) -> bool:
+        now = time.perf_counter()
+        return super().__call__() or self.bounds.closed or \
+            now - self.last[0] > max(self.floor, self.share * (now - self.since))
 
 
 def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> str:
@@ -507,7 +493,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     are shared as they come); without a heuristic the compiled search alone. Returns what ran."""
     from gpusolve.search import dfbb
     from gpusolve.consistency.globals import propagators
-    from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped
+    from gpusolve.search.andor import AndOrSearch, Heuristic
     if stop.remaining() <= 0:  # a box already spent: neither search starts
         raise Stopped()
     beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
@@ -521,8 +507,8 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
         return "AND/OR search (Dask)"
-    check = stop if beside is None else (lambda: beside.publish(bounds) or stop())
-    s = AndOrSearch(guide.problem, order, heuristic, should_stop=check, propagators=propagators(guide.problem))
+    s = AndOrSearch(guide.problem, order, heuristic, stop if beside is None else beside.watching(bounds, stop),
+                    propagators=propagators(guide.problem))
     # Floats: only a clear improvement counts, so summation order cannot fake one.
     target = bounds.upper if problem.integer or problem.is_forbidden(bounds.upper) else \
         bounds.upper - 1e-9 * max(1.0, abs(float(bounds.upper)))
@@ -550,7 +536,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
 def _mac(problem, engine, bounds: Bounds, stop: Stop, out: Outcome) -> None:
     """A satisfaction problem's first solution is optimal; an exhausted search proves infeasibility."""
     from gpusolve.search.mac import Mac
-    m = Mac(problem, should_stop=stop, xp=engine.xp if engine.name == "cupy" else None)
+    m = Mac(problem, stop, xp=engine.xp if engine.name == "cupy" else None)
     try:
         assignment = m.run()
     finally:

@@ -28,12 +28,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import Plan
+from gpusolve.stop import Stop
 
 # Values the context cache may hold in all (subtree assignments and bounds): about 1 GiB.
 CACHE_VALUES = 100_000_000
@@ -158,10 +159,6 @@ class Subproblem:
     budget: object
 
 
-class Stopped(Exception):
-    """The search was asked to stop (deadline or interrupt)."""
-
-
 @dataclass
 class _Lookup:
     """Everything an OR node of one variable gathers, as flat index arithmetic into the pool."""
@@ -185,7 +182,7 @@ class AndOrSearch:
     """Depth-first AND/OR branch and bound with context caching over a pseudo tree."""
 
     def __init__(self, problem: Problem, order: list[int], heuristic: Heuristic,
-                 should_stop: Callable[[], bool] | None = None, cache_values: int = CACHE_VALUES,
+                 stop: Stop | None = None, cache_values: int = CACHE_VALUES,
                  propagators=()):
         self.problem = problem
         self.propagators = tuple(propagators)
@@ -194,7 +191,7 @@ class AndOrSearch:
         self.watch = [[(p, self.tree.above(v, p.scope)) for p in self.propagators if v in p.scope]
                       for v in range(len(problem.variables))]
         self.dom = problem.domains
-        self.should_stop = should_stop or (lambda: False)
+        self.stop = stop or Stop()
         self.stats = SearchStats()
         self.integer = problem.integer
         self.top = problem.top
@@ -320,8 +317,8 @@ class AndOrSearch:
                 cost, sub = hit
                 return (cost, sub) if sub is not None and cost < budget else (max(cost, budget), None)
         self.stats.nodes += 1
-        if self.stats.nodes & 255 == 0 and self.should_stop():
-            raise Stopped
+        if self.stats.nodes & 255 == 0:
+            self.stop.check()
         costs = self._evaluate(v, value)
         for prop, above in self.watch[v]:
             costs = costs.copy() if costs is self.lookups[v].zeros else costs
@@ -383,7 +380,7 @@ class AndOrSearch:
         """Search for an assignment cheaper than `incumbent` (internal cost; top: none known).
 
         Returns (cost, assignment) of a strictly better one, or (lower bound >= incumbent, None)
-        when none exists: the incumbent is then optimal. Raises Stopped when asked to stop.
+        when none exists: the incumbent is then optimal. Raises gpusolve.stop.Stopped when `stop` says so.
         """
         result = self._in_thread(lambda value: self._roots(incumbent, value))
         self.stats.complete = True
