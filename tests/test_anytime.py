@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from helpers import brute_force, random_problem
 
 from gpusolve.order import graph
-from gpusolve.schedule.anytime import Bounds, Phase, Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.bounds import Bounds
+from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search
 from gpusolve.search.andor import AndOrSearch
 from gpusolve.stop import Stop
 from gpusolve.generate import generate
@@ -183,7 +185,8 @@ def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:
     def no_weaker(s: Phase, w: Phase) -> bool:
         if s.name == "search" and proof:
             return True
-        return seconds(s) >= seconds(w) and s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+        stall = s.name != "local-search" or s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+        return seconds(s) >= seconds(w) and stall
     for w in weak.phases:
         if w.name != "mbe":
             assert any(s.name == w.name and no_weaker(s, w) for s in strong.phases), w.describe()
@@ -228,7 +231,7 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     assert be.predicted_s > resident.phases[0].predicted_s and search.seconds == be.predicted_s
     assert "at most, until proof" in schedule.describe()
     from gpusolve.engines.numpy_engine import NumpyEngine
-    first = Phase("mbe", build_plan(problem, order, 2))  # too loose to close the bounds alone
+    first = MBE(build_plan(problem, order, 2))  # too loose to close the bounds alone
     boxed = Schedule((first, replace(search, seconds=0.0), be), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, boxed, NumpyEngine(1), bounds, Stop(), 1 << 30)
@@ -268,7 +271,7 @@ def test_z_is_that_of_the_tightest_elimination():
     plans = {z: build_plan(problem, order, z) for z in (3, 4)}
     lower = {z: eliminate.run_plan(problem, plan, NumpyEngine(1))[0] for z, plan in plans.items()}
     assert lower[3] > lower[4]
-    schedule = Schedule((Phase("mbe", plans[3]), Phase("mbe", plans[4])), "numpy")
+    schedule = Schedule((MBE(plans[3]), MBE(plans[4])), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, Stop(), 1 << 30)
     assert out.ran == ["MBE(z=3)", "MBE(z=4)"] and out.plan is plans[3] and bounds.lower == lower[3]
@@ -280,14 +283,13 @@ def test_phases_that_did_not_run_are_not_listed():
     problem = hard_grid()
     order = graph.elimination_order(problem)
     plan = build_plan(problem, order, 3)
-    schedule = Schedule((Phase("mbe", plan), Phase("fglp"), Phase("mbe", plan, shifted=True),
-                         Phase("jglp", seconds=0.0)), "numpy")
+    schedule = Schedule((MBE(plan), FGLP(), MBE(plan, shifted=True), JGLP(seconds=0.0)), "numpy")
     out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
                        Stop(), 1 << 30)
     assert out.ran == ["MBE(z=3)", "FGLP", "MBE(z=3)-MM on the FGLP-shifted problem"]  # FGLP raised the bound
     assert "jglp not started" in out.note
     floats = random_problem(np.random.default_rng(4), n_max=6, p_hard=0.0, integer=False)  # no compiled search
-    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Phase("search"),), "numpy"),
+    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Search(),), "numpy"),
                          NumpyEngine(1), Bounds.start(floats, time.perf_counter()), Stop(), 1 << 30)
     assert alone.ran == [] and "search not started" in alone.note and alone.search is None
 
@@ -300,7 +302,7 @@ def test_without_a_guide_the_compiled_search_runs_alone_and_proves():
         bounds = Bounds.start(problem, time.perf_counter())
         if bounds.closed:  # a function forbids everything: nothing to search
             continue
-        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Phase("search"),), "numpy"),
+        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Search(),), "numpy"),
                            NumpyEngine(1), bounds, Stop(), 1 << 30)
         optimum, _ = brute_force(problem)
         assert out.ran == ["DFBB (EDAC*)"] and out.search["complete"] and bounds.proven, seed
@@ -321,12 +323,12 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
 # The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
 MARKED_SOLVE = """
 import sys
-from gpusolve.schedule import anytime; from gpusolve.cli import commands as cli
-search = anytime._search
+from gpusolve.schedule import phases; from gpusolve.cli import commands as cli
+search = phases._search
 def started(*args, **kwargs):
     print("search started", file=sys.stderr, flush=True)
     return search(*args, **kwargs)
-anytime._search = started
+phases._search = started
 cli.main(sys.argv[1:])
 """
 

@@ -18,7 +18,8 @@ from typing import Callable
 
 from gpusolve.order import graph
 from gpusolve.inference import probabilistic
-from gpusolve.schedule.anytime import Bounds, Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.bounds import Bounds
 from gpusolve.engines.select import select_engine
 from gpusolve.host import host_threads
 from gpusolve.engines import sparse
