@@ -36,6 +36,7 @@ from common import ROOT, SHARED, best_time, cpu_name, gpu_name, write_result
 
 from gpusolve import parsers
 from gpusolve.engines import sparse
+from gpusolve.engines.sparse_streamed import Streamer  # noqa: E402
 from gpusolve.cuda import pinned
 from gpusolve.engines import streaming as streams
 from gpusolve.engines.dense import eliminate_dense
@@ -205,7 +206,7 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
     sync()
     t = time.perf_counter()
     sparse.eliminate_sparse(xp, drop, sep[:len(sep) - drop], [(x, x.scope) for x in small], dom, TOP,
-                            streamer=sparse.Streamer(streams.Pipeline(xp, []), budget // d ** drop))
+                            streamer=Streamer(streams.Pipeline(xp, []), budget // d ** drop))
     sync()
     warm_up = time.perf_counter() - t
     runs = []
@@ -215,7 +216,7 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
         sync()
         t = time.perf_counter()
         got = sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP,
-                                      streamer=sparse.Streamer(pipe, budget))
+                                      streamer=Streamer(pipe, budget))
         sync()
         t_stream = time.perf_counter() - t
         pool = {k: v - pool[k] for k, v in pinned._PAGES.stats.items()}  # page blocks: fresh ones cost registering
@@ -225,7 +226,7 @@ def streaming(xp, sync, d, shared, private, f, budget, repeat=2, seed=0):
                      "tables_GB_per_s": ((a.rows + b.rows) * 16 + got.rows * 16) / t_stream / 1e9,
                      "in_maps_s": sum(r["seconds"] for r in steps), "page_blocks": pool, "steps": steps})
     peak = device_peak(xp, lambda: sparse.eliminate_sparse(xp, 0, sep, [(a, a.scope), (b, b.scope)], dom, TOP,
-                                                          streamer=sparse.Streamer(pipe, budget)))
+                                                          streamer=Streamer(pipe, budget)))
     on = [sparse.moved(xp, x) for x in (a, b)]
     t_mem, ref = best_time(lambda: sparse.eliminate_sparse(xp, 0, sep, [(x, x.scope) for x in on], dom, TOP), sync, 1)
     assert np.array_equal(got.keys, _host(ref.keys)) and np.array_equal(got.costs, _host(ref.costs))

@@ -68,7 +68,9 @@ class Limits:
     # Readers (parsers/): the .wcsp reader converts this many tokens (or table entries) at a time,
     # bounding the temporaries.
     chunk: int = 1 << 18
-    listed_min: int = 1 << 16  # entries above which an XCSP3 functional intension constraint is kept as its tuples
+    # Entries above which a table a reader builds is kept as its tuples: an XCSP3 functional intension
+    # constraint, a step of a decomposed linear sum.
+    listed_min: int = 1 << 16
 
     def __post_init__(self):
         """A bad value fails here, named, not as a hang or a ZeroDivisionError deep in a run."""

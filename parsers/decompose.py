@@ -9,7 +9,7 @@ preserving transformations of global cost functions", AIJ 2016), so the optimum 
 elimination works on tables of |states|^2 |domain| entries. The states of each position are the
 ones reachable from the start that can still reach an allowed end, so a linear constraint's
 partial sums are pruned to what can still satisfy the bound. A partial sum's step s' = s + w[x]
-is functional: beyond LISTED entries it is kept as its allowed tuples (model.TupleFunction), so
+is functional: beyond Limits.listed_min entries it is kept as its allowed tuples (model.TupleFunction), so
 reading takes |s| |domain| rows, not the dense table (elimination makes it dense if its plan fits).
 
 Costs follow toulbar2 (src/core/tb2globaldecomposable.cpp, the flow- and DP-based globals'
@@ -33,7 +33,6 @@ from .tables import MAX_LINEAR, Labels, charge, linear_sum, too_large
 
 MAX_STATES = 1 << 20  # values of one auxiliary variable
 MAX_ENTRIES = 1 << 24  # entries of one automaton table
-LISTED = 1 << 16  # entries above which a partial sum's step is kept as its tuples
 DIRECT_ENTRIES = 1 << 12  # a linear constraint whose whole table is this small stays one table (whole_table)
 MAX_WEIGHT = 1 << 62  # |sum| of a linear constraint: exact int64 arithmetic ends there
 COMPARATORS = ("==", "!=", "<", "<=", ">", ">=")  # toulbar2's, in wsum, wvarsum, woverlap
@@ -75,9 +74,9 @@ class Network:
 
     def add_allowed(self, scope: Sequence[int], rows: int, make: Callable[[], np.ndarray]) -> None:
         """A hard function over `scope` allowing the tuples `make()` lists (domain indices, at most
-        `rows`): dense up to LISTED entries, else kept as its tuples, charged first."""
+        `rows`): dense up to Limits.listed_min entries, else kept as its tuples, charged first."""
         shape = tuple(self.variables[v].domain for v in scope)
-        if math.prod(shape) <= LISTED:
+        if math.prod(shape) <= reading_sizes().listed_min:
             def dense() -> np.ndarray:
                 table = np.full(shape, FORBIDDEN, dtype=np.int64)
                 table[tuple(make().T)] = 0

@@ -101,6 +101,23 @@ def toulbar2_optimum(problem: Problem, path):
     return toulbar2_file_optimum(path)
 
 
+def toulbar2_in_a_child(path):
+    """(optimum, assignment) by pytoulbar2 in a fresh process, None when infeasible: its reader may
+    abort on bad input, and after the rest of the suite in one process a 64-variable grid that takes
+    10 s alone ran past 10 minutes."""
+    import json
+    import subprocess
+    import sys
+
+    import pytest
+    pytest.importorskip("pytoulbar2")
+    code = ("import pytoulbar2, sys, json\nc = pytoulbar2.CFN(verbose=-1)\n"  # reading may prove infeasibility
+            "try:\n    c.Read(sys.argv[1])\n    r = c.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
+            "print(json.dumps(None if r is None else [r[1], list(r[0])]))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def toulbar2_file_optimum(path):
     """pytoulbar2's optimum of the file at `path`, None when infeasible; skips the test when
     pytoulbar2 is not installed."""

@@ -156,7 +156,10 @@ def test_ctrl_c_prints_the_summary_so_far_and_the_same_command_resumes(folder, t
     out = tmp_path / "r.jsonl"
     command = [sys.executable, "-m", "gpusolve", "batch", str(folder), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell without job control starts a background job with SIGINT ignored, and the batch would
+    # inherit that (a suite run with `&`): the child gets Ctrl-C's default, as a terminal gives it.
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     while not (out.exists() and out.read_bytes().endswith(b"\n")):  # g0's line is written
         assert p.poll() is None, p.communicate()
         time.sleep(0.01)

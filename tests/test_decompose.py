@@ -16,6 +16,7 @@ import pytest
 
 from gpusolve.order import graph
 from gpusolve.parsers import decompose
+from gpusolve.limits import Limits
 from gpusolve.parsers import ParseError, read
 from gpusolve.plan.buckets import build_plan
 from gpusolve.schedule.solve import run
@@ -263,9 +264,9 @@ def test_toulbar2_globals_equal_their_whole_table(kind, tmp_path, monkeypatch):
     as_read = decompose.whole_table
     for seed in SEEDS:
         monkeypatch.setattr(decompose, "whole_table", lambda values, coeffs: seed % 3 == 0 and as_read(values, coeffs))
-        monkeypatch.setattr(decompose, "LISTED", 0 if seed % 3 == 2 else 1 << 16)
+        limits = Limits(listed_min=0 if seed % 3 == 2 else 1 << 16)
         path, cost = global_instance(kind, seed, tmp_path)
-        problem = read(path)
+        problem = read(path, limits=limits)
         expected = oracle_table(problem, cost)
         assert np.array_equal(projection(problem), expected), (kind, seed, path.read_text())
 
@@ -326,7 +327,7 @@ def test_linear_chains_equal_their_whole_table(tmp_path, monkeypatch):
     other one with its steps kept as tuples."""
     monkeypatch.setattr(decompose, "whole_table", lambda values, coeffs: False)
     for seed in SEEDS:
-        monkeypatch.setattr(decompose, "LISTED", 0 if seed % 2 else 1 << 16)
+        limits = Limits(listed_min=0 if seed % 2 else 1 << 16)
         rng = np.random.default_rng(seed)
         n = int(rng.integers(1, 5))
         domains = [sorted({int(x) for x in rng.integers(-4, 8, size=int(rng.integers(1, 4)))}) for _ in range(n)]
@@ -341,7 +342,7 @@ def test_linear_chains_equal_their_whole_table(tmp_path, monkeypatch):
         path = xcsp3(tmp_path, domains, f'<sum><list> {" ".join(f"x{i}" for i in range(n))} </list>'
                                         f'<coeffs> {" ".join(map(str, coeffs))} </coeffs>'
                                         f'<condition> ({op},{rhs if right is None else right}) </condition></sum>')
-        problem = read(path)
+        problem = read(path, limits=limits)
         expected = oracle_table(problem, lambda a: 0 if OPS[op](sum(c * domains[k][x] for k, (c, x) in
                                                                     enumerate(zip(coeffs, a))), rhs) else INF)
         assert np.array_equal(projection(problem), expected), (seed, path.read_text())

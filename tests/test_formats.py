@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import brute_force, random_problem
+from helpers import brute_force, random_problem, toulbar2_in_a_child as toulbar2
 
 import gpusolve
 from gpusolve.cli.group import main
@@ -18,16 +18,6 @@ from gpusolve.parsers import ParseError, read
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "instances" / "random-n14-d10-s1.wcsp"
-
-
-def toulbar2(path):
-    """(optimum, assignment) by pytoulbar2 in a fresh process (its reader may abort on bad input)."""
-    pytest.importorskip("pytoulbar2")
-    code = ("import pytoulbar2, sys, json\nc = pytoulbar2.CFN(verbose=-1)\n"  # reading may prove infeasibility
-            "try:\n    c.Read(sys.argv[1])\n    r = c.Solve()\nexcept pytoulbar2.pytb2.Contradiction:\n    r = None\n"
-            "print(json.dumps(None if r is None else [r[1], list(r[0])]))")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def optimum(problem):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpusolve.engines.kernels import (BLOCK, GENERIC_MAX_OPS, TILE_MAX, assign_source, fused_source, generic_descriptor,
-                                      generic_source, kernel_mode, pieces_gather_source,
-                                      segment_min_source)
+                                      generic_source, kernel_mode)
+from gpusolve.engines.row_kernels import pieces_gather_source, segment_min_source
 
 
 def c_order_strides(dims):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpusolve.cuda import cubins, loader, runtime
+from gpusolve.limits import DEFAULT
 
 
 class FakeCupy:
@@ -101,10 +102,10 @@ def test_load_seconds_are_charged_to_the_process_and_the_charged_account(fake, m
 
 def test_the_engines_kernels_go_through_the_loader(fake):
     """Every kernel source of the engines: launched through kernels.load, so through one cache."""
-    from gpusolve.engines import kernels
-    for spec in (kernels.generic_source("i64", False), kernels.assign_source("f64"), kernels.sample_source(),
-                 kernels.bisect_source(), kernels.join_gather_source("i64"), kernels.segment_min_source("f64"),
-                 kernels.pieces_gather_source(8)):
+    from gpusolve.engines import kernels, row_kernels
+    for spec in (kernels.generic_source("i64", False), kernels.assign_source("f64"), row_kernels.sample_source(),
+                 row_kernels.bisect_source(), row_kernels.join_gather_source("i64"), row_kernels.segment_min_source("f64"),
+                 row_kernels.pieces_gather_source(8)):
         k = kernels.load(spec)
         assert k.source == spec.source and loader.loaded(spec.key) and kernels.load(spec) is k
     assert len(fake.compiled) == 7
@@ -113,7 +114,7 @@ def test_the_engines_kernels_go_through_the_loader(fake):
 def test_alldiff_and_csg_kernels_go_through_the_loader(fake):
     from gpusolve.consistency import alldiff_kernel
     from gpusolve.csg import gpu as csg_gpu
-    k = alldiff_kernel._kernel(10, 12)
+    k = alldiff_kernel._kernel(10, 12, DEFAULT)
     assert k.source == alldiff_kernel.kernel_source(10, 12) and loader.loaded(k.source)
     f32, f64 = csg_gpu._kernel("float32"), csg_gpu._kernel("float64")
     assert f32 is not f64 and csg_gpu._kernel("float32") is f32 and f32.options == ("-std=c++17",)
@@ -160,12 +161,12 @@ def test_gpu_loader_caches_uses_cubins_and_counts_seconds(cupy, monkeypatch):
 @pytest.mark.gpu
 def test_gpu_engine_reports_what_its_run_loaded(cupy, monkeypatch):
     """The engine's compile_s counts every kernel its run loads, the sparse path's included."""
-    from gpusolve.engines import kernels
+    from gpusolve.engines import kernels, row_kernels
     from gpusolve.engines.cupy_engine import CupyEngine
     monkeypatch.setattr(loader, "_KERNELS", {})
     engine = CupyEngine()
     try:
-        kernels.load(kernels.segment_min_source("i64"))  # as sparse.segment_min launches it
+        kernels.load(row_kernels.segment_min_source("i64"))  # as sparse.segment_min launches it
         assert engine.kernels.compiled == 1 and engine.compile_s == engine.kernels.compile_s > 0
     finally:
         loader.charge_to(None)

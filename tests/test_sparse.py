@@ -8,6 +8,7 @@ from helpers import bounded_case, brute_force, internal, same_messages, tight_pr
 
 from gpusolve.order import graph
 from gpusolve.engines import sparse, streaming
+from gpusolve.engines.sparse_streamed import Streamer
 from gpusolve.engines.sparse import SparseTable
 from gpusolve.engines.dense import eliminate_dense
 from gpusolve.engines.numpy_engine import NumpyEngine
@@ -61,7 +62,7 @@ def test_streamed_bucket_steps_equal_the_dense_step(room):
     for _ in range(150):
         var, sep, inputs, dom = random_bucket(rng, top)
         dense = eliminate_dense(np, var, sep, inputs, dom, top, True)
-        streamer = sparse.Streamer(streaming.Pipeline(np, log), room)
+        streamer = Streamer(streaming.Pipeline(np, log), room)
         got = sparse.eliminate_sparse(np, var, sep, inputs, dom, top, streamer=streamer)
         assert got.scope == sep and np.all(got.keys[1:] > got.keys[:-1])
         np.testing.assert_array_equal(sparse.to_dense(np, got, top, np.int64), dense)
@@ -74,9 +75,9 @@ def test_a_streamer_below_one_stream_room_takes_one_stream_and_jobs_twice_as_lar
     """One stream: a job holds the room but for the previous job's results, still going down; two:
     each job half of it."""
     pipe = streaming.Pipeline(np, [])
-    one, two = sparse.Streamer(pipe, room), sparse.Streamer(pipe, room, streams=2)
+    one, two = Streamer(pipe, room), Streamer(pipe, room, streams=2)
     assert one.streams == 1 and two.streams == 2
-    assert sparse.Streamer(pipe, DEFAULT.one_stream_room).streams == 2
+    assert Streamer(pipe, DEFAULT.one_stream_room).streams == 2
     assert (one.job_room, one.wait, two.job_room, two.wait) == (room, plan_module.ROW_BYTES, room // 2, 0)
     per_row = DEFAULT.sort_row_bytes
     assert one.run_rows * (per_row + one.wait) <= room < (one.run_rows + 1) * (per_row + one.wait)
@@ -96,7 +97,7 @@ def test_a_streamed_join_sizes_its_chunks_for_their_rows_inputs_and_the_waiting_
     counts = {}
     for streams in (1, 2):
         log = []
-        streamer = sparse.Streamer(streaming.Pipeline(np, log), 20_000, streams)
+        streamer = Streamer(streaming.Pipeline(np, log), 20_000, streams)
         runs = streamer.join(a, b, (0, 1, 2, 3, 4), (6,) * 5, 100, None, lambda k, c, count=None: (k, c))
         rows = [r[0].shape[0] for r in runs]
         assert sum(rows) == total
@@ -318,7 +319,7 @@ def test_a_streamed_step_frees_its_tables_when_they_go():
         for _ in range(30):
             var, sep, inputs, dom = random_bucket(rng, 50)
             got = sparse.eliminate_sparse(np, var, sep, inputs, dom, 50,
-                                          streamer=sparse.Streamer(streaming.Pipeline(np, []), 700))
+                                          streamer=Streamer(streaming.Pipeline(np, []), 700))
             owners = [weakref.ref(a.base if a.base is not None else a) for a in (got.keys, got.costs)]
             del got
             assert [o() for o in owners] == [None, None]

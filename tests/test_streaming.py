@@ -13,6 +13,7 @@ import pytest
 
 from gpusolve.cuda import pinned
 from gpusolve.engines import sparse, streaming
+from gpusolve.engines.sparse_streamed import Streamer
 from gpusolve.engines.dense import eliminate_dense
 from gpusolve.limits import DEFAULT, Limits
 
@@ -146,7 +147,7 @@ def test_sort_by_code_equals_a_stable_host_sort():
     dims = (4, 3, 5, 2)
     for room in (1, 300, 1 << 20):
         log = []
-        streamer = sparse.Streamer(streaming.Pipeline(np, log), room)
+        streamer = Streamer(streaming.Pipeline(np, log), room)
         keys = np.flatnonzero(rng.random(math.prod(dims)) < 0.6).astype(np.int64)
         t = sparse.SparseTable((0, 1, 2, 3), dims, keys, rng.integers(0, 9, size=keys.shape[0]))
         code, k, c = streamer.sort_by_code(t, (2, 0), None)

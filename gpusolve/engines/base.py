@@ -96,7 +96,7 @@ class Engine(ABC):
         and runs `eliminate`, or `dense_step` (same arguments) when given: a
         run that slices some buckets over Dask workers (slicing.SlicedStep).
         Sparse tables drop rows at top, which only (min, +) elimination
-        allows; `bound` (a sparse.RestBound) prunes their rows, `row_limit`
+        allows; `bound` (a rest_bound.RestBound) prunes their rows, `row_limit`
         caps the rows stored, `limits` (the plan's) size its chunks and streamed jobs.
         """
         from . import sparse  # NumPy: loaded with the first bucket, not with the engine's import
@@ -121,6 +121,7 @@ class Engine(ABC):
         memory: predicted from the inputs' rows, or found out when the stored rows or the
         device's allocator overflow."""
         from . import sparse
+        from .sparse_streamed import Streamer
 
         def run(**placement):
             return sparse.eliminate_sparse(self.xp, mb.var, mb.scope, inputs, domains, top, row_limit, check,
@@ -137,4 +138,4 @@ class Engine(ABC):
                 raise
             except MemoryError:  # DeviceFull, or the device allocator's out-of-memory error
                 pass
-        return run(streamer=sparse.Streamer(self.pipeline, room, limits=limits))
+        return run(streamer=Streamer(self.pipeline, room, limits=limits))

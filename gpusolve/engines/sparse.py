@@ -12,12 +12,12 @@ exclusive prefix sums). Elimination: divide keys by the eliminated variable's
 domain (it is the last, least significant, axis), sort, segmented minimum.
 Every step is whole-array `xp` code, so NumPy and CuPy run the same lines.
 
-`RestBound` adds pruning: a row is also dropped when its cost plus a lower
-bound of the rest of the objective reaches top.
+`RestBound` (rest_bound.py) adds pruning: a row is also dropped when its cost
+plus a lower bound of the rest of the objective reaches top.
 
 Tables larger than the engine's device budget (Cuda-BE section V-B) are
 kept in host memory and a bucket that does not fit runs streamed
-(`Streamer`, on the engine's streaming.Pipeline): inputs are sorted by their
+(`Streamer` in sparse_streamed.py, on the engine's streaming.Pipeline): inputs are sorted by their
 shared code in device-sized runs, the runs merged on the device range by
 range, then every output chunk uploads only the contiguous input rows of its
 groups and comes back sorted, a run of the result merged the same way.
@@ -33,11 +33,8 @@ import numpy as np
 
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.plan import buckets as sizes
-from . import kernels, streaming
+from . import kernels, row_kernels, streaming
 from .dense import host_or_table
-
-# RestBound keeps a projection as a dense array when it has at most this many entries.
-DENSE_TERM = 1 << 20
 
 Keep = Callable[[list, object], object]  # (digits per scope position, costs) -> mask of rows to keep
 
@@ -304,7 +301,7 @@ def gather_axes(a: SparseTable, b: SparseTable, scope: tuple[int, ...], dims: tu
 
 def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int, hi: int, scope, dims, top,
                       counted: bool, axes=None):
-    """_gather in one kernel launch (kernels.join_gather_source), then one read of the row count
+    """_gather in one kernel launch (row_kernels.join_gather_source), then one read of the row count
     unless `counted` (then the keys past it are the largest key, filled first)."""
     mode = GATHER_TYPES[a.costs.dtype.name]
     n = hi - lo
@@ -317,7 +314,7 @@ def _gather_on_device(xp, ix: JoinIndex, a: SparseTable, b: SparseTable, lo: int
     rows_a, rows_b = (ix.a_rows, ix.b_rows) if indirect else (count, count)  # unread without `indirect`
     as64 = [xp.asarray(x, dtype=xp.int64) for x in (ix.a_start, ix.a_size, ix.b_start, ix.out_start)]
     scalar = np.int64 if mode == "i64" else np.float64
-    kernels.load(kernels.join_gather_source(mode))(kernels.grid(n), (256,), (
+    kernels.load(row_kernels.join_gather_source(mode))(row_kernels.grid(n), (256,), (
         a.keys, a.costs, b.keys, b.costs, rows_a, rows_b, np.int32(indirect), *as64, np.int32(as64[0].shape[0]),
         np.int64(lo), np.int64(hi), scalar(top), xp.asarray(gather_axes(a, b, scope, dims)) if axes is None else axes,
         np.int32(len(scope)),
@@ -363,7 +360,7 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, lim
         order = order[xp.argsort(codes[order])]
         distinct, starts, _ = _groups(xp, codes[order])
         return distinct, costs[order[starts]]
-    # One sort by code; each run's minimum by kernels.segment_min_source.
+    # One sort by code; each run's minimum by row_kernels.segment_min_source.
     order = xp.argsort(codes.astype(xp.int32) if limit is not None and limit <= np.iinfo(np.int32).max else codes)
     codes, costs = codes[order], costs[order]
     del order
@@ -375,8 +372,8 @@ def segment_min(xp, codes, costs, runs: bool = False, counted: bool = False, lim
     m = n if counted else int(pos[-1])
     largest = np.inf if costs.dtype.kind == "f" else np.iinfo(costs.dtype).max
     distinct, least = xp.empty(m, dtype=xp.int64), xp.full(m, largest, dtype=costs.dtype)
-    kernels.load(kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
-        kernels.grid(n), (256,), (codes, costs, pos, np.int64(n), distinct, least))
+    kernels.load(row_kernels.segment_min_source(GATHER_TYPES[costs.dtype.name]))(
+        row_kernels.grid(n), (256,), (codes, costs, pos, np.int64(n), distinct, least))
     return streaming.Counted((distinct, least), pos[-1:]) if counted else (distinct, least)
 
 
@@ -444,120 +441,10 @@ def join_order(tables: list[SparseTable], dom: Sequence[int]) -> list[SparseTabl
     return order
 
 
-class Streamer:
-    """A sparse bucket streamed through host memory (Cuda-BE section V-B), on the engine's
-    streaming.Pipeline.
-
-    Tables stay in host memory. Sorting runs the device over runs of rows and merges the sorted
-    runs on the device too, range by range (streaming.merge); a join's chunks each upload only the
-    input rows of their groups, and come back sorted, as runs to merge (reducing equal keys, for a
-    message). With NumPy as the device module (the CPU engine given a budget: tests) the same code
-    runs without copies. `streams`: the pipeline's streams, else one below limits.one_stream_room;
-    `limits` also size its sort runs (sort_row_bytes) and join chunks (join_row_bytes, chunk_rows).
-    """
-
-    def __init__(self, pipe: streaming.Pipeline, room: int, streams: int | None = None, limits: Limits = DEFAULT):
-        self.pipe, self.xp, self.room, self.limits = pipe, pipe.xp, max(int(room), 0), limits
-        self.streams = streams or (1 if self.room < limits.one_stream_room else streaming.N_STREAMS)
-        # Device memory of `streams` jobs at once, each `job_room`; on one stream also the previous
-        # job's results, `wait` bytes per row until they go down.
-        self.job_room = self.room // self.streams
-        self.wait = sizes.ROW_BYTES if self.streams == 1 else 0
-        self.run_rows = max(1, self.job_room // (limits.sort_row_bytes + self.wait))
-
-    def merge(self, runs: list[tuple], combine: Callable, split_equal: bool, what: str, check=None) -> tuple:
-        """Sorted host runs merged on the device (streaming.merge), in ranges of a sort run's rows."""
-        return streaming.merge(self.pipe, runs, self.run_rows, combine, split_equal, what, check, self.streams)
-
-    def sort_by_code(self, t: SparseTable, sub: Sequence[int], check=None):
-        """(codes over `sub`, keys, costs) of host table t, stably sorted by code: device-sized runs
-        are sorted on the device, land side by side in the runs arenas where affordable, then are
-        merged on the device; one run lands in page-locked memory where affordable."""
-        xp, run = self.xp, self.run_rows
-        if not t.rows:
-            return np.zeros(0, dtype=np.int64), t.keys, t.costs
-        by_code = functools.partial(_by_first, xp)
-        jobs = [(t.keys[lo:lo + run], t.costs[lo:lo + run]) for lo in range(0, t.rows, run)]
-        dtypes = (np.int64, np.int64, t.costs.dtype)
-        if len(jobs) > 1:
-            into = self.pipe.arena_into(t.rows, dtypes)
-        else:
-            into = streaming.side_by_side([self.pipe.kept(t.rows, d) for d in dtypes])
-        runs = self.pipe.map(jobs, lambda i, keys, costs: by_code(t.code(xp, sub, keys), keys, costs),
-                             f"sort {t.rows:,} rows", check, into, self.streams)
-        return self.merge(runs, by_code, True,
-                          f"merge {len(runs)} sorted runs of {t.rows:,} rows", check)
-
-    def join(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None,
-             reduce: Callable, check=None) -> list[tuple]:
-        """The join-sum of host tables a and b as host (keys, costs) runs, each chunk's rows passed
-        through `reduce` on the device (which sorts them by key): both inputs sorted by their
-        shared code, then every chunk of output rows uploads only the contiguous input rows of
-        its groups (whole groups of a)."""
-        if a.rows > b.rows:
-            a, b = b, a  # a chunk needs whole groups of a: let a be the smaller input
-        shared = [u for u in a.scope if u in b.scope]
-        ca, ka, wa = self.sort_by_code(a, shared, check)
-        cb, kb, wb = self.sort_by_code(b, shared, check)
-        ix = _match(np, ca, cb)
-        starts, total = ix.out_start, ix.total
-        # a chunk's output rows, sized for the join's input rows per output row (at most one), so that
-        # its work and input rows fit the job's room beside the previous chunk's waiting results
-        inputs = min((a.rows + b.rows) / max(total, 1), 1.0)
-        per_row = self.limits.join_row_bytes
-        cap = max(1, min(self.limits.chunk_rows,
-                         int(self.job_room // (per_row + self.wait + inputs * sizes.ROW_BYTES))))
-        room = self.job_room - self.wait * cap
-        jobs, spans = [], []
-        lo = 0
-        while lo < total:
-            hi = min(lo + cap, total)
-            while True:
-                g0, g1 = np.searchsorted(starts, [lo, hi - 1], side="right") - 1
-                a_lo, a_hi = ix.a_start[g0], ix.a_start[g1] + ix.a_size[g1]
-                b_lo = ix.b_start[g0] + (lo - starts[g0]) // ix.a_size[g0]
-                b_hi = ix.b_start[g1] + (hi - 1 - starts[g1]) // ix.a_size[g1] + 1
-                if (hi - lo) * per_row + (a_hi - a_lo + b_hi - b_lo) * sizes.ROW_BYTES <= room or hi == lo + 1:
-                    break  # (one output row whose group of a exceeds the room still goes: the budget is an estimate)
-                hi = lo + (hi - lo) // 2
-            g = slice(g0, g1 + 1)
-            groups = np.concatenate([ix.a_start[g] - a_lo, ix.a_size[g], ix.b_start[g] - b_lo, starts[g]])
-            jobs.append((ka[a_lo:a_hi], wa[a_lo:a_hi], kb[b_lo:b_hi], wb[b_lo:b_hi], groups))
-            spans.append((int(lo), int(hi)))
-            lo = hi
-        axes = self.xp.asarray(gather_axes(a, b, scope, dims))
-
-        def work(i, ak, ac, bk, bc, groups):  # groups: starts in a, sizes in a, starts in b, output starts
-            a_start, a_size, b_start, out_start = groups.reshape(4, -1)
-            local = JoinIndex(None, None, a_start, a_size, b_start, None, out_start)  # starts only, no total
-            k, c, count = _gather(self.xp, local, SparseTable(a.scope, a.dims, ak, ac),
-                                  SparseTable(b.scope, b.dims, bk, bc), *spans[i], scope, dims, top, keep, True, axes)
-            return reduce(k, c, count=count)
-        # the chunks' runs side by side in the runs arenas (as many rows as the join's output before
-        # reduction), no host copy on their way down nor up to the merge: else at about half the rate
-        into = self.pipe.arena_into(total, (np.int64, wa.dtype)) if len(jobs) > 1 else None
-        return self.pipe.map(jobs, work, f"join {a.rows:,} x {b.rows:,} rows into {total:,}", check, into, self.streams)
-
-    def table(self, a: SparseTable, b: SparseTable, scope, dims, top, keep: Keep | None, reduce: Callable,
-              combine: Callable, split_equal: bool, row_limit: int | None, what: str, check=None):
-        """Host (keys, costs) of the join of a and b, sorted: its chunks (each passed through
-        `reduce`) are merged on the device by `combine` (split_equal: no key occurs twice to
-        reduce); SparseOverflow when the table holds more than `row_limit` rows (known before
-        the merge when it reduces nothing)."""
-        runs = self.join(a, b, scope, dims, top, keep, reduce, check)
-        if split_equal:
-            _limit(sum(r[0].shape[0] for r in runs), row_limit, what)
-        if not runs:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=a.costs.dtype)
-        keys, costs = self.merge(runs, combine, split_equal, f"merge {len(runs)} chunks of {what}", check)
-        _limit(keys.shape[0], row_limit, what)
-        return keys, costs
-
-
 def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[object, tuple[int, ...]]],
                      domains: Sequence[int], top, row_limit: int | None = None,
-                     check: Callable[[], None] | None = None, bound: RestBound | None = None,
-                     streamer: Streamer | None = None, device_rows: int | None = None,
+                     check: Callable[[], None] | None = None, bound=None, streamer=None,
+                     device_rows: int | None = None,
                      limits: Limits = DEFAULT) -> SparseTable:
     """Sparse bucket step: join the inputs pairwise, then minimise over `var`.
 
@@ -616,103 +503,3 @@ def eliminate_sparse(xp, var: int, sep: tuple[int, ...], inputs: Sequence[tuple[
                                      functools.partial(segment_min, xp, counted=True, limit=math.prod(sep_dims)),
                                      False, row_limit, what, check)
     return SparseTable(tuple(sep), sep_dims, keys, costs)
-
-
-class RestBound:
-    """Lower bounds on what the tables outside a computation add to a row.
-
-    The objective is the sum of the active tables (original functions not yet
-    in a bucket, messages not yet consumed, the zero-arity constants); they
-    sum disjoint sets of cost functions. So a row over X extends to no
-    assignment cheaper than its cost plus, for every active table, that
-    table's minimum given the row's values (its min-projection onto the
-    shared variables; its global minimum when they share none). A row whose
-    bound reaches top is dropped. With top lowered to an incumbent's cost
-    this is branch-and-bound pruning inside bucket elimination. Tables in
-    host memory are projected there; a projection too large to keep dense
-    is then left out, which only weakens the bound.
-    """
-
-    def __init__(self, xp, domains: Sequence[int], top):
-        self.xp, self.dom, self.top = xp, list(domains), top
-        self.active: dict[object, tuple[object, tuple[int, ...]]] = {}
-        self._proj: dict[tuple[int, tuple[int, ...]], tuple[object, object]] = {}
-
-    def add(self, key, table, scope) -> None:
-        self.active[key] = (table, tuple(scope))
-
-    def consume(self, keys) -> None:
-        """Tables entering a bucket leave the rest; cached projections of gone tables are dropped."""
-        for k in keys:
-            self.active.pop(k, None)
-        alive = {id(t) for t, _ in self.active.values()}
-        self._proj = {k: v for k, v in self._proj.items() if k[0] in alive}
-
-    def _project(self, table, scope, sub):
-        """min-projection of a table onto `sub` (variables of its scope, in sub's order), cached
-        per (table, sub): a host number when sub is empty, a dense array when small, else a
-        SparseTable (None for one in host memory)."""
-        key = (id(table), sub)
-        if key in self._proj:
-            return self._proj[key][1]
-        xp, dims, original = self.xp, tuple(self.dom[u] for u in sub), table
-        table = host_or_table(table)
-        m = module_of(xp, table.keys if isinstance(table, SparseTable) else table)
-        if isinstance(table, SparseTable):
-            if sub == table.scope:
-                p = table
-            else:
-                k, c = segment_min(m, table.code(m, sub), table.costs)
-                p = SparseTable(sub, dims, k, c)
-            if math.prod(dims) <= DENSE_TERM:
-                p = to_dense(m, p, self.top, table.costs.dtype)
-        else:
-            drop = tuple(i for i, u in enumerate(scope) if u not in sub)
-            p = table.min(axis=drop) if drop else table
-            kept = [u for u in scope if u in sub]
-            p = m.transpose(p, [kept.index(u) for u in sub]) if kept != list(sub) else p
-            p = m.ascontiguousarray(p)
-        if not sub:
-            p = p.item()  # one synchronisation per table, not per row filter
-        elif m is not xp:
-            p = None if isinstance(p, SparseTable) else to_module(xp, p)
-        self._proj[key] = (original, p)
-        return p
-
-    def keep(self, scope: tuple[int, ...], extra: Sequence[tuple[object, tuple[int, ...]]] = ()) -> Keep:
-        """Row filter for rows keyed over `scope`, bounding the active tables plus `extra`."""
-        xp, top = self.xp, self.top
-        const = 0
-        dense: dict[tuple[int, ...], object] = {}
-        sparse = []
-        for table, s in list(self.active.values()) + list(extra):
-            sub = tuple(u for u in scope if u in s)
-            p = self._project(table, s, sub)
-            if not sub:  # the table's minimum
-                const = min(const + p, top)
-            elif p is None:
-                continue
-            elif isinstance(p, SparseTable):
-                sparse.append((sub, p))
-            else:
-                dense[sub] = p if sub not in dense else xp.minimum(dense[sub] + p, top)
-        holding: dict[int, list] = {}  # variable -> dense terms over it, in insertion order
-        for b in dense:
-            for u in b:
-                holding.setdefault(u, []).append(b)
-        for sub in sorted(dense, key=len):  # fold a term into a dense term over more variables
-            big = next((b for b in holding[sub[0]] if len(b) > len(sub) and set(sub) <= set(b)), None)
-            if big is not None:
-                shape = [self.dom[u] if u in sub else 1 for u in big]
-                dense[big] = xp.minimum(dense[big] + dense.pop(sub).reshape(shape), top)
-        terms = [(sub, p.reshape(-1)) for sub, p in dense.items()] + sparse
-        terms = [([scope.index(u) for u in sub], [self.dom[u] for u in sub], p) for sub, p in terms]
-
-        def keep(digs, costs):
-            lb = costs + const
-            for pos, dims, p in terms:
-                code = compose(xp, [digs[i] for i in pos], dims, costs.shape[0])
-                lb += p[code] if not isinstance(p, SparseTable) else lookup(xp, p, code, top)
-                xp.minimum(lb, top, out=lb)
-            return lb < top
-        return keep

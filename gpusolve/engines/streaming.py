@@ -34,7 +34,7 @@ from gpusolve.cuda import pinned
 from gpusolve.host import available_memory, over_threads
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.plan.buckets import CHUNKS_IN_FLIGHT, streamed_lead
-from . import kernels
+from . import kernels, row_kernels
 
 N_STREAMS = CHUNKS_IN_FLIGHT
 SLOTS = 2  # jobs in flight on the host side: staging buffers are per slot (job parity)
@@ -91,7 +91,7 @@ def _copy(dest: np.ndarray, src, limits: Limits = DEFAULT) -> None:
 @dataclass(frozen=True)
 class HostPieces:
     """Pieces of page-locked host arrays to upload as one array, given by address: what a range of
-    a merge uploads (a piece of every run), read in place by one kernel (kernels.pieces_gather_source)."""
+    a merge uploads (a piece of every run), read in place by one kernel (row_kernels.pieces_gather_source)."""
 
     addresses: np.ndarray  # int64 address of each piece's first item
     outs: np.ndarray  # int64 exclusive prefix sums of the pieces' sizes: where each lands
@@ -250,17 +250,17 @@ class Pipeline:
         staged = self._buffer(("pieces", slot, k), 2 * n, np.int64)
         staged[:n], staged[n:] = pieces.addresses, pieces.outs
         rt.memcpyAsync(table.data.ptr, staged.ctypes.data, staged.nbytes, rt.memcpyHostToDevice, self.streams[s].ptr)
-        kernel = kernels.load(kernels.pieces_gather_source(d.dtype.itemsize))
+        kernel = kernels.load(row_kernels.pieces_gather_source(d.dtype.itemsize))
         with self.streams[s]:
-            kernel(kernels.grid(pieces.size), (256,), (table, table[n:], np.int32(n),
+            kernel(row_kernels.grid(pieces.size), (256,), (table, table[n:], np.int32(n),
                                                                         np.int64(pieces.size), d))
         return d
 
     def bisect(self, runs: Sequence[np.ndarray], targets: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         """streaming.bisect on the device, reading the page-locked runs (int64 keys) in place: a
-        block per target, its threads counting in their runs (kernels.bisect_source), each search
+        block per target, its threads counting in their runs (row_kernels.bisect_source), each search
         narrowed first in a sample of every `stride`-th key copied to the device
-        (kernels.sample_source), so that it reads a few keys over the bus, not a whole path. On
+        (row_kernels.sample_source), so that it reads a few keys over the bus, not a whole path. On
         the host it costs a search call per run and step: 0.1 s for a merge of 268 runs in 153 ranges."""
         xp, n = self.xp, np.array([r.shape[0] for r in runs], dtype=np.int64)
         stride = max(64, 1 << int(n.sum() >> SAMPLE_KEYS).bit_length())  # at most ~2 * 2^SAMPLE_KEYS keys sampled
@@ -268,10 +268,10 @@ class Pipeline:
         table = xp.asarray(np.concatenate([[r.ctypes.data for r in runs], n, offsets]).astype(np.int64))
         addresses, sizes, starts = table[:len(runs)], table[len(runs):2 * len(runs)], table[2 * len(runs):]
         sample = xp.empty(int(offsets[-1]), dtype=xp.int64)
-        kernels.load(kernels.sample_source())(kernels.grid(sample.size), (256,), (
+        kernels.load(row_kernels.sample_source())(row_kernels.grid(sample.size), (256,), (
             addresses, sizes, starts, np.int32(len(runs)), np.int64(stride), np.int64(sample.size), sample))
         left, right = xp.empty((2, targets.shape[0], len(runs)), dtype=xp.int64)
-        kernels.load(kernels.bisect_source())((targets.shape[0],), (kernels.BISECT_BLOCK,), (
+        kernels.load(row_kernels.bisect_source())((targets.shape[0],), (row_kernels.BISECT_BLOCK,), (
             addresses, sizes, sample, starts, np.int64(stride), np.int32(len(runs)), xp.asarray(targets),
             xp.asarray(lo), xp.asarray(hi), left, right))
         return left.get(), right.get()

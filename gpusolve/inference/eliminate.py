@@ -11,6 +11,7 @@ from typing import Callable
 
 from gpusolve.engines.select import Engine
 from gpusolve.engines import sparse
+from gpusolve.engines.rest_bound import RestBound
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import MiniBucket, Plan, build_plan, largest_fitting_z, place
 from gpusolve.consistency.preprocess import lower_top, preprocess
@@ -36,7 +37,7 @@ def run_plan(problem: Problem, plan: Plan, engine: Engine, progress: Callable[[i
     room = None if engine.budget is None else engine.budget - engine.device_bytes
     where = place(problem, plan, room).where
     tables = engine.put_many([f.table for f in problem.functions])
-    bound = sparse.RestBound(engine.xp, dom, problem.top) if plan.sparse else None
+    bound = RestBound(engine.xp, dom, problem.top) if plan.sparse else None
     for i, t in enumerate(tables if bound is not None else ()):
         bound.add(("f", i), t, problem.functions[i].scope)
     messages: dict[int, object] = {}

@@ -201,6 +201,11 @@ class Problem:
         return any(not g.tabled for g in self.globals)
 
     @property
+    def max_arity(self) -> int:
+        """The largest scope of a cost function (1 for a problem of constants): no z below it plans."""
+        return max(max((f.arity for f in self.functions), default=1), 1)
+
+    @property
     def is_satisfaction(self) -> bool:
         """Every cost 0 or forbidden (constants aside), every global constraint hard: the first
         solution found is optimal."""

@@ -132,7 +132,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if z is None and tables != "dense" and problem.integer:
             phases = (BoundedSparseBE(fitting),) + phases
         return Schedule(phases, engine, threads, note)
-    max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
+    max_arity = problem.max_arity
     width = build_plan(problem, order, None, n_components, limits=limits).induced_width
 
     def mbe_within(seconds: float, top_z: int) -> Plan | None:
@@ -181,7 +181,7 @@ def _given_z(problem: Problem, order: list[int], z: int, budget: int, n_componen
              cost, limits: Limits) -> tuple[int, str]:
     """(z, note): `z` when MBE(z) fits the memory budget and its share of the limit, else the largest
     smaller z that does, and the note that says so; BudgetError when no z fits memory."""
-    max_arity = max(max((f.arity for f in problem.functions), default=1), 1)
+    max_arity = problem.max_arity
     plan = build_plan(problem, order, z, n_components, limits=limits)
     if plan.peak_bytes <= budget and cost(plan) <= GIVEN_Z_SHARE * limit:
         return z, ""
