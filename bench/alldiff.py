@@ -35,7 +35,7 @@ from gpusolve.consistency.alldiff import METHODS, crossing, filter_domains, max_
 from gpusolve.generate import langford, queens
 from gpusolve.consistency.globals import id_table, value_ids
 from gpusolve.search.mac import Mac
-from gpusolve.search.andor import Stopped
+from gpusolve.stop import Stop, Stopped
 
 
 def queens_graphs(n: int) -> list[np.ndarray]:
@@ -137,7 +137,7 @@ def solve_first(spec: str, xp, limit: float, limits: Limits) -> dict:
     kind, n = spec.split(":")
     problem = queens(int(n)) if kind == "queens" else langford(int(n))
     t = time.perf_counter()
-    m = Mac(problem, should_stop=lambda: time.perf_counter() - t > limit, xp=xp, limits=limits)
+    m = Mac(problem, Stop(t + limit), xp=xp, limits=limits)
     try:
         found = m.run()
         status = "infeasible" if found is None else "solved"

@@ -64,7 +64,7 @@ def timed_run(problem, plan, engine, stamps=None):
     """(lower, assignment), phase times; `stamps` gets the time each bucket finished (host side)."""
     progress = (lambda _: stamps.append(time.perf_counter())) if stamps is not None else None
     t0 = time.perf_counter()
-    lower, tables, messages = run_plan(problem, plan, engine, None, progress)
+    lower, tables, messages = run_plan(problem, plan, engine, progress)
     t1 = time.perf_counter()
     if stamps is not None:
         stamps.insert(0, t0)

@@ -34,6 +34,7 @@ from gpusolve import parsers  # noqa: E402
 from gpusolve.parsers.write import write_wcsp  # noqa: E402
 from gpusolve.order import graph  # noqa: E402
 from gpusolve.inference.eliminate import run_plan  # noqa: E402
+from gpusolve.stop import Stop  # noqa: E402
 from gpusolve.engines.numpy_engine import NumpyEngine  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
 from gpusolve.search.local import local_search, rollouts  # noqa: E402
@@ -75,7 +76,7 @@ def run(name: str, problem, path: Path | None, z: int, seconds: float, tb2_secon
         def improved(cost, assignment):
             trace.append([round(time.perf_counter() - t2, 3), p.to_file_value(cost)])
 
-        best, cost = local_search(p, starts, t2 + seconds, np.random.default_rng(seed), n=n, on_improve=improved)
+        best, cost = local_search(p, starts, Stop(t2 + seconds), np.random.default_rng(seed), n=n, on_improve=improved)
         assert best is None or problem.evaluate(reduced.expand(best)) == cost
         rec["runs"].append({"seed": seed, "rollouts_s": t2 - t1, "rollout_best": trace[0][1] if trace else None,
                             "upper_bound": p.to_file_value(cost), "trace": trace})

@@ -4,17 +4,18 @@
 .fzn (FlatZinc) and .yaml (pyDCOP), each optionally compressed as .gz, .xz or .bz2;
 "-" reads standard input in the format named. Every problem with the input
 surfaces as a ParseError naming the file and, when known, the line; a stop
-asked while reading (time limit, Ctrl-C, SIGTERM) as Stopped. A reader's
+asked while reading (time limit, Ctrl-C, SIGTERM) as gpusolve.stop.Stopped. A reader's
 module (and NumPy) is imported when a file of its format is read.
 """
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import OverBudget, ParseError, Stopped
+from gpusolve.stop import Stop
+
+from .errors import OverBudget, ParseError
 from .source import COMPRESSIONS, STDIN, check_stop, reading_limits, split_compression
 from gpusolve.limits import DEFAULT, Limits
 
@@ -26,19 +27,19 @@ READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn"
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
-__all__ = ["COMPRESSIONS", "FORMATS", "OverBudget", "ParseError", "READERS", "SUPPORTED_SUFFIXES", "Stopped",
+__all__ = ["COMPRESSIONS", "FORMATS", "OverBudget", "ParseError", "READERS", "SUPPORTED_SUFFIXES",
            "check_stop", "format_of", "read"]
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
-         mem_limit: int | None = None, stop: Callable[[], bool] | None = None,
+         mem_limit: int | None = None, stop: Stop | None = None,
          limits: Limits = DEFAULT) -> Problem:
     """Read an instance; for .uai, `evidence` defaults to FILE.evid beside it, if present.
 
     `format` (wcsp, uai, xml, cfn) overrides the suffix; standard input (path "-") needs it.
     Every table's declared size, and every line's length, is checked against `mem_limit`
-    (default: available memory) before it is allocated; once `stop()` is true (gpusolve.schedule.anytime.Stop:
-    a deadline, Ctrl-C, SIGTERM) reading raises Stopped. `limits`: the readers' chunk and listed_min."""
+    (default: available memory) before it is allocated; once `stop` says so (a deadline,
+    Ctrl-C, SIGTERM) reading raises gpusolve.stop.Stopped. `limits`: the readers' chunk and listed_min."""
     from gpusolve.host import available_memory
 
     from .tables import reading_budget  # with NumPy: the command line reads the table above without it

@@ -31,11 +31,3 @@ class ParseError(Exception):
 class OverBudget(ParseError):
     """What the file declares or holds (a table, a line) would not fit the memory budget (exit 3, not bad input)."""
 
-
-class Stopped(Exception):
-    """Reading was asked to stop (time limit, Ctrl-C, SIGTERM): not a fault of the input.
-    `interrupted` is the signal's number, or False for the deadline."""
-
-    def __init__(self, interrupted: int | bool = False):
-        super().__init__("stopped while reading")
-        self.interrupted = interrupted

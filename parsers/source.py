@@ -20,15 +20,16 @@ import gzip
 import lzma
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpusolve import limits as tunables
+from gpusolve.stop import Stop
 
-from .errors import OverBudget, ParseError, Stopped
+from .errors import OverBudget, ParseError
 
 COMPRESSIONS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
 STDIN = "-"  # the path that reads standard input
@@ -53,7 +54,7 @@ CHUNK = 1 << 16  # bytes taken from the (decompressed) file at a time
 @dataclass(frozen=True)
 class Limits:
     line_cap: int | None = None  # longest line read, in bytes
-    stop: Callable[[], bool] | None = None  # true once reading must end (see gpusolve.schedule.anytime.Stop)
+    stop: Stop | None = None  # the solver's: reading ends once it says so
     sizes: tunables.Limits = tunables.DEFAULT  # the readers' chunks and thresholds (chunk, listed_min)
 
 
@@ -61,10 +62,10 @@ _limits: ContextVar[Limits] = ContextVar("reading_limits", default=Limits())
 
 
 @contextmanager
-def reading_limits(budget: int | None = None, stop: Callable[[], bool] | None = None,
+def reading_limits(budget: int | None = None, stop: Stop | None = None,
                    sizes: tunables.Limits = tunables.DEFAULT):
     """Within this block lines longer than `budget` / LINE_SHARE are refused (OverBudget),
-    `check_stop` raises Stopped once `stop()` is true, and readers size their work by `sizes`."""
+    `check_stop` raises gpusolve.stop.Stopped once `stop` says so, and readers size their work by `sizes`."""
     cap = None if budget is None else max(int(budget) // LINE_SHARE, MIN_LINE_CAP)
     token = _limits.set(Limits(cap, stop, sizes))
     try:
@@ -81,8 +82,8 @@ def reading_sizes() -> tunables.Limits:
 def check_stop() -> None:
     """Raise Stopped if the solver asked reading to stop; cheap enough to call every few thousand steps."""
     stop = _limits.get().stop
-    if stop is not None and stop():
-        raise Stopped(getattr(stop, "interrupted", False))
+    if stop is not None:
+        stop.check()
 
 
 def read_lines(path: str | Path, binary: bool = False) -> Iterator:

@@ -9,9 +9,25 @@ import numpy as np
 from gpusolve.order import graph
 from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 from gpusolve.plan.buckets import MiniBucket, build_plan
+from gpusolve.stop import Stop
 
 # CUDA runtime errors that mean no GPU here, not a broken one
 CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE = 35, 100
+
+
+class InterruptAfter(Stop):
+    """Interrupted (as by Ctrl-C) at its k-th poll and after: a stop point without a clock. `polls`
+    counts every question asked of it, its children's through them included."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k, self.polls = k, 0
+
+    def __call__(self) -> bool:
+        self.polls += 1
+        if self.polls >= self.k:
+            self.interrupted = True
+        return super().__call__()
 
 
 def random_problem(rng, n_max=6, d_max=5, f_max=9, arity_max=3, p_hard=0.2, integer=True,

@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
-from gpusolve.schedule.anytime import Bounds, Phase, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.bounds import Bounds
+from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search
+from gpusolve.search.andor import AndOrSearch
+from gpusolve.stop import Stop
 from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, plan_within
 from gpusolve.schedule.solve import Options, solve
@@ -89,12 +93,20 @@ def test_every_stop_point_holds_valid_bounds(seed):
 class StopAt(Stop):
     """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
     schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
-    then. Slices of their own (local search, JGLP's) still end on the wall clock. The search asks
-    through `within`, its checks counted (a box for it is not kept: these schedules give it none)."""
+    then. Slices of their own (local search, JGLP's) still end on the wall clock. The phases ask
+    through `within`; the checks made once AND/OR search has started (`searching`, set by a patch of
+    its run) are counted (a box for it is not kept: these schedules give it none)."""
 
-    def __init__(self, now, interrupt: bool = False):
+    def __init__(self, now, monkeypatch, interrupt: bool = False):
         super().__init__()
         self.now, self.interrupt, self.passed, self.search_checks = now, interrupt, False, 0
+        self.searching = False
+        run = AndOrSearch.run
+
+        def searching(search, incumbent):
+            self.searching = True
+            return run(search, incumbent)
+        monkeypatch.setattr(AndOrSearch, "run", searching)
 
     def __call__(self) -> bool:
         if not (self.passed or self.interrupted) and self.now():
@@ -109,7 +121,7 @@ class StopAt(Stop):
 
         class SearchStop(Stop):
             def __call__(self) -> bool:
-                outer.search_checks += 1
+                outer.search_checks += outer.searching
                 return outer()
         return SearchStop()
 
@@ -117,10 +129,10 @@ class StopAt(Stop):
 SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
 
 
-def test_time_limit_is_honoured_and_bounds_are_reported():
+def test_time_limit_is_honoured_and_bounds_are_reported(monkeypatch):
     """The limit passes at the search's 4th check: the run ends right there, with the bounds held."""
     problem = hard_grid()
-    stop = StopAt(lambda: stop.search_checks >= 4)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch)
     r = solve(problem, Options(device="cpu", time_limit=3.0), stop=stop)
     assert stop.deadline is not None and r.search["nodes"] == 4 * SEARCH_CHECK_NODES  # not one node more
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
@@ -130,17 +142,17 @@ def test_time_limit_is_honoured_and_bounds_are_reported():
     assert "time limit reached" in r.device_note and "AND/OR search cut off" in r.device_note
 
 
-def test_interrupt_stops_at_the_next_check():
+def test_interrupt_stops_at_the_next_check(monkeypatch):
     """Interrupted at the search's 4th check (no time limit), the run ends there with an incumbent."""
     problem = hard_grid()
-    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch, interrupt=True)
     r = solve(problem, Options(device="cpu", z=5), stop=stop)  # z=5: cheap, and its greedy assignment is feasible
     assert r.search["nodes"] == 4 * SEARCH_CHECK_NODES and not r.search["complete"]
     assert r.status == "bounded" and r.upper_bound is not None and "interrupted" in r.device_note
     assert problem.evaluate(r.assignment) == r.upper_bound and "time limit" not in r.device_note
 
 
-def test_search_improvements_are_in_the_trace_as_they_come(tmp_path):
+def test_search_improvements_are_in_the_trace_as_they_come(tmp_path, monkeypatch):
     """A grid in float costs (no compiled search beside it), MBE(z=2) then AND/OR search stopped at its
     4th check: the incumbents the search offered as it went are in the trace, under its name, and the
     bounds held bracket pytoulbar2's optimum. (Cut off, the search once reported nothing it found.)"""
@@ -150,9 +162,9 @@ def test_search_improvements_are_in_the_trace_as_they_come(tmp_path):
     problem = Problem(integer.name, integer.variables, [CostFunction(f.scope, f.table.astype(np.float64))
                                                         for f in integer.functions], integer=False, top=np.inf)
     order = graph.elimination_order(problem)
-    schedule = Schedule((Phase("mbe", build_plan(problem, order, 2)), Phase("search", seconds=math.inf)), "numpy")
+    schedule = Schedule((MBE(build_plan(problem, order, 2)), Search(seconds=math.inf)), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
-    stop = StopAt(lambda: stop.search_checks >= 4)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch)
     out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, stop, 1 << 30)
     assert out.search["nodes"] == 4 * SEARCH_CHECK_NODES and "AND/OR search cut off" in out.note
     mbe_upper = max(hi for _, _, hi, phase in bounds.trace if phase == "MBE(z=2)")
@@ -196,7 +208,8 @@ def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:
     def no_weaker(s: Phase, w: Phase) -> bool:
         if s.name == "search" and proof:
             return True
-        return seconds(s) >= seconds(w) and s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+        stall = s.name != "local-search" or s.stall[0] >= w.stall[0] and s.stall[1] >= w.stall[1]
+        return seconds(s) >= seconds(w) and stall
     for w in weak.phases:
         if w.name != "mbe":
             assert any(s.name == w.name and no_weaker(s, w) for s in strong.phases), w.describe()
@@ -241,7 +254,7 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     assert be.predicted_s > resident.phases[0].predicted_s and search.seconds == be.predicted_s
     assert "at most, until proof" in schedule.describe()
     from gpusolve.engines.numpy_engine import NumpyEngine
-    first = Phase("mbe", build_plan(problem, order, 2))  # too loose to close the bounds alone
+    first = MBE(build_plan(problem, order, 2))  # too loose to close the bounds alone
     boxed = Schedule((first, replace(search, seconds=0.0), be), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, boxed, NumpyEngine(1), bounds, Stop(), 1 << 30)
@@ -249,7 +262,7 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
     assert bounds.upper == solve(problem, Options(device="cpu", search=False)).upper_bound
 
 
-def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
+def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds(monkeypatch):
     """An MBE cut off halfway is not in `method`, and z is that of the MBE whose bound is reported
     (the cut MBE was listed)."""
     problem = hard_grid()
@@ -261,7 +274,7 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds():
         def advance(entries):
             done[-1] += 1
         return advance
-    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10)  # 10 mini-buckets into the second elimination
+    stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10, monkeypatch)  # 10 mini-buckets into the 2nd elimination
     r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
               progress_factory=progress_factory, stop=stop)
     first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]
@@ -281,7 +294,7 @@ def test_z_is_that_of_the_tightest_elimination():
     plans = {z: build_plan(problem, order, z) for z in (3, 4)}
     lower = {z: eliminate.run_plan(problem, plan, NumpyEngine(1))[0] for z, plan in plans.items()}
     assert lower[3] > lower[4]
-    schedule = Schedule((Phase("mbe", plans[3]), Phase("mbe", plans[4])), "numpy")
+    schedule = Schedule((MBE(plans[3]), MBE(plans[4])), "numpy")
     bounds = Bounds.start(problem, time.perf_counter())
     out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, Stop(), 1 << 30)
     assert out.ran == ["MBE(z=3)", "MBE(z=4)"] and out.plan is plans[3] and bounds.lower == lower[3]
@@ -293,14 +306,13 @@ def test_phases_that_did_not_run_are_not_listed():
     problem = hard_grid()
     order = graph.elimination_order(problem)
     plan = build_plan(problem, order, 3)
-    schedule = Schedule((Phase("mbe", plan), Phase("fglp"), Phase("mbe", plan, shifted=True),
-                         Phase("jglp", seconds=0.0)), "numpy")
+    schedule = Schedule((MBE(plan), FGLP(), MBE(plan, shifted=True), JGLP(seconds=0.0)), "numpy")
     out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
                        Stop(), 1 << 30)
     assert out.ran == ["MBE(z=3)", "FGLP", "MBE(z=3)-MM on the FGLP-shifted problem"]  # FGLP raised the bound
     assert "jglp not started" in out.note
     floats = random_problem(np.random.default_rng(4), n_max=6, p_hard=0.0, integer=False)  # no compiled search
-    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Phase("search"),), "numpy"),
+    alone = run_schedule(floats, graph.elimination_order(floats), Schedule((Search(),), "numpy"),
                          NumpyEngine(1), Bounds.start(floats, time.perf_counter()), Stop(), 1 << 30)
     assert alone.ran == [] and "search not started" in alone.note and alone.search is None
 
@@ -313,7 +325,7 @@ def test_without_a_guide_the_compiled_search_runs_alone_and_proves():
         bounds = Bounds.start(problem, time.perf_counter())
         if bounds.closed:  # a function forbids everything: nothing to search
             continue
-        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Phase("search"),), "numpy"),
+        out = run_schedule(problem, graph.elimination_order(problem), Schedule((Search(),), "numpy"),
                            NumpyEngine(1), bounds, Stop(), 1 << 30)
         optimum, _ = brute_force(problem)
         assert out.ran == ["HBFS (EDAC*)"] and out.search["complete"] and bounds.proven, seed
@@ -334,12 +346,12 @@ def test_a_phase_stop_ends_at_its_box_its_reserve_or_its_parent():
 # The command line with a line on stderr when the search starts: the moment to press Ctrl-C.
 MARKED_SOLVE = """
 import sys
-from gpusolve.schedule import anytime; from gpusolve.cli import group as cli
-search = anytime._search
+from gpusolve.schedule import phases; from gpusolve.cli import group as cli
+search = phases._search
 def started(*args, **kwargs):
     print("search started", file=sys.stderr, flush=True)
     return search(*args, **kwargs)
-anytime._search = started
+phases._search = started
 cli.main(sys.argv[1:])
 """
 

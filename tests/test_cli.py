@@ -365,7 +365,7 @@ def test_the_live_line_shows_the_time_the_bounds_the_phase_and_a_search_s_node_r
 
 
 @pytest.mark.parametrize("time_limit", [None, 3600.0])
-def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit):
+def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit, monkeypatch):
     """A search interrupted at its 4th check (no clock involved): the live display went through the
     phases and showed the search's nodes; no line but an elimination's bar carries a percentage (the
     status once sat at 0.0% for minutes). With no time limit the run said once how it ends."""
@@ -374,7 +374,7 @@ def test_a_long_search_shows_its_phases_and_nodes_on_a_terminal(time_limit):
     from gpusolve.search.dfbb import Beside
     from gpusolve.schedule.solve import Options, solve
     con = terminal()
-    stop = StopAt(lambda: stop.search_checks >= 4, interrupt=True)
+    stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch, interrupt=True)
     with progress_bar(True, "eliminating", time_limit is None, on=con) as (factory, on_bounds, on_phase):
         solve(hard_grid(), Options(device="cpu", z=5, time_limit=time_limit), progress_factory=factory,
               on_bounds=on_bounds, on_phase=on_phase, stop=stop)

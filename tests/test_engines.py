@@ -82,15 +82,15 @@ def test_a_stop_in_a_thread_ends_the_threaded_step():
     import numpy as np
 
     from gpusolve.engines import dense as base
-    from gpusolve.inference.eliminate import TimeLimit
+    from gpusolve.stop import Stopped
     d, calls = 10, []
 
     def check():
         calls.append(1)
         if len(calls) > 5:
-            raise TimeLimit("stop")
+            raise Stopped()
     inputs = [(np.ones((d, d, d, d), dtype=np.int64), (0, 1, 2, 3))]
-    with pytest.raises(TimeLimit):
+    with pytest.raises(Stopped):
         base.eliminate_dense(np, 0, (1, 2, 3), inputs, [d] * 4, 100, True, check, chunk=d, threads=2)
     assert len(calls) <= 6 + 2  # the blocks not started when the stop came were skipped
 

@@ -15,7 +15,8 @@ from gpusolve.model.problem import condition
 from gpusolve.parsers.write import write_wcsp
 from gpusolve.plan.buckets import build_plan
 from gpusolve.consistency.preprocess import preprocess
-from helpers import brute_force, random_problem, toulbar2_optimum
+from helpers import InterruptAfter, brute_force, random_problem, toulbar2_optimum
+from gpusolve.stop import Stop
 
 
 def _plan(problem, z=None, tables="dense"):
@@ -58,9 +59,9 @@ def test_local_search_keeps_evidence_and_stops_when_asked():
     while brute_force(problem)[0] >= problem.top:  # the file top may forbid every assignment
         problem = random_problem(rng, n_max=6, d_max=4, p_hard=0.0)
     problem = condition(problem, {0: problem.domains[0] - 1})
-    calls = []
-    best, cost = local_search(problem, None, None, rng, n=8, should_stop=lambda: calls.append(1) or len(calls) > 3)
-    assert len(calls) == 4
+    stop = InterruptAfter(4)
+    best, cost = local_search(problem, None, stop, rng, n=8)
+    assert stop.polls == 4
     assert best[0] == problem.domains[0] - 1 and cost == problem.evaluate(best)
 
 
@@ -72,9 +73,7 @@ def test_lns_never_worsens_keeps_evidence_and_solves_exactly_when_the_ball_is_ev
     problem = random_problem(rng, n_max=7, d_max=4, p_hard=0.2, n_components=1)
     opt, _ = brute_force(problem)
     start = [int(v) for v in rng.integers(0, problem.domains)]
-    steps = []
-    best, cost = lns(problem, start, NumpyEngine(), rng, should_stop=lambda: steps.append(1) or len(steps) > 3,
-                     size=len(problem.domains))
+    best, cost = lns(problem, start, NumpyEngine(), rng, InterruptAfter(4), size=len(problem.domains))
     assert cost == problem.evaluate(best) and cost <= problem.evaluate(start)
     keep = {v for v, d in enumerate(problem.domains) if d > 1}
     connected = len(graph.components({v: nb & keep for v, nb in graph.primal_graph(problem).items()
@@ -83,8 +82,7 @@ def test_lns_never_worsens_keeps_evidence_and_solves_exactly_when_the_ball_is_ev
         assert cost == opt or problem.is_forbidden(opt) and problem.is_forbidden(cost)
     fixed = condition(problem, {0: start[0]})
     improved = []
-    best, cost = lns(fixed, start, NumpyEngine(), rng, should_stop=lambda: len(steps) > 12 or steps.append(1),
-                     on_improve=lambda c, a: improved.append(c), size=2)
+    best, cost = lns(fixed, start, NumpyEngine(), rng, InterruptAfter(10), on_improve=lambda c, a: improved.append(c), size=2)
     assert best[0] == start[0] and cost == fixed.evaluate(best) <= fixed.evaluate(start)
     assert improved == sorted(improved, reverse=True) and (not improved or improved[-1] == cost)
 
@@ -238,11 +236,12 @@ def tight_network(seed, large=False):
                     float(rng.uniform(0.3, 0.6)), seed)
 
 
-class Stall:
+class Stall(Stop):
     """The schedule's stall rule counted in sweeps, so that any machine reaches what this one does: stop
     after `patience` checks without an incumbent or progress towards one, and at the first incumbent."""
 
     def __init__(self, patience: int):
+        super().__init__()
         self.patience, self.checks, self.last, self.events = patience, 0, 0, []
 
     def progress(self):
@@ -258,8 +257,8 @@ class Stall:
         return "improve" in self.events or self.checks - self.last > self.patience
 
     def run(self, problem, seed, xp=np, n=64):
-        best, cost = local_search(problem, None, None, np.random.default_rng(seed), xp=xp, n=n, max_sweeps=300,
-                                  should_stop=self, on_improve=self.improve, on_progress=self.progress)
+        best, cost = local_search(problem, None, self, np.random.default_rng(seed), xp=xp, n=n, max_sweeps=300,
+                                  on_improve=self.improve, on_progress=self.progress)
         assert "improve" not in self.events[:-1]  # progress is reported only before the first incumbent
         return best, cost
 

@@ -167,9 +167,9 @@ def test_short_version_flag():
 # The command line, with a line on stderr once the solver holds an incumbent: a signal sent after it
 # lands mid-solve, however loaded the machine.
 MARKED = """import sys
-from gpusolve.schedule import anytime
+from gpusolve.schedule import bounds
 from gpusolve.cli.group import main
-offer = anytime.Bounds.offer
+offer = bounds.Bounds.offer
 
 
 def marked(self, assignment, phase):
@@ -179,7 +179,7 @@ def marked(self, assignment, phase):
     return taken
 
 
-anytime.Bounds.offer = marked
+bounds.Bounds.offer = marked
 main(sys.argv[1:], prog_name="gpusolve")
 """
 

@@ -3,18 +3,19 @@ import itertools
 
 import numpy as np
 import pytest
-from helpers import brute_force, random_problem, toulbar2_optimum
+from helpers import InterruptAfter, brute_force, random_problem, toulbar2_optimum
 
 from gpusolve import parsers
 from gpusolve.order import graph
 from gpusolve.search.dfbb import Beside
 from gpusolve.inference.eliminate import run_plan
-from gpusolve.schedule.anytime import Bounds
+from gpusolve.schedule.bounds import Bounds
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan.buckets import build_plan
-from gpusolve.search.andor import AndOrSearch, Heuristic, Stopped, Subproblem, pseudo_tree
+from gpusolve.search.andor import AndOrSearch, Heuristic, Subproblem, pseudo_tree
+from gpusolve.stop import Stopped
 from gpusolve.schedule.solve import Options, solve
 
 
@@ -89,7 +90,7 @@ def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, se
     optimum = toulbar2_optimum(problem, tmp_path / "g.wcsp")
     bounds, offered = Bounds.start(problem, 0.0), []
     s = search_for(problem, 2, on_incumbent=offering_to(bounds, offered))
-    s.should_stop = lambda: s.stats.nodes >= STOP_NODES
+    s.stop = InterruptAfter(1)  # its first poll, at node STOP_NODES
     with pytest.raises(Stopped) as stopped:
         s.run(problem.top)
     assert not s.stats.complete
@@ -111,7 +112,7 @@ def test_the_first_incumbent_of_a_network_where_only_optima_are_feasible(shared_
     problem = problem.like(problem.functions, top=optimum + 1)
     bounds, offered = Bounds.start(problem, 0.0), []
     s = search_for(problem, 4, on_incumbent=offering_to(bounds, offered))
-    s.should_stop = lambda: True
+    s.stop = InterruptAfter(1)
     with pytest.raises(Stopped) as stopped:
         s.run(problem.top)
     assert s.stats.nodes == 256 and bounds.upper == optimum == problem.evaluate(bounds.assignment)
@@ -135,7 +136,7 @@ def test_pseudo_tree_children_are_independent_given_their_context():
 def test_search_stops_when_asked():
     problem = generate("grid", 64, 6, 0.3, 0.3, seed=2)
     s = search_for(problem, 2)
-    s.should_stop = lambda: s.stats.nodes > 1000
+    s.stop = InterruptAfter(4)  # polled every 256 nodes: at node 1024
     with pytest.raises(Stopped):
         s.run(problem.top)
     assert 1000 < s.stats.nodes < 1300 and not s.stats.complete

@@ -16,7 +16,8 @@ from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, f
 from gpusolve.plan.buckets import build_plan
 from gpusolve.consistency.preprocess import preprocess
 from gpusolve.inference.shift import fglp, jglp
-from helpers import brute_force, random_problem, toulbar2_in_a_child, toulbar2_optimum
+from helpers import InterruptAfter, brute_force, random_problem, toulbar2_in_a_child, toulbar2_optimum
+from gpusolve.stop import Stop
 
 SEEDS = range(300)
 
@@ -158,7 +159,7 @@ def test_jglp_keeps_regions_within_its_budget_and_stops_at_its_deadline():
     bound, start = ascended(p, 3)
     assert bound > start  # seed 1 at z=3 is loose and JGLP lifts it
     assert ascended(p, 3, budget=0) == (start, start)
-    assert ascended(p, 3, deadline=0.0) == (start, start)
+    assert ascended(p, 3, stop=Stop(0.0)) == (start, start)
 
 
 def test_fglp_keeps_top_and_detects_infeasibility():
@@ -173,7 +174,7 @@ def test_fglp_keeps_top_and_detects_infeasibility():
     assert q.functions[0].table[()] == 7
     dead = Problem("t", v, [CostFunction((0, 1), np.full((2, 2), top, dtype=np.int64))], top=top)
     assert fglp(dead).functions[0].table[()] == top
-    assert fglp(p, deadline=0.0).functions[0].table[()] == 3  # no sweep: the functions' minima only
+    assert fglp(p, stop=Stop(0.0)).functions[0].table[()] == 3  # no sweep: the functions' minima only
 
 
 def internal_optimum(problem, value: float) -> float:
@@ -308,10 +309,9 @@ def test_fglp_bounds_after_every_sweep_stay_below_the_brute_force_optimum():
 def test_fglp_stops_when_asked_and_reports_its_sweeps():
     """Checked before each sweep; this grid converges only after 262 sweeps."""
     p = generate("grid", 100, 10, 0.3, 0.0, 1)
-    checks, seen = [], []
-    q = fglp(p, should_stop=lambda: checks.append(1) or len(checks) > 5,
-             on_sweep=lambda sweeps, bound: seen.append((sweeps, bound)))
-    assert len(checks) == 6 and [s for s, _ in seen] == [1, 2, 3, 4, 5]
+    stop, seen = InterruptAfter(6), []
+    q = fglp(p, stop=stop, on_sweep=lambda sweeps, bound: seen.append((sweeps, bound)))
+    assert stop.polls == 6 and [s for s, _ in seen] == [1, 2, 3, 4, 5]
     assert q.functions[0].table[()] == seen[-1][1]
 
 

@@ -181,27 +181,29 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
     """Read and solve one file; every expected failure becomes a Failure with its exit code. The time
     limit and `stop` (Ctrl-C, SIGTERM) apply while the file is read too."""
     from gpusolve import parsers
-    from gpusolve.parsers.errors import OverBudget, ParseError, Stopped
+    from gpusolve.parsers.errors import OverBudget, ParseError
 
-    from gpusolve.schedule.anytime import Stop
     from gpusolve.model.problem import ModelError
-    from gpusolve.schedule.solve import TimeLimit, solve
+    from gpusolve.schedule.solve import solve
+    from gpusolve.stop import Stop, Stopped
 
     t0 = time.perf_counter()
     stop = stop or Stop()
     if options.time_limit is not None:
         stop.deadline = t0 + options.time_limit
+    read_time = None
     try:
         problem = parsers.read(path, evidence, fmt, options.mem_limit, stop)
         read_time = time.perf_counter() - t0
         return solve(problem, options, file=path, progress_factory=progress_factory, read_time=read_time,
                      on_bounds=on_bounds, stop=stop, on_phase=on_phase)
-    except Stopped as e:
+    except Stopped as e:  # while reading, or before PR's or MAR's elimination ends: no bound to report
+        when = "while reading" if read_time is None else "during elimination"
         if e.interrupted == signal.SIGINT:
-            raise Failure(f"{path}: interrupted while reading, before any bound", EXIT_INTERRUPT,
+            raise Failure(f"{path}: interrupted {when}, before any bound", EXIT_INTERRUPT,
                           status="timeout") from None
         why = "stopped by SIGTERM" if e.interrupted else "time limit reached"
-        raise Failure(f"{path}: {why} while reading, before any bound", EXIT_TIME, status="timeout") from None
+        raise Failure(f"{path}: {why} {when}, before any bound", EXIT_TIME, status="timeout") from None
     except OverBudget as e:
         raise Failure(str(e), EXIT_MEMORY) from None
     except (ParseError, OrderError, DeviceError) as e:
@@ -213,8 +215,6 @@ def solve_file(path: str, options: Options, evidence=None, progress_factory=None
     except MemoryError:
         raise Failure(f"{path}: out of memory despite the plan's estimate; lower --mem-limit or pass --z",
                       EXIT_MEMORY) from None
-    except TimeLimit as e:
-        raise Failure(f"{path}: {e}", EXIT_TIME, status="timeout") from None
     except Exception as e:  # a bug: still one line, never a traceback (GPUSOLVE_DEBUG=1 shows it)
         if os.environ.get("GPUSOLVE_DEBUG"):
             raise
@@ -309,7 +309,7 @@ def progress_bar(enabled: bool, label: str, until_proof: bool = False, on=None):
 def interruptible():
     """Ctrl-C and SIGTERM ask the solver to stop and report what it holds (`stop.interrupted` keeps
     the signal's number: after Ctrl-C the command exits 130); a second Ctrl-C aborts."""
-    from gpusolve.schedule.anytime import Stop
+    from gpusolve.stop import Stop
     stop = Stop()
 
     def ask(signum, frame):

@@ -57,6 +57,7 @@ from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.search.andor import PseudoTree, pseudo_tree
+from gpusolve.stop import Stop, Stopped
 
 ALGOS = ("dpop", "adpop")
 _RUNS = itertools.count()  # distinguishes the task keys of successive runs on one cluster
@@ -351,14 +352,13 @@ def repair(problem: Problem, assignment: list[int],
     limits.repair_nodes nodes. Returns (the assignment or None, whether MAC proved there is none, what happened)."""
     from gpusolve.search.local import local_search
     from gpusolve.search.mac import Mac
-    from gpusolve.search.andor import Stopped
-    found = []
-    best, _ = local_search(problem, [assignment], None, np.random.default_rng(0), max_sweeps=limits.repair_sweeps,
-                           should_stop=lambda: bool(found), on_improve=lambda cost, a: found.append(a))
+    found = Stop()  # interrupted by the first feasible point
+    best, _ = local_search(problem, [assignment], found, np.random.default_rng(0), max_sweeps=limits.repair_sweeps,
+                           on_improve=lambda cost, a: setattr(found, "interrupted", True))
     broke = "ADPOP's values break a hard constraint"
     if best is not None:
         return best, False, f"{broke}; local search from them found the upper bound's assignment"
-    mac = Mac(problem, should_stop=lambda: mac.stats.nodes > limits.repair_nodes, limits=limits)
+    mac = Mac(problem, max_nodes=limits.repair_nodes, limits=limits)
     try:
         best = mac.run()
     except Stopped:

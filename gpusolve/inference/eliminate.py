@@ -7,7 +7,6 @@ stored.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Callable
 
 from gpusolve.engines.select import Engine
@@ -16,32 +15,24 @@ from gpusolve.engines.rest_bound import RestBound
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import MiniBucket, Plan, build_plan, largest_fitting_z, place
 from gpusolve.consistency.preprocess import lower_top, preprocess
+from gpusolve.stop import Stop, Stopped
 
 # The cheap mini-bucket run that finds an incumbent for bounded sparse BE may use this much memory.
 INCUMBENT_BYTES = 256 << 20
 
 
-class TimeLimit(RuntimeError):
-    """The time limit passed before a bound was found (exit code 4)."""
-
-
-def run_plan(problem: Problem, plan: Plan, engine: Engine, deadline: float | None = None,
-             progress: Callable[[int], None] | None = None,
-             op: Callable[[MiniBucket], str] = lambda mb: "min",
-             stop: Callable[[], bool] | None = None, match: bool = False, matched: dict | None = None,
-             dense_step: Callable | None = None):
+def run_plan(problem: Problem, plan: Plan, engine: Engine, progress: Callable[[int], None] | None = None,
+             op: Callable[[MiniBucket], str] = lambda mb: "min", stop: Stop | None = None,
+             match: bool = False, matched: dict | None = None, dense_step: Callable | None = None):
     """Execute every mini-bucket (eliminating with op(mb)); returns (combined roots, tables, messages).
 
-    Raises TimeLimit between chunks once `deadline` passes or `stop()` says so. `match`:
+    Raises Stopped between chunks once `stop` says so. `match`:
     moment-match the dense mini-buckets of every bucket eliminated by min (MBE-MM,
     shift.match_bucket) before eliminating them, for a tighter lower bound; `matched` receives
     those unaries by mini-bucket (shift.jglp starts from them). `dense_step`: computes the dense
     mini-buckets instead of engine.eliminate (slicing.SlicedStep: some over Dask workers).
     """
-    def check():
-        if deadline is not None and time.perf_counter() > deadline or stop is not None and stop():
-            raise TimeLimit("time limit reached during elimination")
-
+    check = (stop or Stop()).check
     dom = problem.domains
     room = None if engine.budget is None else engine.budget - engine.device_bytes
     where = place(problem, plan, room).where
@@ -107,7 +98,7 @@ def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
 
 
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
-                   deadline: float | None, n_components: int = 1, progress_factory=None):
+                   stop: Stop | None = None, n_components: int = 1, progress_factory=None):
     """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
 
     A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
@@ -115,7 +106,8 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     incumbent counts as forbidden, so preprocessing and the sparse tables'
     RestBound prune all of them; what is left is often small. Returns (lower,
     assignment, plan, messages) with lower the optimum (>= top: infeasible),
-    the mini-bucket bounds when the time limit strikes during the exact run,
+    the mini-bucket bounds when the stop comes during the exact run (Stopped
+    during the cheap run),
     or None when the sparse tables outgrow the budget (then MBE `fallback` runs). Plans take fallback's limits.
     `progress_factory(total)` gives each of the two runs a bar (joint entries, as run_plan counts).
     """
@@ -128,7 +120,7 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
                               fallback.limits)
     if cheap is None or not fallback.rows_within(budget):
         return None
-    lower, tables, messages = run_plan(problem, cheap, engine, deadline, bar(cheap))
+    lower, tables, messages = run_plan(problem, cheap, engine, bar(cheap), stop=stop)
     if problem.is_forbidden(lower):
         return lower, None, cheap, messages
     incumbent = assign(problem, cheap, engine, tables, messages)
@@ -143,8 +135,8 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
         return None  # a key wider than 63 bits
     plan = dataclasses.replace(plan, row_limit=plan.rows_within(budget))
     try:
-        lower, tables, messages = run_plan(below.problem, plan, engine, deadline, bar(plan))
-    except TimeLimit:
+        lower, tables, messages = run_plan(below.problem, plan, engine, bar(plan), stop=stop)
+    except Stopped:
         return lower, incumbent, cheap, messages  # still the mini-bucket bounds
     except sparse.SparseOverflow:
         return None

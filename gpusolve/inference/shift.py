@@ -14,7 +14,6 @@ use inf the same way.
 """
 from __future__ import annotations
 
-import time
 from collections import defaultdict, deque
 from typing import Callable
 
@@ -24,6 +23,7 @@ from gpusolve.order import graph
 from gpusolve.engines.dense import aligned, host_or_table, join_dense, min_marginal_dense
 from gpusolve.engines.sparse import SparseTable, scalar, to_module
 from gpusolve.model.problem import CostFunction, Problem
+from gpusolve.stop import Stop
 
 
 # FGLP sweeps until its bound has risen by at most TOLERANCE (relative) over the last WINDOW sweeps, at
@@ -66,17 +66,16 @@ class _Class:
         self.parts, self.slots, self.entries, self.count = parts, slots, entries, count
 
 
-def fglp(problem: Problem, iterations: int = MAX_SWEEPS, deadline: float | None = None, xp=np,
-         window: int = WINDOW, tolerance: float = TOLERANCE, should_stop: Callable[[], bool] | None = None,
-         on_sweep: Callable[[int, object], None] | None = None) -> Problem:
+def fglp(problem: Problem, iterations: int = MAX_SWEEPS, stop: Stop | None = None, xp=np,
+         window: int = WINDOW, tolerance: float = TOLERANCE, on_sweep: Callable[[int, object], None] | None = None) -> Problem:
     """An equivalent problem whose constant function is a lower bound raised by min-sum FGLP.
 
     Each sweep updates the variables colour class by colour class (a class
     shares no function, so its updates are independent and run on all
     stacked tables at once, which is Gauss-Seidel order). Sweeps until the
     bound has converged (Converged(window, tolerance)), or for `iterations`
-    sweeps at most, or until `deadline` (a time.perf_counter() value) or
-    should_stop(), checked before each sweep; returns the best state seen.
+    sweeps at most, or until `stop` says so, checked before each sweep;
+    returns the best state seen.
     on_sweep(sweeps, bound) follows each sweep with that state's bound. The
     output holds the non-unary functions with their scopes, one unary per
     variable where not all zero, and one 0-d constant function.
@@ -104,8 +103,9 @@ def fglp(problem: Problem, iterations: int = MAX_SWEEPS, deadline: float | None 
     classes = _colour_classes(xp, problem, scopes, dmax)
     best = start = _bound(xp, const, tables, unary, problem)
     kept, converged = ([t.copy() for t in tables], unary.copy()), Converged(window, tolerance, top)
+    stop = stop or Stop()
     for sweep in range(1, iterations + 1):
-        if (deadline is not None and time.perf_counter() > deadline) or (should_stop and should_stop()):
+        if stop():
             break
         for c in classes:
             _update_class(xp, c, tables, unary, problem)
@@ -295,7 +295,7 @@ JGLP_BYTES = 1 << 30
 
 
 def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget: int = JGLP_BYTES,
-         deadline: float | None = None, sweeps: int = MAX_SWEEPS, window: int = 3, tolerance: float = TOLERANCE,
+         stop: Stop | None = None, sweeps: int = MAX_SWEEPS, window: int = 3, tolerance: float = TOLERANCE,
          on_sweep: Callable[[int, object], None] | None = None):
     """Lower bound by cost shifting on the mini-bucket join graph (JGLP), started at an MBE run.
 
@@ -310,17 +310,17 @@ def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget:
     never below the run's. Regions that do not fit `budget`, or that hold a
     sparse table, stay as the run left them. Sweeps (the updates forward,
     then backward) until the bound has converged (Converged(window,
-    tolerance)), for `sweeps` at most, or until `deadline`; on_sweep(sweeps,
-    bound) follows each.
+    tolerance)), for `sweeps` at most, or until `stop` says so (checked before
+    each region and each update); on_sweep(sweeps, bound) follows each.
     """
-    xp, matched, integer = engine.xp, matched or {}, problem.integer
+    xp, matched, integer, stop = engine.xp, matched or {}, problem.integer, stop or Stop()
     constants = [problem.functions[i].table[()] for i in plan.constants]
     start = problem.total(constants + [scalar(engine, messages[r], problem.top) for r in plan.roots])
     if problem.is_forbidden(start):
         return start
     regions, room = {}, budget // problem.dtype().itemsize
     for mb in plan.minibuckets:
-        if deadline is not None and time.perf_counter() > deadline:
+        if stop():
             return start
         inputs = _inputs(problem, plan, mb, tables, messages, matched)
         if mb.joint_entries <= room and not mb.sparse and not any(isinstance(t, SparseTable) for t, _ in inputs):
@@ -340,7 +340,7 @@ def jglp(problem: Problem, plan, engine, tables, messages, matched=None, budget:
     best, converged = start, Converged(window, tolerance, problem.top)
     for sweep in range(sweeps):
         for kind, members in steps if sweep % 2 == 0 else reversed(steps):
-            if deadline is not None and time.perf_counter() > deadline:
+            if stop():
                 return best
             if kind == "bucket":
                 mus = [regions[m].reshape(regions[m].shape[0], -1).min(axis=1) for m in members]

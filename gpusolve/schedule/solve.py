@@ -18,14 +18,15 @@ from typing import Callable
 
 from gpusolve.order import graph
 from gpusolve.inference import probabilistic
-from gpusolve.schedule.anytime import Bounds, Schedule, Stop, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.bounds import Bounds
 from gpusolve.engines import registry
 from gpusolve.engines.registry import EngineSpec
 from gpusolve.engines.select import select_engine
 from gpusolve.host import host_threads
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.engines import sparse
-from gpusolve.inference.eliminate import TimeLimit, run_plan  # noqa: F401  (TimeLimit: part of solve's interface)
+from gpusolve.inference.eliminate import run_plan
 from gpusolve.host import available_memory  # noqa: F401  (the default budget, imported from here by callers)
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import build_plan, choose_plan, plan_within
@@ -33,6 +34,7 @@ from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
 from gpusolve.consistency.preprocess import preprocess
 from gpusolve.distributed.cluster import Cluster
+from gpusolve.stop import Stop
 
 PROBABILISTIC = ("PR", "MAR")
 # What `infeasible` means on a probabilistic model, per task (schema.json says the same).
@@ -111,7 +113,7 @@ def solve(problem: Problem, options: Options, file: str = "",
           read_time: float = 0.0, on_bounds: Callable[[object, object, str], None] | None = None,
           stop: Stop | None = None, on_phase: Callable[[str, Callable[[], int] | None], None] | None = None
           ) -> Result:
-    """Solve a problem; raises BudgetError, TimeLimit (PR, MAR), DeviceError, ValueError, OrderError.
+    """Solve a problem; raises BudgetError, Stopped (PR, MAR), DeviceError, ValueError, OrderError.
 
     Optimisation tasks (WCSP, MPE) run the anytime schedule and always return the bounds held
     when the time limit passes or `stop` is interrupted; `on_bounds(lower, upper, phase)` hears
@@ -264,7 +266,7 @@ def _solve_probabilistic(problem, options, task, file, progress_factory, read_ti
         if progress_factory else None
 
     def run(op):
-        return run_plan(problem, plan, engine, None, progress, op, stop=stop)
+        return run_plan(problem, plan, engine, progress, op, stop=stop)
 
     marg = None
     if task == "PR":

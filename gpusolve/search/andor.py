@@ -42,6 +42,7 @@ import numpy as np
 
 from gpusolve.model.problem import Problem
 from gpusolve.plan.buckets import Plan
+from gpusolve.stop import Stop, Stopped
 
 # Values the context cache may hold in all (subtree assignments and bounds): about 1 GiB.
 CACHE_VALUES = 100_000_000
@@ -174,15 +175,6 @@ class Subproblem:
     budget: object
 
 
-class Stopped(Exception):
-    """The search was asked to stop (deadline or interrupt). `lower`, when set, bounds from below
-    the cost of the problem (`run`) or subproblem (`solve`) searched: the least bound of its open nodes."""
-
-    def __init__(self, lower=None):
-        super().__init__()
-        self.lower = lower
-
-
 @dataclass
 class _Lookup:
     """Everything an OR node of one variable gathers, as flat index arithmetic into the pool."""
@@ -206,7 +198,7 @@ class AndOrSearch:
     """Depth-first AND/OR branch and bound with context caching over a pseudo tree."""
 
     def __init__(self, problem: Problem, order: list[int], heuristic: Heuristic,
-                 should_stop: Callable[[], bool] | None = None, cache_values: int = CACHE_VALUES,
+                 stop: Stop | None = None, cache_values: int = CACHE_VALUES,
                  propagators=(), on_incumbent: Callable[[list[int]], object] | None = None):
         """`on_incumbent(assignment)` is offered greedy completions as the search goes and returns the
         incumbent's cost then (or None): the search prunes against it, as against `tighten`."""
@@ -221,7 +213,7 @@ class AndOrSearch:
         self.watch = [[(p, self.tree.above(v, p.scope)) for p in self.propagators if v in p.scope]
                       for v in range(len(problem.variables))]
         self.dom = problem.domains
-        self.should_stop = should_stop or (lambda: False)
+        self.stop = stop or Stop()
         self.stats = SearchStats()
         self.integer = problem.integer
         self.top = problem.top
@@ -357,8 +349,8 @@ class AndOrSearch:
                 cost, sub = hit
                 return (cost, sub) if sub is not None and cost < budget else (max(cost, budget), None)
         self.stats.nodes += 1
-        if self.stats.nodes & 255 == 0 and self.should_stop():
-            raise Stopped
+        if self.stats.nodes & 255 == 0:
+            self.stop.check()
         costs = self._costs(v, value)
         kids = self.tree.children[v]
         if not kids:  # a leaf: its cheapest value
@@ -443,7 +435,7 @@ class AndOrSearch:
 
         Returns (cost, assignment) of a strictly better one, or (lower bound >= incumbent, None)
         when none exists: the incumbent (or a better one offered since) is then optimal. Raises
-        Stopped when asked to stop, with `lower` set.
+        gpusolve.stop.Stopped when `stop` says so, with `lower` set.
         """
         self.upper = _number(incumbent)
         result = self._in_thread(self._roots)

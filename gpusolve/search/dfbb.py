@@ -42,6 +42,7 @@ import numpy as np
 
 from gpusolve.model.problem import Problem
 from gpusolve.inference.vac import before_search
+from gpusolve.stop import Stop
 
 from gpusolve.search.dfbb_state import (
     AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, LIMIT, N_CTL, NODES, QLEN, RIGHT, SLACK, UB, ZLIMIT
@@ -388,8 +389,13 @@ class Beside:
             self._thread.join()
         self.publish(bounds)
 
-    def run_here(self, bounds, stop) -> None:
-        """The core alone, in this thread, until it completes or `stop()`."""
+    def watching(self, bounds, stop: Stop) -> Stop:
+        """A stop for the search run beside the core: `stop`, or the core has proven the optimum; each
+        poll publishes what the core found."""
+        return _Publishing(self, bounds, stop)
+
+    def run_here(self, bounds, stop: Stop) -> None:
+        """The core alone, in this thread, until it completes or `stop` says so."""
         t0 = time.perf_counter()
         while not stop():
             self._step()
@@ -403,3 +409,14 @@ class Beside:
         return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
                 "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
                 "compile_s": self.compile_s}
+
+
+class _Publishing(Stop):
+    """Beside.watching's stop."""
+
+    def __init__(self, beside: Beside, bounds, parent: Stop):
+        super().__init__(parent=parent)
+        self.beside, self.bounds = beside, bounds
+
+    def __call__(self) -> bool:
+        return self.beside.publish(self.bounds) or super().__call__()

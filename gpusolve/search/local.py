@@ -35,7 +35,6 @@ Every step is whole-array `xp` code over all chains (NumPy or CuPy).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,6 +43,7 @@ import numpy as np
 from gpusolve.order import graph
 from gpusolve.engines import sparse
 from gpusolve.model.problem import Problem
+from gpusolve.stop import Stop
 
 # The chains run on the GPU engine's device when the problem's tables hold this many entries in all.
 # Below, 256 chains sweep about as fast on one core (GEOM40: 8-9 ms against 14-20 ms on the device,
@@ -280,8 +280,7 @@ def exchange(xp, energy, temp, parity: int, g):
     return (perm + rungs * xp.arange(ladders)[:, None]).reshape(-1)
 
 
-def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n: int = 256,
-                 should_stop: Callable[[], bool] | None = None,
+def local_search(problem: Problem, starts, stop: Stop | None, rng, xp=np, n: int = 256,
                  on_improve: Callable[[object, list[int]], None] | None = None,
                  on_progress: Callable[[], None] | None = None,
                  max_sweeps: int | None = None, rungs: int = 16, tenure: int = 2, hot: float = HOT,
@@ -298,8 +297,8 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
     when k = 0 or None); evidence keeps its observed values. A chain that
     has not improved its own best for `patience` sweeps restarts from its
     ladder's best (probability `home`) or a random start, a share `perturb`
-    of its values random. Stops at `deadline` (a time.perf_counter()
-    value), after `max_sweeps` sweeps, or when should_stop() says so.
+    of its values random. Stops after `max_sweeps` sweeps or when `stop`
+    says so (checked before each sweep).
     on_improve(cost, assignment) is called for each better feasible
     assignment, the best start's included; until the first, on_progress()
     each time the chains' best comes closer to feasibility (fewer violated
@@ -352,8 +351,7 @@ def local_search(problem: Problem, starts, deadline: float | None, rng, xp=np, n
                 on_improve(c, a)
 
     def done():
-        return ((max_sweeps is not None and step >= max_sweeps)
-                or (deadline is not None and time.perf_counter() > deadline) or (should_stop and should_stop()))
+        return (max_sweeps is not None and step >= max_sweeps) or (stop is not None and stop())
 
     gt.pool[gt.hard] = gt.span  # lexicographic until a feasible point is known
     take(*scores(xp, gt, x, problem.top)[1:])
@@ -409,15 +407,15 @@ def ball(adjacency, rng, size: int) -> set[int]:
     return seen
 
 
-def lns(problem: Problem, assignment, engine, rng, deadline: float | None = None,
-        should_stop: Callable[[], bool] | None = None,
+def lns(problem: Problem, assignment, engine, rng, stop: Stop | None = None,
         on_improve: Callable[[object, list[int]], None] | None = None,
         size: int = LNS_SIZE, max_entries: int = LNS_ENTRIES):
     """Large neighbourhood search from a feasible `assignment`: (best assignment, its cost).
 
     Each step solves the ball's subproblem exactly, so its result is never worse than the
     incumbent restricted to it; equal-cost results are taken too (the search drifts along
-    plateaus). on_improve(cost, assignment) is called for each better one.
+    plateaus). on_improve(cost, assignment) is called for each better one. `stop` is checked
+    before each step (a step's plan holds at most `max_entries` joint entries).
     """
     from gpusolve.inference.eliminate import assign, run_plan
     from gpusolve.model.problem import condition
@@ -429,8 +427,8 @@ def lns(problem: Problem, assignment, engine, rng, deadline: float | None = None
     adjacency = {v: nb for v, nb in graph.primal_graph(problem).items()
                  if dom[v] > 1 and v not in problem.evidence}
     adjacency = {v: nb & adjacency.keys() for v, nb in adjacency.items()}
-    while adjacency and not (deadline is not None and time.perf_counter() > deadline
-                             or should_stop and should_stop()):
+    stop = stop or Stop()
+    while adjacency and not stop():
         free = ball(adjacency, rng, size)
         sub = condition(problem, {v: best[v] for v in range(len(dom)) if v not in free})
         order = graph.elimination_order(sub, "minfill", {v: adjacency[v] & free for v in free})

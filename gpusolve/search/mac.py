@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from gpusolve.consistency.globals import (
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import AllDifferent, Problem
 from gpusolve.consistency.preprocess import PairSupports, revise
+from gpusolve.stop import Stop, Stopped
 
 
 
@@ -127,10 +127,10 @@ class Takers:
 
 
 class Mac:
-    def __init__(self, problem: Problem, should_stop: Callable[[], bool] | None = None, xp=None,
+    def __init__(self, problem: Problem, stop: Stop | None = None, xp=None, max_nodes: int | None = None,
                  limits: Limits = DEFAULT):
         self.problem, self.xp, self.limits = problem, xp, limits
-        self.should_stop = should_stop or (lambda: False)
+        self.stop, self.max_nodes = stop or Stop(), max_nodes
         dom = problem.domains
         self.domains = np.zeros((len(dom), max(dom, default=0)), dtype=bool)
         for v, d in enumerate(dom):
@@ -223,7 +223,8 @@ class Mac:
         return self.matches[j] is not None
 
     def run(self) -> list[int] | None:
-        """A solution (value index per variable), or None when there is none. Raises Stopped.
+        """A solution (value index per variable), or None when there is none. Raises Stopped once `stop`
+        says so or after `max_nodes` nodes.
 
         Depth-first search restarted after limits.restart_base times the Luby sequence's failures (the
         learned weights stay), so that one bad early choice does not trap it. It branches on a
@@ -233,7 +234,6 @@ class Mac:
         exempt: Langford's positions, N-queens' rows), on which of them takes it (dual first
         fail, as exact cover's column choice). Each restart is a complete search from the root,
         so running out of choices at the root proves that there is no solution."""
-        from gpusolve.search.andor import Stopped
         if not (self.pairs.start(self.trail.record) and self.propagate(range(len(self.live)))):
             self.stats.complete = True
             return None
@@ -246,8 +246,9 @@ class Mac:
             budget = self.limits.restart_base * luby(run)
             while True:
                 self.stats.nodes += 1
-                if self.should_stop():
-                    raise Stopped
+                self.stop.check()
+                if self.max_nodes is not None and self.stats.nodes > self.max_nodes:
+                    raise Stopped()
                 open_ = np.flatnonzero(sizes > 1)
                 if not open_.size:
                     self.stats.complete = True

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+
+from gpusolve.stop import Stop, Stopped
 
 
 _SEARCHES: dict[str, object] = {}  # per worker process: the AndOrSearch of the run under way, by token
@@ -28,19 +29,19 @@ def _child_search(token: str, state, sub_var: int, root: int, x: int, rest, shar
 
 
 def search_on_dask(client, problem, order, heuristic, incumbent: list[int] | None,
-                   should_stop: Callable[[], bool] = lambda: False):
+                   stop: Stop | None = None):
     """AND/OR branch and bound with each (root value, child subtree) pair solved on a Dask worker
     (daoopt's conditioning, at depth one). Each root keeps its best total in a dask Variable that
     workers read before they start, so every subproblem is pruned with the best bound found anywhere.
 
     Returns (optimal internal cost, an optimal assignment or None when infeasible, OR nodes
     expanded by the workers); the incumbent's values stand where nothing beats them. Raises
-    search.Stopped when `should_stop()` says so (subproblems already running finish unheard).
+    Stopped when `stop` says so (subproblems already running finish unheard).
     """
     import numpy as np
     from dask.distributed import Variable, as_completed
 
-    from gpusolve.search.andor import AndOrSearch, Stopped
+    from gpusolve.search.andor import AndOrSearch
     local = AndOrSearch(problem, order, heuristic)
     tree = local.tree
     token = f"search-{time.time_ns()}"
@@ -74,9 +75,9 @@ def search_on_dask(client, problem, order, heuristic, incumbent: list[int] | Non
                                       key=f"{token}-{r}-{x}-{c}", pure=False)] = (r, x)
     nodes = 0
     for future, (cost, found, n) in as_completed(futures, with_results=True):
-        if should_stop():
+        if stop is not None and stop():
             client.cancel(list(futures))
-            raise Stopped
+            raise Stopped(stop.signal())
         nodes += n
         r, x = futures[future]
         entry = pending.get((r, x))

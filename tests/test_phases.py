@@ -1,0 +1,210 @@
+"""Every phase kind hears Ctrl-C: interrupted at its k-th poll, it ends within one more, bounds valid.
+
+No clock: the stop flips to interrupted after k polls (helpers.InterruptAfter), and a poll is what
+a phase makes per unit of work (a mini-bucket or block, a sweep, a region, 256 search nodes, a
+local search sweep or LNS step, a MAC node), so a bounded number of polls is a bounded time.
+"""
+import math
+import signal
+import time
+
+import numpy as np
+import pytest
+from helpers import InterruptAfter, brute_force, internal, random_problem, toulbar2_optimum
+
+from gpusolve.engines.numpy_engine import NumpyEngine
+from gpusolve.generate import generate
+from gpusolve.model.problem import CostFunction, Problem, Variable
+from gpusolve.order import graph
+from gpusolve.plan.buckets import build_plan
+from gpusolve.schedule.anytime import plan_schedule
+from gpusolve.schedule.bounds import Bounds
+from gpusolve.schedule.phases import (
+    BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, LocalSearch, NotStarted, RunContext, Search,
+)
+from gpusolve.stop import Stop, Stopped
+
+FURTHER_POLLS = 1  # after the poll that said stop: local search's LNS asks once, search's core once
+KS = (1, 2, 3, 5, 8, 13)
+
+
+def context(problem, stop=None):
+    order = graph.elimination_order(problem)
+    bounds = Bounds.start(problem, time.perf_counter())
+    return RunContext(problem, order, NumpyEngine(1), bounds, stop or Stop(), 1 << 30)
+
+
+def interrupt(phase, ctx, k: int) -> bool:
+    """Run `phase` with a stop interrupted at its k-th poll; True when the interrupt came while it ran."""
+    ctx.stop = stop = InterruptAfter(k)
+    try:
+        phase.run(ctx)
+    except Stopped as e:
+        assert e.interrupted and stop.polls >= k  # raised by the interrupt, not by anything else
+    assert stop.polls <= k + FURTHER_POLLS, (phase, k, stop.polls)
+    return stop.polls >= k
+
+
+def assert_valid(ctx, optimum) -> None:
+    """lower <= optimum <= upper, the incumbent's cost its upper bound (internal costs)."""
+    b = ctx.bounds
+    assert b.lower <= optimum + 1e-9
+    if b.assignment is not None:
+        assert b.upper == ctx.problem.evaluate(b.assignment) >= optimum - 1e-9
+
+
+def small(seed: int, p_hard: float = 0.2):
+    """A random problem small enough to enumerate, large enough for several units of work."""
+    problem = random_problem(np.random.default_rng(900 + seed), n_max=8, d_max=4, f_max=14, p_hard=p_hard)
+    return problem, brute_force(problem)[0]
+
+
+def check_kind(make_phase, prepare=lambda ctx: None, seeds=range(6), p_hard=0.2) -> None:
+    """For each seed and k: interrupted at poll k the phase ends within FURTHER_POLLS, bounds valid;
+    at least one run per kind was interrupted mid-phase."""
+    interrupted = 0
+    for seed in seeds:
+        problem, optimum = small(seed, p_hard)
+        for k in KS:
+            ctx = context(problem)
+            prepare(ctx)
+            try:
+                interrupted += interrupt(make_phase(ctx), ctx, k)
+            except NotStarted:
+                break
+            assert_valid(ctx, optimum)
+    assert interrupted > 0
+
+
+def smallest_z(ctx):
+    return max([f.arity for f in ctx.problem.functions] + [1])
+
+
+def test_mbe_hears_the_interrupt():
+    check_kind(lambda ctx: MBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx))))
+
+
+def test_exact_be_hears_the_interrupt():
+    check_kind(lambda ctx: BE(build_plan(ctx.problem, ctx.order, None)))
+
+
+def test_bounded_sparse_be_hears_the_interrupt():
+    check_kind(lambda ctx: BoundedSparseBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx))), p_hard=0.4)
+
+
+def test_bounded_sparse_be_hears_the_interrupt_in_its_exact_run(tmp_path):
+    """Its exact run below the cheap MBE's incumbent (the second progress bar) hears it too: before, it
+    saw only the deadline and ran to its end."""
+    problem = generate("grid", 25, 4, 0.3, 0.3, seed=1)
+    optimum = internal(problem, toulbar2_optimum(problem, tmp_path / "g.wcsp"))
+    in_exact = 0
+    for k in range(1, 200, 9):
+        runs = []
+        ctx = context(problem)
+        ctx.progress_factory = lambda total: runs.append(total) or (lambda entries: None)
+        cut = interrupt(BoundedSparseBE(build_plan(problem, ctx.order, 2)), ctx, k)
+        assert_valid(ctx, optimum)
+        in_exact += cut and len(runs) == 2
+    assert in_exact > 0
+
+
+def shifted(ctx) -> None:
+    """FGLP run whole (no interrupt), as the schedule runs it before MBE-MM and JGLP."""
+    FGLP().run(ctx)
+
+
+def test_fglp_hears_the_interrupt():
+    check_kind(lambda ctx: FGLP(), p_hard=0.0)
+
+
+def test_mbe_on_the_shifted_problem_hears_the_interrupt():
+    def phase(ctx):
+        if ctx.shifted is None:
+            raise NotStarted()  # FGLP raised nothing here: the schedule skips the shifted MBE too
+        return MBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx)), shifted=True)
+    check_kind(phase, shifted, seeds=range(12), p_hard=0.0)
+
+
+def test_jglp_hears_the_interrupt():
+    def guided(ctx) -> None:
+        MBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx))).run(ctx)
+        shifted(ctx)
+        ctx.out.phase_s["eliminate"] = math.inf  # JGLP's slice: no longer than the eliminations before it
+    check_kind(lambda ctx: JGLP(), guided, seeds=range(12), p_hard=0.0)
+
+
+def test_local_search_hears_the_interrupt():
+    def guided(ctx) -> None:
+        MBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx))).run(ctx)
+    check_kind(lambda ctx: LocalSearch(seconds=math.inf, stall=(math.inf, 1.0)), guided)
+
+
+def test_mac_hears_the_interrupt():
+    """Satisfaction problems (costs 0 or forbidden): MAC's first solution is optimal."""
+    interrupted = 0
+    for seed in range(6):
+        rng = np.random.default_rng(950 + seed)
+        top = 1
+        variables = [Variable(f"x{i}", 4) for i in range(7)]
+        functions = []
+        for _ in range(12):
+            u, v = (int(x) for x in rng.choice(7, 2, replace=False))
+            functions.append(CostFunction((u, v), np.where(rng.random((4, 4)) < 0.3, top, 0).astype(np.int64)))
+        problem = Problem("sat", variables, functions, top=top)
+        assert problem.is_satisfaction
+        optimum = brute_force(problem)[0]
+        for k in KS:
+            ctx = context(problem)
+            interrupted += interrupt(MAC(), ctx, k)
+            assert_valid(ctx, optimum)
+    assert interrupted > 0
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_search_hears_the_interrupt(alone, tmp_path, monkeypatch):
+    """AND/OR search guided by MBE, polled every 256 nodes; `alone`: without the compiled search beside
+    it, which may prove the optimum first in its thread (then the search ends with that proof)."""
+    from gpusolve.search import dfbb
+    if alone:
+        monkeypatch.setattr(dfbb, "supports", lambda problem: "the compiled search is left out of this test")
+    interrupted = 0
+    for seed in range(3):
+        problem = generate("grid", 36, 5, 0.3, 0.3, seed=seed)
+        optimum = toulbar2_optimum(problem, tmp_path / "g.wcsp")
+        optimum = problem.top if optimum is None else internal(problem, optimum)
+        for k in KS[:3]:
+            ctx = context(problem)
+            MBE(build_plan(problem, ctx.order, 2)).run(ctx)
+            cut = interrupt(Search(), ctx, k)
+            assert cut or not alone and ctx.bounds.proven
+            interrupted += cut
+            assert_valid(ctx, optimum)
+    assert interrupted > 0
+
+
+def test_the_schedule_ends_at_the_interrupt_and_reports_it():
+    """Through run_schedule: the phase under way is cut off and not listed as run."""
+    from gpusolve.schedule.anytime import run_schedule
+    problem, optimum = small(6)
+    order = graph.elimination_order(problem)
+    exact = build_plan(problem, order, None)
+    schedule = plan_schedule(problem, order, exact, 1 << 30, None, "numpy", search=False)
+    bounds = Bounds.start(problem, time.perf_counter())
+    assert not bounds.closed and [p.name for p in schedule.phases] == ["be"]
+    stop = InterruptAfter(2)  # the loop's first poll, then the first bucket of the first phase
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, stop, 1 << 30)
+    assert stop.polls <= 2 + 1 and out.note == "; exact BE cut off" and out.ran == []
+    assert bounds.lower <= optimum
+
+
+def test_an_interrupt_reaches_every_phase_stop_with_its_signal():
+    root = Stop()
+    box = root.within(60.0).within(math.inf, reserve=1.0)
+    assert not box()
+    root.interrupted = signal.SIGINT
+    with pytest.raises(Stopped) as e:
+        box.check()
+    assert e.value.interrupted == signal.SIGINT
+    with pytest.raises(Stopped) as e:
+        Stop(0.0).check()  # a deadline passed: no signal
+    assert e.value.interrupted is False
