@@ -506,7 +506,7 @@ def test_wcsp_hard_alldiff_with_exempt_values(tmp_path):
 
 @pytest.mark.slow
 def test_written_globals_read_back(tmp_path):
-    from gpusolve.parsers.write import write_wcsp
+    from gpusolve.parsers.wcsp import write_wcsp
     for seed in range(10):
         problem = random_global_problem(seed, plain=True)
         path = tmp_path / f"g{seed}.wcsp"

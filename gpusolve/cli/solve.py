@@ -101,7 +101,7 @@ def write_outputs(result: Result, solution: str | None, uai_output: str | None) 
     """Write --solution and --uai-output; returns the error line when a write failed."""
     if not solution and not uai_output:
         return None
-    from gpusolve.parsers.write import write_uai_result
+    from gpusolve.parsers.uai import write_uai_result
     from gpusolve.schedule.solve import write_solution
     try:
         if solution and result.assignment is not None:
