@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpusolve.consistency.globals import decompose, gac, hard
+from gpusolve.consistency.alldiff import gac, hard
+from gpusolve.consistency.globals import decompose
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import CostFunction, Problem, TupleFunction, Variable
 
