@@ -157,12 +157,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     phases["plan"] = t2 - t1
     if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
         phases["gpu_startup"] = engine.startup_s
-
-    def heard(b: Bounds, phase: str) -> None:
-        if on_bounds:
-            on_bounds(*problem.file_bounds(b.lower, None if b.assignment is None else b.upper), phase)
-
-    bounds = Bounds.start(problem, t0, heard)
+    bounds = Bounds.start(problem, t0, on_bounds)
     bounds.on_phase = on_phase
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
