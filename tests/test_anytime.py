@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
-from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.inference.eliminate import INCUMBENT_BYTES
+from gpusolve.schedule.anytime import BOUNDED_SPARSE_SHARE, Schedule, plan_schedule, run_schedule
 from gpusolve.schedule.bounds import Bounds
-from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search
+from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search, predict_s
 from gpusolve.search.andor import AndOrSearch
 from gpusolve.stop import Stop
 from gpusolve.generate import generate
-from gpusolve.plan.buckets import build_plan, plan_within
+from gpusolve.plan.buckets import build_plan, largest_fitting_z, plan_within
 from gpusolve.schedule.solve import Options, solve
 from gpusolve.model.problem import CostFunction, Problem
 from gpusolve.parsers.write import write_wcsp
@@ -185,7 +186,8 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search"]  # a deadline: incumbents first
+    # a deadline: incumbents first, then bounded sparse BE below them, then the bounds that guide search
+    assert names == ["mbe", "local-search", "bounded-sparse", "mbe", "fglp", "mbe", "jglp", "search"]
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
     assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
@@ -238,6 +240,46 @@ def test_a_longer_limit_or_none_never_plans_a_weaker_schedule(config, seed):
                  for t in LIMITS]
     for weak, strong in zip(schedules, schedules[1:]):
         assert_no_weaker(strong, weak)
+
+
+# (topology, variables, domain size, memory budget): integer problems whose exact plan fits, fits only
+# slowly, or does not fit (bounded sparse BE's ground); the CPU engine on two threads
+EXACT_OR_NOT = [("random", 64, 8, 1 << 30), ("grid", 100, 10, 1 << 30), ("grid", 64, 5, 1 << 30),
+                ("random", 100, 5, 1 << 24), ("scalefree", 64, 10, 1 << 26), ("random", 16, 4, 1 << 30)]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[HypothesisPhase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.sampled_from(EXACT_OR_NOT), seed=st.integers(0, 9))
+def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config, seed):
+    """SPOT5 505: no exact plan fits, search stalls above the optimum, and bounded sparse BE proves it;
+    once search joined the schedule, bounded sparse BE was planned only without search. Exact BE runs
+    whenever its prediction fits; bounded sparse BE whenever its cheap run's does (what it keeps below
+    the incumbent is known only as it runs), boxed to its share, and before the mini-bucket passes that
+    only guide search: with no limit unboxed (memory caps its rows: it ends, search may not)."""
+    topology, n, d, budget = config
+    problem = generate(topology, n, d, 0.3, 0.5, seed=seed)
+    assert problem.integer
+    order = graph.elimination_order(problem)
+    exact = plan_within(problem, order, None, budget, 1, "auto")
+    for limit in LIMITS:
+        schedule = plan_schedule(problem, order, exact, budget, limit, "numpy", threads=2)
+        names = [p.name for p in schedule.phases]
+        if exact is not None and predict_s(exact, "numpy", 2) <= 0.8 * (limit or math.inf):
+            assert "be" in names
+        if names == ["be"]:
+            continue  # its proof needs nothing else
+        heuristic = schedule.heuristic
+        cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity, heuristic.z)
+        share = BOUNDED_SPARSE_SHARE * (limit or math.inf)
+        if cheap is None or heuristic.rows_within(budget) == 0 or predict_s(cheap, "numpy", 2) > share:
+            continue
+        assert "bounded-sparse" in names, schedule.describe()
+        at = names.index("bounded-sparse")
+        bounded = schedule.phases[at]
+        assert all(i > at for i, p in enumerate(schedule.phases) if p.name == "search" or p.name == "mbe" and p.plan is heuristic)
+        assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
+        assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)
 
 
 def test_streamed_exact_be_comes_after_a_bounded_search():

@@ -88,14 +88,27 @@ def test_bounded_sparse_be_below_an_incumbent_is_exact(seed):
     assert lower == best and problem.evaluate(assignment) == best
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_bounded_sparse_be_below_a_held_incumbent_is_exact(seed):
+    """In the search schedule it runs after local search: a held incumbent cheaper than its own cheap
+    run's lowers top further (here the optimum itself: nothing is left to beat it)."""
+    problem, order, fallback = bounded_case(seed)
+    best, optimal = brute_force(problem)
+    if best >= problem.top:
+        return
+    for held in (list(optimal), [int(v) for v in np.zeros(len(problem.domains), dtype=int)]):
+        lower, assignment, _, _ = bounded_sparse(problem, order, fallback, 1 << 30, NumpyEngine(), None, held=held)
+        assert lower == best and problem.evaluate(assignment) == best
+
+
 def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit():
     limits = Limits(chunk_rows=1 << 12)  # a chunk workspace within the small budget
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu", tables="dense"))
-    for search in (False, True):  # bounded sparse BE without search; AND/OR search with it
+    for search in (False, True):  # bounded sparse BE proves it, and with search before search starts
         r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search, limits=limits))
-        assert r.status == "optimal"
-        assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
+        assert r.status == "optimal" and r.method.endswith("bounded sparse BE") and r.search is None
+        assert r.z is None and r.largest_rows > 0
         assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
     dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", limits=limits))
     assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets
