@@ -94,7 +94,7 @@ def test_every_stop_point_holds_valid_bounds(seed):
 class StopAt(Stop):
     """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
     schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
-    then. Slices of their own (local search, JGLP's) still end on the wall clock. The phases ask
+    then. Slices of their own (local search, JGLP's, bounded sparse BE's box) still end on the wall clock. The phases ask
     through `within`; the checks made once AND/OR search has started (`searching`, set by a patch of
     its run) are counted (a box for it is not kept: these schedules give it none)."""
 
@@ -123,8 +123,8 @@ class StopAt(Stop):
         class SearchStop(Stop):
             def __call__(self) -> bool:
                 outer.search_checks += outer.searching
-                return outer()
-        return SearchStop()
+                return outer() or self.deadline is not None and time.perf_counter() >= self.deadline
+        return SearchStop(time.perf_counter() + seconds if math.isfinite(seconds) else None)
 
 
 SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
@@ -317,7 +317,8 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds(mon
             done[-1] += 1
         return advance
     stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10, monkeypatch)  # 10 mini-buckets into the 2nd elimination
-    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
+    # dense tables: no bounded sparse BE, whose runs would be the 2nd and 3rd eliminations
+    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30, tables="dense"),
               progress_factory=progress_factory, stop=stop)
     first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]
     assert first < heuristic and done[1] == 10
