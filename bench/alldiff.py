@@ -33,7 +33,7 @@ from gpusolve.consistency import alldiff_kernel
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.consistency.alldiff import METHODS, crossing, filter_domains, max_matching, pack, peel
 from gpusolve.generate import langford, queens
-from gpusolve.consistency.globals import id_table, value_ids
+from gpusolve.consistency.alldiff import id_table, value_ids
 from gpusolve.search.mac import Mac
 from gpusolve.stop import Stop, Stopped
 

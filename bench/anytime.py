@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import SHARED, cpu_name, gpu_name, write_result  # noqa: E402
 
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.parsers.write import write_wcsp  # noqa: E402
+from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 
 # The wide networks: (topology, n, d, p1, p2, seed); p2 = 0: no hard tuples.
 GENERATED = [("random", 40, 5, 0.15, 0.3, 1), ("random", 60, 4, 0.1, 0.3, 1), ("random", 100, 3, 0.05, 0.3, 1),

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import cpu_name, write_result  # noqa: E402
 
 from gpusolve import parsers  # noqa: E402
-from gpusolve.parsers.write import write_wcsp  # noqa: E402
+from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 from gpusolve.order import graph  # noqa: E402
 from gpusolve.inference.eliminate import run_plan  # noqa: E402
 from gpusolve.stop import Stop  # noqa: E402

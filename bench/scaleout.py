@@ -27,7 +27,7 @@ from gpusolve.cli.batch import batch_record  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
 from gpusolve.cli.batch import batch_on_dask  # noqa: E402
 from gpusolve.schedule.solve import Options, solve  # noqa: E402
-from gpusolve.parsers.write import write_wcsp  # noqa: E402
+from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 
 
 def bench_batch(args, folder: Path) -> list[dict]:

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 
 from gpusolve.build import Model  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.parsers.write import write_wcsp  # noqa: E402
+from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 
 
 def rlfap(links: int, frequencies: int, seed: int, density: int = 4) -> Model:

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,13 +150,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     ap.add_argument("--time-limit", type=int, default=60, help="seconds for each solver on each file")
+    ap.add_argument("--jobs", type=int, default=1, help="files solved at once (1: times as a lone user meets them; "
+                                                         "more share the cores and the GPU)")
     args = ap.parse_args()
     root = toulbar2_root()
     names = [n for n in instances(root) if not args.quick or n in QUICK]
-    rows = []
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"toulbar2_files-{os.getpid()}"
     scratch.mkdir(exist_ok=True)
-    for name in names:
+
+    def one(name: str) -> dict:
         path = root / name
         ours, theirs = run_gpusolve(path, args.time_limit), run_toulbar2(path, args.time_limit)
         value, source = reference(path, theirs, scratch, args.time_limit)
@@ -163,18 +166,21 @@ def main() -> None:
                                                               "time_s", "traceback")},
                "pytoulbar2": theirs, "ub": ub(path), "reference": value, "reference_from": source}
         row["agrees"] = (ours["status"] == "optimal" and source is not None and agrees(ours["value"], value))
-        rows.append(row)
         print(f"{name}: gpusolve {ours['status']} {ours['value']} ({ours['time_s']:.1f} s), pytoulbar2 "
               f"{theirs.get('value')} proved {theirs.get('proved')}, .ub {row['ub']}, reference {value} ({source})",
               flush=True)
+        return row
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # each job is two child processes, one after the other
+        rows = list(pool.map(one, names))
     note = None if root.is_dir() else f"no copy of toulbar2's repository at {root} (set GPUSOLVE_TOULBAR2)"
-    record = write_result("toulbar2_files", cpu_name(), time_limit_s=args.time_limit, root=str(root), note=note,
-                          rows=rows)
-    record.with_suffix(".md").write_text(markdown(rows, args.time_limit))
+    record = write_result("toulbar2_files", cpu_name(), time_limit_s=args.time_limit, jobs=args.jobs,
+                          root=str(root), note=note, rows=rows)
+    record.with_suffix(".md").write_text(markdown(rows, args.time_limit, args.jobs))
     print(f"wrote {record.with_suffix('.md')}")
 
 
-def markdown(rows: list[dict], time_limit: int) -> str:
+def markdown(rows: list[dict], time_limit: int, jobs: int = 1) -> str:
     """The table: file, gpusolve's status/value/time, pytoulbar2's value/time, the .ub, the reference."""
     def cell(x):
         return "" if x is None else str(x)
@@ -182,7 +188,7 @@ def markdown(rows: list[dict], time_limit: int) -> str:
     def seconds(x):
         return "" if x is None else f"{x:.1f}"
 
-    lines = [f"time limit {time_limit} s per solver and file; gpusolve's value is its upper bound, the "
+    lines = [f"time limit {time_limit} s per solver and file, {jobs} file(s) at once; gpusolve's value is its upper bound, the "
              "reference is the file's optimum (see bench/toulbar2_files.py)", "",
              "| file | gpusolve status | gpusolve value | gpusolve s | pytoulbar2 value | proved | pytoulbar2 s "
              "| .ub | reference (from) | note |", "|" + "---|" * 10]

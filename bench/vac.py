@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from gpusolve import parsers  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
-from gpusolve.parsers.write import write_wcsp  # noqa: E402
+from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 from gpusolve.inference.vac import vac  # noqa: E402
 
 TOULBAR2 = Path("/work/cache/toulbar2")

@@ -17,7 +17,7 @@ __all__ = ["Limits", "Model", "Options", "ParseError", "Problem", "Result", "__v
 
 # name -> module that defines it (`solve` is that module's `run`)
 _LAZY = {"Limits": "limits", "Model": "build", "Options": "schedule.solve", "Result": "schedule.solve",
-         "Problem": "model.problem", "ParseError": "parsers", "write": "parsers.write", "solve": "schedule.solve"}
+         "Problem": "model.problem", "ParseError": "parsers", "write": "parsers", "solve": "schedule.solve"}
 
 
 def read(path, evidence=None, format: str | None = None, limits=None):

@@ -86,7 +86,7 @@ class Model:
 
     def write(self, path: str | Path) -> None:
         """.wcsp, .uai or .cfn (value names kept), optionally compressed by suffix."""
-        from .parsers.write import write
+        from .parsers import write
         write(self.problem(), path)
 
     def _scope(self, scope) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""Input readers: `read(path)` picks the format from the file name.
+"""Readers and writers: `read(path)` and `write(problem, path)` pick the format from the file name.
 
 .wcsp and .cfn (toulbar2), .uai (UAI MARKOV/BAYES, MPE), .xml (XCSP 2.1 or XCSP3),
 .fzn (FlatZinc) and .yaml (pyDCOP), each optionally compressed as .gz, .xz or .bz2;
@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 
 READERS = {".wcsp": "wcsp", ".uai": "uai", ".xml": "xcsp", ".cfn": "cfn", ".fzn": "fzn", ".yaml": "yamldcop",
            ".yml": "yamldcop"}  # format -> reader module
+WRITERS = {".wcsp": "wcsp", ".uai": "uai", ".cfn": "cfn"}  # format -> the module that reads and writes it
 FORMATS = tuple(fmt[1:] for fmt in READERS)  # names for `format` (standard input)
 SUPPORTED_SUFFIXES = tuple(fmt + comp for fmt in READERS for comp in ("", *COMPRESSIONS))
 
 __all__ = ["COMPRESSIONS", "FORMATS", "OverBudget", "ParseError", "READERS", "SUPPORTED_SUFFIXES",
-           "check_stop", "format_of", "read"]
+           "WRITERS", "check_stop", "format_of", "read", "write"]
 
 
 def read(path: str | Path, evidence: str | Path | None = None, format: str | None = None,
@@ -70,6 +71,15 @@ def _read(path, evidence, format) -> Problem:
         beside = path.with_name(base + ".evid")
         evidence = beside if beside.is_file() else None
     return _reader(".uai")(path, evidence)
+
+
+def write(problem: Problem, path: str | Path) -> None:
+    """Write `problem` in the format its suffix names (.wcsp, .uai, .cfn; .gz/.xz/.bz2 compress)."""
+    fmt = format_of(path)
+    if fmt not in WRITERS:
+        raise ValueError(f"cannot write {fmt or 'a file without extension'}: choose .wcsp, .uai or .cfn")
+    module = importlib.import_module(f".{WRITERS[fmt]}", __name__)
+    getattr(module, f"write_{WRITERS[fmt]}")(problem, path)
 
 
 def format_of(path: str | Path, format: str | None = None) -> str:

@@ -1,7 +1,7 @@
-"""toulbar2's CFN reader (.cfn, the format toulbar2 documents first).
+"""toulbar2's CFN (.cfn, the format toulbar2 documents first): its reader and its writer (`write_cfn`).
 
 A JSON-like object `{problem: {name, mustbe}, variables: {...}, functions: {...}}`
-read as toulbar2 reads it (tb2reader.cpp, CFNStreamReader): blanks, double quotes,
+read as toulbar2 reads it (tb2reader.cpp, CFNStreamReader; the words: cfn_syntax.py): blanks, double quotes,
 colons and commas all only separate words, so quotes and commas are optional
 and `"type:"` is the word `type`; `{}` and `[]` are interchangeable; a line
 starting with `#` and the rest of a line after `//` are comments. Every object
@@ -25,9 +25,9 @@ only once the whole file is charged.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -39,19 +39,14 @@ from gpusolve.model.problem import (FORBIDDEN, MAX_TOP, AllDifferent, CostFuncti
                             finalize_integer)
 
 from .errors import ParseError, quote
-from .source import read_lines, split_compression
+from .source import open_text, split_compression
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
-from .wcsp import MAX_PARAM
+from .wcsp import MAX_PARAM, expressible
+from .cfn_syntax import NUMBER, Atom, Group, is_number, tree
 
-# toulbar2's words: what is left between blanks, quotes, colons and commas; braces are words of their own
-TOKEN = re.compile(r'[{}\[\]]|[^\s":,{}\[\]]+')
-NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")  # linear: no two ways to split the digits
-NUMBER_START = "0123456789-+."  # a word starting so is a number, never a name (the format's rule)
 INFINITY = "inf"  # the forbidden cost
 MAX_DECIMALS = 18
-# What the tree keeps per token (the Atom, its text, the list entry: ~150 bytes measured with
-# tracemalloc), and a value name's index entry later.
-TOKEN_BYTES = 192
+
 # the global cost functions toulbar2 reads in CFN (tb2reader.cpp's GCFTemplates, and alldiff, gcc)
 TOULBAR2_GLOBALS = ("clique", "knapsack", "knapsackv", "cfnconstraint", "salldiff", "sgcc", "ssame", "sregular",
                     "sregulardp", "sgrammar", "sgrammardp", "samong", "samongdp", "salldiffdp", "salldiffkp", "sgccdp",
@@ -59,55 +54,9 @@ TOULBAR2_GLOBALS = ("clique", "knapsack", "knapsackv", "cfnconstraint", "salldif
                     "wvaramong", "woverlap", "wsum", "wvarsum", "wdiverse", "whdiverse", "wtdiverse", "alldiff", "gcc")
 
 
-@dataclass
-class Atom:
-    text: str
-    line: int
-
-
-@dataclass
-class Group:
-    items: list
-    line: int
-
-
 def read(path: str | Path) -> Problem:
-    root = _tree(path)
+    root = tree(path)
     return _Reader(path).problem(root)
-
-
-def _tree(path) -> Group:
-    """The nested groups of the file; `{}` and `[]` both open a group, as toulbar2 allows."""
-    stack = [Group([], 1)]
-    for lineno, text in enumerate(read_lines(path), 1):
-        if text.startswith("#"):
-            continue
-        count = 0
-        for count, m in enumerate(TOKEN.finditer(text.partition("//")[0]), 1):
-            word = m.group()
-            if word in ("{", "["):
-                stack.append(Group([], lineno))
-            elif word in ("}", "]"):
-                if len(stack) == 1:
-                    raise ParseError(path, lineno, f"unbalanced {word!r}")
-                group = stack.pop()
-                stack[-1].items.append(group)
-            else:
-                stack[-1].items.append(Atom(word, lineno))
-        message = charge(count * TOKEN_BYTES, f"{count:,} tokens")  # checked line by line: a line's worth late
-        if message:
-            raise ParseError(path, lineno, message)
-    if len(stack) > 2:
-        raise ParseError(path, stack[-1].line, "unclosed '{' or '[' opened here")
-    if len(stack) == 2:  # the whole object left open: toulbar2 stops reading after the functions
-        stack[0].items.append(stack.pop())
-    if len(stack[0].items) != 1 or not isinstance(stack[0].items[0], Group):
-        raise ParseError(path, 1, "a CFN file holds one object {problem, variables, functions}")
-    return stack[0].items[0]
-
-
-def _is_number(item) -> bool:
-    return isinstance(item, Atom) and item.text[0] in NUMBER_START
 
 
 class _Reader:
@@ -197,7 +146,7 @@ class _Reader:
         names or a size (a word starting as a number)."""
         entries, items, i = [], group.items, 0
         while i < len(items):
-            if isinstance(items[i], Group) or _is_number(items[i]):
+            if isinstance(items[i], Group) or is_number(items[i]):
                 entries.append((None, items[i]))
                 i += 1
             elif i + 1 == len(items):
@@ -306,7 +255,7 @@ class _Reader:
         scope = self._scope(items[pos], name)
         pos += 1
         default = kind = None
-        if tag("defaultcost") or (pos < len(items) and _is_number(items[pos])):  # without keys: a number
+        if tag("defaultcost") or (pos < len(items) and is_number(items[pos])):  # without keys: a number
             if pos == len(items):
                 raise self.error(body, f"cost function {name}: no default cost")
             default = items[pos]
@@ -529,3 +478,88 @@ class _Reader:
                 return int(atom.text)
         text = atom.text if isinstance(atom, Atom) else "{...}"
         raise self.error(atom, f"cost function {name}: value {text} is not in the domain of variable {var.name}")
+
+
+def write_cfn(problem: Problem, path: str | Path) -> None:
+    """toulbar2's CFN: named variables and values (when the model has them), dense cost lists,
+    `mustbe` "<top" (or ">bound" when maximising, see `_cfn_bound`), forbidden entries as `inf`, the
+    offset as a 0-ary function, AllDifferents left out of the tables as toulbar2's `salldiff` (or
+    `alldiff` with excepted values); ValueError for one toulbar2 cannot express (values other than the
+    domain indices, a soft one with excepted values, any when maximising: toulbar2 takes no negative
+    violation cost)."""
+    if not problem.integer:
+        raise ValueError(".cfn is written for integer costs: write this problem as .uai")
+    globals_ = [g for g in problem.globals if not g.tabled]
+    if globals_ and problem.sense < 0:
+        raise ValueError("toulbar2 reads no AllDifferent in a maximisation .cfn")
+
+    def cost(internal: int) -> _Number:
+        """An internal cost as the file states it: utility when maximising, with the file's decimals,
+        exact (digits moved, never a float)."""
+        value = problem.sense * int(internal)
+        if not problem.precision:
+            return _Number(value)
+        digits = str(abs(value)).rjust(problem.precision + 1, "0")
+        return _Number(f"{'-' if value < 0 else ''}{digits[:-problem.precision]}.{digits[-problem.precision:]}")
+
+    bound = cost(_cfn_bound(problem))
+    names: list[str] = []
+    for i, v in enumerate(problem.variables):  # CFN names scopes by variable name: unique and plain
+        names.append(v.name if _plain(v.name) and v.name not in names else f"x{i}_")
+    variables = {n: list(v.labels) if v.labels and all(_plain(x) for x in v.labels) else v.domain
+                 for n, v in zip(names, problem.variables)}
+    functions = {}
+    for k, f in enumerate(problem.functions):
+        functions[f"f{k}"] = {"scope": [names[v] for v in f.scope],
+                              "costs": [cost(c) if c < problem.top else "inf" for c in f.table.reshape(-1)]}
+    for k, g in enumerate(globals_):
+        functions[f"g{k}"] = {"scope": [names[v] for v in g.scope], **_cfn_global(g, problem, cost)}
+    if problem.offset:
+        functions["offset"] = {"scope": [], "costs": [cost(int(problem.offset))]}
+    doc = {"problem": {"name": problem.name if _plain(problem.name) else "problem",
+                       "mustbe": ("<" if problem.sense > 0 else ">") + bound},
+           "variables": variables, "functions": functions}
+    with open_text(path) as out:
+        out.write(_json(doc) + "\n")
+
+
+class _Number(str):
+    """A cost's decimal text, written as a JSON number."""
+
+
+def _json(value) -> str:
+    """Compact JSON where costs (_Number) keep their exact decimal text (json's floats would not)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    return str(value) if isinstance(value, _Number) else json.dumps(value)
+
+
+def _plain(name: str) -> bool:
+    """Whether CFN can carry `name` as a string: not number-like, no delimiters or blanks."""
+    return bool(name) and name[0] not in "0123456789-.+" and not any(c in name for c in '/#[]{}" \t\n,:')
+
+
+def _cfn_global(g, problem: Problem, cost) -> dict:
+    """The `type` and `params` of AllDifferent `g`; `cost` writes an internal cost as the file does."""
+    expressible(g, problem.top, ".cfn")
+    if g.exempt:
+        return {"type": "alldiff", "params": {"exceptedvalues": sorted(int(v) for v in g.exempt), "deltacosts": []}}
+    return {"type": "salldiff", "params": {"metric": g.semantics, "cost": "inf" if g.cost >= problem.top
+                                           else cost(g.cost)}}
+
+
+def _cfn_bound(problem: Problem) -> int:
+    """The internal bound written in `mustbe`: top + offset. toulbar2 reads a bound strictly between -1
+    and 0 as its opposite (the integer part "-0" loses the sign); such a bound is moved to the integer
+    on its loose side when no total of finite costs reaches top (the forbidden entries are `inf`), and
+    refused otherwise."""
+    bound, unit = int(problem.top) + int(problem.offset), 10 ** problem.precision
+    if not -unit < problem.sense * bound < 0:
+        return bound
+    reach = sum(int(np.max(f.table, where=f.table < problem.top, initial=0)) for f in problem.functions)
+    reach += sum(int(g.cost) * g.worst() for g in problem.globals if not g.tabled and g.cost < problem.top)
+    if reach >= problem.top:
+        raise ValueError(f"toulbar2 cannot read this .cfn's bound ({problem.sense * bound / unit}: between -1 and 0)")
+    return 0 if problem.sense > 0 else unit

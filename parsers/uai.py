@@ -1,4 +1,5 @@
-"""UAI (MARKOV / BAYES) reader and evidence files, for the MPE task.
+"""UAI (MARKOV / BAYES) reader and evidence files, for the MPE task; the MARKOV writer (`write_uai`)
+and the competition's result files (`write_uai_result`).
 
 Format as in the UAI 2014/2016 inference competitions: the network type, n,
 n domain sizes, the number of functions, one scope per function, then per
@@ -18,7 +19,7 @@ import numpy as np
 from gpusolve.model.problem import CostFunction, Problem, Variable, condition
 
 from .errors import quote
-from .source import read_lines, split_compression
+from .source import open_text, read_lines, split_compression
 from .tables import too_large
 from .tokens import Tokens, parse_ints
 
@@ -113,3 +114,38 @@ def _is_multi_sample(values: list[int]) -> bool:
             return False
         pos += 1 + 2 * values[pos]
     return pos == len(values)
+
+
+def write_uai(problem: Problem, path: str | Path) -> None:
+    """UAI MARKOV network with p = 10^-cost per entry (0 where forbidden): its MPE is the problem's
+    optimum, reported as a log10 probability (for an integer problem, minus the cost)."""
+    lines = ["MARKOV", str(len(problem.variables)), " ".join(map(str, problem.domains)),
+             str(len(problem.functions) + 1)]
+    lines += [f"{f.arity} {' '.join(map(str, f.scope))}".strip() for f in problem.functions]
+    lines.append("0")  # the constant offset as a 0-ary function
+    for f in problem.functions:
+        table = np.asarray(f.table, dtype=np.float64)
+        p = np.where(table >= float(problem.top), 0.0, 10.0 ** -table)
+        lines.append(f"{table.size}\n" + " ".join(repr(float(x)) for x in p.reshape(-1)))
+    lines.append(f"1\n{10.0 ** -float(problem.offset)!r}")
+    with open_text(path) as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def write_uai_result(path: str | Path, task: str, log10_value, assignment=None, marginals=None) -> None:
+    """UAI competition result file (MPE: values, PR: log10 Z, MAR: one distribution per variable).
+
+    PR with no value writes -inf, log10 of Z = 0 (as C's printf and Python's float() spell it),
+    also a true lower bound when none is known. MPE with no assignment and MAR with no marginals
+    (every assignment of probability 0) write the task line alone: the format has no solution
+    line for them, and its evaluation takes a missing solution as none."""
+    if task == "MPE":
+        body = None if assignment is None else f"{len(assignment)} " + " ".join(map(str, assignment))
+    elif task == "PR":
+        body = "-inf" if log10_value is None else repr(float(log10_value))
+    elif task == "MAR":
+        body = None if marginals is None else f"{len(marginals)} " + " ".join(
+            f"{len(m)} " + " ".join(repr(float(p)) for p in m) for m in marginals)
+    else:
+        raise ValueError(f"no UAI result format for task {task}")
+    Path(path).write_text(f"{task}\n" + ("" if body is None else f"{body}\n"))

@@ -1,4 +1,4 @@
-"""toulbar2 .wcsp reader.
+"""toulbar2 .wcsp: its reader and its writer (`write_wcsp`).
 
 Follows the format as documented in toulbar2's reader (src/tb2reader.cpp,
 "Weighted Constraint Satisfaction Problem file format"): header
@@ -25,6 +25,7 @@ over auxiliary variables (decompose.py); other global keywords are refused by na
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -36,7 +37,7 @@ from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithme
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
-from .source import read_lines, reading_sizes
+from .source import open_text, read_lines, reading_sizes
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens
 
@@ -301,3 +302,54 @@ def _param(t: Tokens, what: str) -> int:
     if abs(value) > MAX_PARAM:
         raise t.error(f"{what} {value} out of range (|{what}| <= 2^60)")
     return value
+
+
+def write_wcsp(problem: Problem, path: str | Path) -> None:
+    """toulbar2 .wcsp: every tuple listed (default cost 0), forbidden entries as top.
+
+    Written for integer problems whose top is the file's upper bound; a negative
+    offset (from negative costs) is spread as a constant the format allows: none
+    below zero, so it raises. AllDifferents left out of the tables become
+    toulbar2 global cost functions (`salldiff`, cost top when hard; `alldiff`
+    for a hard one with exempt values); ValueError for one toulbar2 cannot
+    express (values other than the domain indices).
+    """
+    _integer_minimisation(problem, ".wcsp")
+    if problem.offset < 0:
+        raise ValueError(".wcsp has no negative costs: write this problem as .cfn")
+    top = int(problem.top) + int(problem.offset)
+    globals_ = [_global_line(g, problem.top, top) for g in problem.globals if not g.tabled]
+    lines = [f"{problem.name} {len(problem.variables)} {max(problem.domains, default=0)} "
+             f"{len(problem.functions) + len(globals_) + (1 if problem.offset else 0)} {top}",
+             " ".join(str(d) for d in problem.domains)] + globals_
+    for f in problem.functions:
+        lines.append(f"{f.arity} {' '.join(map(str, f.scope))} 0 {f.table.size}")
+        for values in itertools.product(*(range(s) for s in f.table.shape)):
+            cost = int(f.table[values])
+            lines.append(" ".join(map(str, values)) + f" {top if cost >= problem.top else cost}")
+    if problem.offset:
+        lines.append(f"0 {int(problem.offset)} 0")
+    with open_text(path) as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def _integer_minimisation(problem: Problem, fmt: str) -> None:
+    if not problem.integer or problem.sense != 1 or problem.precision:
+        raise ValueError(f"{fmt} holds integer costs to minimise: write this problem as .cfn or .uai")
+
+
+def _global_line(g, internal_top, top: int) -> str:
+    expressible(g, internal_top, ".wcsp")
+    head = f"{len(g.scope)} {' '.join(map(str, g.scope))} -1"
+    if g.exempt:
+        return f"{head} alldiff {len(g.exempt)}" + "".join(f" {v}" for v in sorted(g.exempt))
+    return f"{head} salldiff {g.semantics} {top if g.cost >= internal_top else g.cost}"
+
+
+def expressible(g, internal_top, fmt: str) -> None:
+    """Raise unless toulbar2 has a form for AllDifferent `g`: over the domain indices, soft only
+    without excepted values."""
+    if any(not np.array_equal(vals, np.arange(len(vals))) for vals in g.values):
+        raise ValueError(f"an AllDifferent over values other than the domain indices has no {fmt} form")
+    if g.exempt and g.cost < internal_top:
+        raise ValueError(f"a soft AllDifferent with exempt values has no {fmt} form")

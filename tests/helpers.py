@@ -96,7 +96,7 @@ def bounded_case(seed):
 def toulbar2_optimum(problem: Problem, path):
     """pytoulbar2's optimum of `problem` written to `path` (.wcsp), None when infeasible; skips the
     test when pytoulbar2 is not installed."""
-    from gpusolve.parsers.write import write_wcsp
+    from gpusolve.parsers.wcsp import write_wcsp
     write_wcsp(problem, path)
     return toulbar2_file_optimum(path)
 

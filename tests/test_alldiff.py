@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from gpusolve.consistency import globals as gl
+from gpusolve.consistency import alldiff, globals as gl
 from gpusolve.consistency.alldiff import METHODS, filter_domains, max_matching
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Infeasible
@@ -222,7 +222,7 @@ def test_propagator_costs_add_up_to_the_constraint_along_the_scope():
 
 
 def test_gac_on_scopes_equals_filtering_the_whole_graph():
-    """globals.gac (assigned variables left out, the graph by a strided copy or a scatter, domains
+    """alldiff.gac (assigned variables left out, the graph by a strided copy or a scatter, domains
     as a list or a matrix) against filter_domains on the whole variable-value graph: value maps
     that are runs (N-queens-like), arbitrary ones, domains of different sizes, exempt values."""
     for seed in range(300):
@@ -238,7 +238,7 @@ def test_gac_on_scopes_equals_filtering_the_whole_graph():
         live = [rng.random(d) < 0.6 for d in sizes]
         for v in live:
             v[rng.integers(len(v))] |= rng.random() < 0.7  # mostly non-empty, sometimes one value
-        ids, m = gl.value_ids(g)
+        ids, m = alldiff.value_ids(g)
         dom = np.zeros((k, m), dtype=bool)
         for r in range(k):
             dom[r, ids[r][live[r]]] = True
@@ -249,7 +249,7 @@ def test_gac_on_scopes_equals_filtering_the_whole_graph():
         matrix = np.zeros((k, max(sizes)), dtype=bool)
         for r, v in enumerate(live):
             matrix[r, :len(v)] = v
-        for got, rows in ((gl.gac(g, by_list), by_list), (gl.gac(g, matrix), [matrix[r, :d] for r, d in enumerate(sizes)])):
+        for got, rows in ((alldiff.gac(g, by_list), by_list), (alldiff.gac(g, matrix), [matrix[r, :d] for r, d in enumerate(sizes)])):
             assert (got is not None) == feasible, seed
             if got is not None:
                 for r in range(k):
@@ -275,7 +275,7 @@ def test_value_ids_rank_values_as_unique_does():
         rng = np.random.default_rng(seed)
         spread = 10 if seed % 2 else 10**9
         values = tuple(rng.integers(-spread, spread, size=int(rng.integers(1, 6))) for _ in range(int(rng.integers(1, 6))))
-        ids, m = gl.value_ids(AllDifferent(tuple(range(len(values))), values, FORBIDDEN))
+        ids, m = alldiff.value_ids(AllDifferent(tuple(range(len(values))), values, FORBIDDEN))
         shared, inverse = np.unique(np.concatenate(values), return_inverse=True)
         assert m == len(shared) and np.array_equal(np.concatenate(ids), inverse.reshape(-1))
 
@@ -360,7 +360,7 @@ def test_mac_searches_listed_pairs_as_dense_tables():
 def fewest_from_graph(m, least):
     """Mac._fewest_takers from the variable-value graph of each node, not from counts kept by the
     trail."""
-    from gpusolve.consistency.globals import id_table, variable_value_graph
+    from gpusolve.consistency.alldiff import id_table, variable_value_graph
     best = None
     for t in m.permutations:
         dom = variable_value_graph(t.g, m.domains)[1]
@@ -506,7 +506,7 @@ def test_wcsp_hard_alldiff_with_exempt_values(tmp_path):
 
 @pytest.mark.slow
 def test_written_globals_read_back(tmp_path):
-    from gpusolve.parsers.write import write_wcsp
+    from gpusolve.parsers.wcsp import write_wcsp
     for seed in range(10):
         problem = random_global_problem(seed, plain=True)
         path = tmp_path / f"g{seed}.wcsp"

@@ -26,7 +26,7 @@ from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, largest_fitting_z, plan_within
 from gpusolve.schedule.solve import Options, solve
 from gpusolve.model.problem import CostFunction, Problem
-from gpusolve.parsers.write import write_wcsp
+from gpusolve.parsers.wcsp import write_wcsp
 
 
 def hard_grid():

@@ -470,19 +470,36 @@ def test_toulbar2_validation_files_solve_to_their_ub(name):
     assert result.status == "optimal" and result.upper_bound == pytest.approx(expected), result
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("2 0 1 -1 wgrammar hard 10 == 1", "unsupported cost function keyword wgrammar"),
-    ("2 0 1 -1 sgrammar var 1", "global cost function sgrammar is not supported"),
-    ("2 0 1 -1 sregular hamming 1 1 1 0 1 0 1 0 0 0", "metric 'hamming' is not supported"),
-    ("2 0 1 -1 wregular 2 1 0 0 1 3 0 1 0 0 0 0", "state 3 out of range"),
-    ("2 0 1 -1 wsum lin 1 =< 2", "comparator '=<' is none of"),
-])
-def test_refusals_name_the_global(text, fragment, tmp_path):
-    path = tmp_path / "bad.wcsp"
-    path.write_text(f"b 2 2 1 10\n2 2\n{text}\n")
+# A file of each format around one function: toulbar2's .wcsp (the function on line 3) and CFN.
+AROUND = {".wcsp": ("b 2 2 1 10\n2 2\n{}\n", ":3:"),
+          ".cfn": ('{{problem:{{name:t mustbe:"<10"}} variables:{{a:2 b:2}}\nfunctions:{{f:{{scope:[a b] {}}}}}}}',
+                   ":2: cost function f:")}
+
+
+def refusal(path) -> str:
     with pytest.raises(ParseError) as info:
         read(path)
-    assert str(info.value).startswith(f"{path}:3:") and fragment in str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("suffix, function, fragment", [
+    (".wcsp", "2 0 1 -1 wgrammar hard 10 == 1", "unsupported cost function keyword wgrammar"),
+    (".wcsp", "2 0 1 -1 sgrammar var 1", "global cost function sgrammar is not supported"),
+    (".wcsp", "2 0 1 -1 sregular hamming 1 1 1 0 1 0 1 0 0 0", "metric 'hamming' is not supported"),
+    (".wcsp", "2 0 1 -1 wregular 2 1 0 0 1 3 0 1 0 0 0 0", "state 3 out of range"),
+    (".wcsp", "2 0 1 -1 wsum lin 1 =< 2", "comparator '=<' is none of"),
+    (".cfn", "type:wgcc params:{metric:lin cost:1 bounds:[[0 1]]}", "wgcc: bounds rows are 3 numbers, found (0, 1)"),
+    (".cfn", "type:wsum params:{metric:lin cost:1 comparator:\"<=\"}", "wsum: its params lack 'to'"),
+    (".cfn", "type:wregular params:{nb_states:2 starts:[0] ends:[[1 0]] transitions:[]}", "starts rows are 2 numbers"),
+    (".cfn", "type:\">=\" params:[1]", ">= takes 2 parameters (cst, delta)"),
+    (".cfn", "type:sgrammar params:{metric:var cost:1}", "global cost function sgrammar is not supported"),
+])
+def test_refusals_name_the_function(suffix, function, fragment, tmp_path):
+    path = tmp_path / f"bad{suffix}"
+    text, where = AROUND[suffix]
+    path.write_text(text.format(function))
+    message = refusal(path)
+    assert message.startswith(f"{path}{where}") and fragment in message
 
 
 def test_large_decompositions_are_refused_before_they_are_made(tmp_path):
@@ -491,25 +508,8 @@ def test_large_decompositions_are_refused_before_they_are_made(tmp_path):
                            (f"{1 << 24} {1 << 24}\n2 0 1 -1 walldiff lin 1", "33,554,432 auxiliary variables")]:
         path = tmp_path / "big.wcsp"
         path.write_text(f"b 2 2 1 10\n{text}\n")
-        with pytest.raises(ParseError) as info:
-            read(path)
-        assert str(info.value).startswith(f"{path}:3:") and fragment in str(info.value)
-
-
-@pytest.mark.parametrize("function, fragment", [
-    ("type:wgcc params:{metric:lin cost:1 bounds:[[0 1]]}", "wgcc: bounds rows are 3 numbers, found (0, 1)"),
-    ("type:wsum params:{metric:lin cost:1 comparator:\"<=\"}", "wsum: its params lack 'to'"),
-    ("type:wregular params:{nb_states:2 starts:[0] ends:[[1 0]] transitions:[]}", "starts rows are 2 numbers"),
-    ("type:\">=\" params:[1]", ">= takes 2 parameters (cst, delta)"),
-    ("type:sgrammar params:{metric:var cost:1}", "global cost function sgrammar is not supported"),
-])
-def test_cfn_refusals_name_the_function(function, fragment, tmp_path):
-    path = tmp_path / "bad.cfn"
-    header = '{problem:{name:t mustbe:"<10"} variables:{a:2 b:2}'
-    path.write_text(f"{header}\nfunctions:{{f:{{scope:[a b] {function}}}}}}}")
-    with pytest.raises(ParseError) as info:
-        read(path)
-    assert str(info.value).startswith(f"{path}:2: cost function f:") and fragment in str(info.value)
+        message = refusal(path)
+        assert message.startswith(f"{path}:3:") and fragment in message
 
 
 def test_exponential_partial_sums_are_refused(tmp_path):

@@ -1,6 +1,7 @@
 """Depth-first branch and bound with EDAC*: exact optima, valid bounds at every node, reparameterisations
 that keep every assignment's cost, and a search that resumes where a slice ended."""
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -275,3 +276,37 @@ def test_toulbar2_agrees_on_generated_problems(tmp_path, block):
         search = solve(problem)
         got = None if search.ub >= problem.top else search.ub + problem.offset
         assert got == expected, seed
+
+
+@pytest.mark.parametrize("how", ["alone", "beside"])
+def test_a_stop_or_a_proof_beside_does_not_wait_for_the_cores_first_slice(how, monkeypatch):
+    """The core's first slice compiles it (tens of seconds with a cold numba cache): neither a Ctrl-C
+    (`run_here`, the core alone) nor the end of the AND/OR search beside it (`finish`) may wait for
+    that. Both return while the slice is still running (a slice that blocks until released stands
+    for the compile; no clock involved)."""
+    from gpusolve.schedule.bounds import Bounds
+    from gpusolve.stop import Stop
+    problem = random_problem(np.random.default_rng(3), n_max=5, d_max=3, arity_max=2)
+    bounds = Bounds.start(problem, 0.0, None)
+    beside = dfbb.Beside(problem, bounds)
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def compiling(nodes):
+        started.set()
+        release.wait(60)
+        ended.set()
+        return PAUSED
+    monkeypatch.setattr(beside.search, "run", compiling)
+
+    class CtrlC(Stop):  # interrupted once the slice has begun
+        def __call__(self):
+            self.interrupted = self.interrupted or started.is_set()
+            return bool(self.interrupted)
+    if how == "alone":
+        beside.run_here(bounds, CtrlC())
+    else:
+        beside.start()
+        started.wait(60)
+        beside.finish(bounds)
+    assert started.is_set() and not ended.is_set()
+    release.set()

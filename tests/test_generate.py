@@ -10,7 +10,7 @@ from gpusolve import parsers
 from gpusolve.order import graph
 from gpusolve.generate import generate, scalefree_edges
 from gpusolve.schedule.solve import Options, solve
-from gpusolve.parsers.write import write_wcsp
+from gpusolve.parsers.wcsp import write_wcsp
 
 CASES = [(t, n, d, p2, seed) for seed, (t, n) in enumerate(
     [("random", 10), ("random", 12), ("scalefree", 12), ("scalefree", 14), ("grid", 16), ("grid", 9)] * 2)

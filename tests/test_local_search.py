@@ -12,7 +12,7 @@ from gpusolve.generate import generate
 from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.search.local import ball, gathers, induced_tree, lns, local_search, rollouts, scores, tree_move
 from gpusolve.model.problem import condition
-from gpusolve.parsers.write import write_wcsp
+from gpusolve.parsers.wcsp import write_wcsp
 from gpusolve.plan.buckets import build_plan
 from gpusolve.consistency.preprocess import preprocess
 from helpers import InterruptAfter, brute_force, random_problem, toulbar2_optimum

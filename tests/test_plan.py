@@ -82,7 +82,7 @@ def test_info_prints_the_placement_for_a_device_budget(tmp_path):
     from gpusolve.cli.group import main
     path = tmp_path / "g.wcsp"
     problem = generate("grid", 16, 6, seed=2)
-    from gpusolve.parsers.write import write
+    from gpusolve.parsers import write
     write(problem, path)
     r = CliRunner().invoke(main, ["info", str(path), "--gpu-mem-limit", "20K"])
     assert r.exit_code == 0 and "placement for a device budget of 20.0 KiB" in r.output and "streamed" in r.output

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpusolve import parsers
-from gpusolve.parsers.write import write_wcsp
+from gpusolve.parsers.wcsp import write_wcsp
 from gpusolve.order import graph
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.engines.numpy_engine import NumpyEngine

@@ -122,3 +122,20 @@ def test_records_keep_the_command_line_options_without_the_limits():
     r = solve(problem, Options(device="cpu", limits=Limits(chunk_rows=2)))
     assert set(r.options) == {f.name for f in fields(Options)} - {"limits"}
     assert r.options == Options(device="cpu").settings()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_on_bounds_hears_each_improvement_in_the_files_objective(seed):
+    """The live listener hears what the result reports: each row of the trace, in the file's
+    objective (a maximisation with an offset here), the last one the result's bounds."""
+    from dataclasses import replace
+    problem = replace(random_problem(np.random.default_rng(seed), p_hard=0.1), sense=-1, offset=7)
+    heard = []
+    r = solve(problem, Options(), on_bounds=lambda lo, hi, phase: heard.append([lo, hi, phase]))
+    assert heard and heard == [row[1:] for row in r.trace]
+    best = brute_force(problem)[0]
+    if problem.is_forbidden(best):
+        assert r.status == "infeasible"
+        return
+    assert r.status == "optimal" and heard[-1][:2] == [r.lower_bound, r.upper_bound]
+    assert internal(problem, r.lower_bound) == internal(problem, r.upper_bound) == best

@@ -218,7 +218,7 @@ def test_grids_reach_toulbar2s_vac_bound(p2, tmp_path):
     toulbar2's VAC root bound (the two differ in their order of cost moves; toulbar2 also runs EDAC between
     them). Stopping VAC at the first run of bottlenecks left 3,290 against toulbar2's 3,528."""
     from gpusolve.generate import generate
-    from gpusolve.parsers.write import write_wcsp
+    from gpusolve.parsers.wcsp import write_wcsp
     p = generate("grid", 100, 10, 0.3, p2, 1)
     write_wcsp(p, tmp_path / "grid.wcsp")
     reference = toulbar2_vac_root(tmp_path / "grid.wcsp")

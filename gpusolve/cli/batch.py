@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable
 
 import click
 
-from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, Seconds, fmt_bound, err, out, solve_file,
-                                 solve_options)
+from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, Seconds, dask_options, err, fmt_bound, out,
+                                 solve_file, solve_options)
 from gpusolve.distributed.cluster import executor
 from gpusolve.report import dumps
 
@@ -34,9 +34,7 @@ EXIT_BATCH_ERROR = 1  # batch: an instance ended in error (its line and the summ
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @solve_options
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results.jsonl", show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Spread instances over a LocalCluster of this many Dask worker processes.")
-@click.option("--scheduler", default=None, help="Spread instances over a running Dask cluster (tcp://host:8786).")
+@dask_options("Instances spread")
 @click.option("--resume", is_flag=True, help="Skip instances already in --out whatever options solved them.")
 @click.option("--retry-errors", is_flag=True, help="Solve again the instances recorded as error or timeout.")
 @click.option("--budget", type=Seconds(), default=None,

@@ -121,6 +121,17 @@ def above_floor(ctx, param, value: int | None) -> int | None:
     return value
 
 
+def dask_options(work: str, workers_note: str = "", scheduler_note: str = ""):
+    """--workers and --scheduler for a command that spreads `work` over Dask workers (solve, batch, csg)."""
+    def add(f):
+        f = click.option("--scheduler", default=None,
+                         help=f"{work} on a running Dask cluster (tcp://host:8786){scheduler_note}.")(f)
+        return click.option("--workers", type=click.IntRange(min=1), default=None,
+                            help=f"{work} on an embedded LocalCluster of this many Dask worker processes"
+                                 f"{workers_note}.")(f)
+    return add
+
+
 def solve_options(f):
     """Options shared by `solve` and `batch`."""
     for opt in reversed([

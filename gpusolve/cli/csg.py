@@ -7,7 +7,8 @@ from contextlib import contextmanager
 
 import click
 
-from gpusolve.cli.common import EXIT_INPUT, EXIT_MEMORY, SizeParam, report_failure, fmt_bound, err, interruptible, out
+from gpusolve.cli.common import (EXIT_INPUT, EXIT_MEMORY, SizeParam, dask_options, err, fmt_bound, interruptible, out,
+                                 report_failure)
 from gpusolve.csg.dp import ALGORITHMS
 from gpusolve.csg.solve import PRECISIONS
 from gpusolve.csg.values import DISTRIBUTIONS
@@ -38,12 +39,8 @@ from gpusolve.report import dumps
 @click.option("--gpu-mem-limit", type=SizeParam(), default=None, help="Device memory budget; default: free memory.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="CPU engine threads (default: one per core; on a Dask worker, its --nthreads).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Cut each level's coalitions across this many Dask workers of an embedded cluster: one "
-                   "process per GPU when the GPU is used, else CPU processes.")
-@click.option("--scheduler", default=None,
-              help="Cut each level's coalitions across the workers of a running Dask cluster (tcp://host:8786; "
-                   "with --workers, its first N); FILE must be readable by every worker at the same path.")
+@dask_options("Each level's coalitions cut across the workers", ": one per GPU when the GPU is used",
+              "; with --workers, its first N; FILE must be readable by every worker at the same path")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
 def csg_cmd(file, distribution, n, seed, write_path, workers, scheduler, as_json, **options):
     """Optimal coalition structure: FILE holds n then 2^n coalition values (mask order; or a .npy)."""

@@ -23,7 +23,7 @@ from gpusolve.generate import TOPOLOGIES, GenerateBudget, GenerateError
 def generate_cmd(topology, n, d, p1, p2, seed, output):
     """Write a random binary WCSP (GpuBE section 8.1 recipes)."""
     from gpusolve.generate import generate
-    from gpusolve.parsers.write import write
+    from gpusolve.parsers import write
     try:
         problem = generate(topology, n, d, p1, p2, seed)
     except GenerateError as e:

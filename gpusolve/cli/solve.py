@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, fmt_bound, one_line, err, interruptible,
-                                 out, progress_bar, solve_file, solve_options)
+from gpusolve.cli.common import (EXIT_INPUT, EXIT_INTERRUPT, Failure, SizeParam, dask_options, err, fmt_bound,
+                                 interruptible, one_line, out, progress_bar, solve_file, solve_options)
 from gpusolve.engines import registry
 from gpusolve.host import fmt_bytes
 from gpusolve.parsers import COMPRESSIONS, FORMATS, READERS
@@ -45,12 +45,7 @@ Exit codes:
 @click.option("--uai-output", type=click.Path(dir_okay=False), default=None,
               help="Write the UAI competition result file (MPE, PR or MAR format).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, nothing else.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a LocalCluster of "
-                   "this many Dask worker processes.")
-@click.option("--scheduler", default=None,
-              help="Exact BE's largest buckets in slices, and AND/OR search subproblems, on a running Dask "
-                   "cluster (tcp://host:8786).")
+@dask_options("Exact BE's largest buckets in slices, and AND/OR search subproblems,")
 @click.option("--slice-min", type=SizeParam(), default=None,
               help="With --workers or --scheduler: exact BE slices each bucket whose joint table exceeds this "
                    "(e.g. 4G) over the workers; default: the device budget of one GPU, else the memory budget.")
@@ -101,7 +96,7 @@ def write_outputs(result: Result, solution: str | None, uai_output: str | None) 
     """Write --solution and --uai-output; returns the error line when a write failed."""
     if not solution and not uai_output:
         return None
-    from gpusolve.parsers.write import write_uai_result
+    from gpusolve.parsers.uai import write_uai_result
     from gpusolve.schedule.solve import write_solution
     try:
         if solution and result.assignment is not None:

@@ -8,30 +8,19 @@ AllDifferent, in turn until neither removes a value); then the global constraint
 are added where they fit (globals.decompose). This
 never changes the optimum, shrinks the domains that size every table, and
 detects an emptied domain (the problem is infeasible) before any
-elimination. Value indices change: `Reduced.expand` maps an assignment back
+elimination. Value indices change: `Reduced.expand` (model/problem.py) maps an assignment back
 to the file's value indices.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from gpusolve.consistency.globals import decompose, gac, hard
+from gpusolve.consistency.alldiff import gac, hard
+from gpusolve.consistency.globals import decompose
 from gpusolve.limits import DEFAULT, Limits
-from gpusolve.model.problem import CostFunction, Problem, TupleFunction, Variable
-
-
-@dataclass
-class Reduced:
-    problem: Problem  # the reduced problem (the original one when nothing was removed)
-    values: list[np.ndarray]  # per variable: the original index of each kept value
-    infeasible: bool = False
-    removed: int = 0  # values removed in all
-
-    def expand(self, assignment) -> list[int]:
-        """An assignment of the reduced problem in the original problem's value indices."""
-        return [int(self.values[v][a]) for v, a in enumerate(assignment)]
+from gpusolve.model.problem import CostFunction, Problem, Reduced, TupleFunction, Variable
 
 
 def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:

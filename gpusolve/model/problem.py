@@ -287,6 +287,21 @@ class Problem:
                        self.precision, list(self.globals if globals is None else globals))
 
 
+@dataclass
+class Reduced:
+    """A problem after preprocessing removed values, and the way back to the file's value indices:
+    beside `visible` and `value_labels`, the last step of reporting an assignment in the file's terms."""
+
+    problem: Problem  # the reduced problem (the original one when nothing was removed)
+    values: list[np.ndarray]  # per variable: the original index of each kept value
+    infeasible: bool = False
+    removed: int = 0  # values removed in all
+
+    def expand(self, assignment) -> list[int]:
+        """An assignment of the reduced problem in the original problem's value indices."""
+        return [int(self.values[v][a]) for v, a in enumerate(assignment)]
+
+
 # Readers mark forbidden integer entries with this before `finalize_integer`.
 FORBIDDEN = np.iinfo(np.int64).max
 

@@ -20,15 +20,17 @@ class Bounds:
     proven: bool = False  # lower == upper by proof (or infeasibility)
     trivial: object = 0  # the bound before any phase: each function's minimum
     trace: list[tuple[float, object, object, str]] = field(default_factory=list)
-    on_change: Callable[["Bounds", str], None] | None = None
+    # Hears each improvement as (lower, upper, phase) in the file's objective (upper None before any
+    # incumbent): a live display or a log reads the file's numbers, as the result reports them.
+    on_bounds: Callable[[object, object, str], None] | None = None
     # A live display: hears each phase as it starts and, for a search, how to count its nodes so far.
     on_phase: Callable[[str, Callable[[], int] | None], None] | None = None
 
     @classmethod
-    def start(cls, problem: Problem, t0: float, on_change=None) -> "Bounds":
+    def start(cls, problem: Problem, t0: float, on_bounds=None) -> "Bounds":
         """The trivial lower bound (each function's minimum) before any phase runs."""
         lower = problem.total(f.least() if f.entries else problem.top for f in problem.functions)
-        b = cls(problem, t0, lower, problem.top, trivial=lower, on_change=on_change)
+        b = cls(problem, t0, lower, problem.top, trivial=lower, on_bounds=on_bounds)
         b._record("trivial")
         return b
 
@@ -70,5 +72,6 @@ class Bounds:
 
     def _record(self, phase: str) -> None:
         self.trace.append((time.perf_counter() - self.t0, self.lower, self.upper, phase))
-        if self.on_change:
-            self.on_change(self, phase)
+        if self.on_bounds:
+            self.on_bounds(*self.problem.file_bounds(self.lower, None if self.assignment is None else self.upper),
+                           phase)

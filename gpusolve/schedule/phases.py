@@ -429,7 +429,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     finally:
         out.search = s.stats.to_json()
         if beside is not None:
-            beside.finish(bounds, wait=not stop())
+            beside.finish(bounds)
             out.search["dfbb"] = beside.stats()
             out.search["complete"] = s.stats.complete or beside.complete  # the phase's proof, by either
     if s.stats.complete:

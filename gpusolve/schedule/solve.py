@@ -28,7 +28,7 @@ from gpusolve.limits import DEFAULT, Limits
 from gpusolve.engines import sparse
 from gpusolve.inference.eliminate import run_plan
 from gpusolve.host import available_memory  # noqa: F401  (the default budget, imported from here by callers)
-from gpusolve.model.problem import Problem
+from gpusolve.model.problem import Problem, Reduced
 from gpusolve.plan.buckets import build_plan, choose_plan, plan_within
 from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
@@ -157,12 +157,7 @@ def solve(problem: Problem, options: Options, file: str = "",
     phases["plan"] = t2 - t1
     if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
         phases["gpu_startup"] = engine.startup_s
-
-    def heard(b: Bounds, phase: str) -> None:
-        if on_bounds:
-            on_bounds(*problem.file_bounds(b.lower, None if b.assignment is None else b.upper), phase)
-
-    bounds = Bounds.start(problem, t0, heard)
+    bounds = Bounds.start(problem, t0, on_bounds)
     bounds.on_phase = on_phase
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
@@ -170,11 +165,9 @@ def solve(problem: Problem, options: Options, file: str = "",
                        options.limits)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
-    upper = None if bounds.assignment is None else bounds.upper
-    status = "infeasible" if infeasible else "optimal" if bounds.closed and upper is not None else "bounded"
-    assignment = None if infeasible or bounds.assignment is None \
-        else named.visible(reduced.expand(bounds.assignment))
-    lb, ub = (None, None) if infeasible else problem.file_bounds(bounds.lower, upper)
+    status = "infeasible" if infeasible else "optimal" if bounds.closed and bounds.assignment is not None \
+        else "bounded"
+    lb, ub, assignment, labels, trace = _in_file_terms(named, reduced, bounds, infeasible)
     if stop.interrupted:
         note += "; interrupted"
     elif not bounds.closed and stop.deadline is not None and stop():
@@ -186,14 +179,14 @@ def solve(problem: Problem, options: Options, file: str = "",
     plan = out.plan  # the z reported is that of the bound reported: none before an elimination completes
     return Result(file=file, task=task, status=status, lower_bound=lb, upper_bound=ub, assignment=assignment,
                   message=_infeasible(problem, None) if infeasible else None,
-                  values=named.value_labels(assignment), method=" + ".join(dict.fromkeys(out.ran)) or None,
+                  values=labels, method=" + ".join(dict.fromkeys(out.ran)) or None,
                   options=options.settings(),
                   z=plan.z if plan is not None else None,
                   induced_width=graph.induced_width(g, order), time_s=time.perf_counter() - t0 + read_time,
                   phases=phases, engine=engine.name, device_note=note + out.note,
                   exact=out.plan is not None and out.plan.exact and status != "bounded",
                   peak_bytes=_sparse_bytes(out.messages) or (plan.peak_bytes if plan is not None else None),
-                  largest_rows=_largest_rows(out.messages), trace=_file_trace(problem, bounds.trace),
+                  largest_rows=_largest_rows(out.messages), trace=trace,
                   search=out.search, schedule=schedule.describe().splitlines())
 
 
@@ -231,6 +224,20 @@ def _sparse_bytes(messages: dict) -> int:
 
 def _largest_rows(messages: dict) -> int:
     return max((m.rows for m in messages.values() if isinstance(m, sparse.SparseTable)), default=0)
+
+
+def _in_file_terms(named: Problem, reduced: Reduced, bounds: Bounds, infeasible: bool) -> tuple:
+    """(lower, upper, assignment, value names, trace) as the file states them, converted in one
+    place once the schedule ends: its objective, its own variables, and its value indices, which
+    preprocessing renumbered."""
+    problem = reduced.problem
+    trace = _file_trace(problem, bounds.trace)
+    if infeasible:
+        return None, None, None, None, trace
+    found = bounds.assignment is not None
+    lower, upper = problem.file_bounds(bounds.lower, bounds.upper if found else None)
+    assignment = named.visible(reduced.expand(bounds.assignment)) if found else None
+    return lower, upper, assignment, named.value_labels(assignment), trace
 
 
 def _file_trace(problem: Problem, trace) -> list[list]:

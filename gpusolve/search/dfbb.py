@@ -322,6 +322,9 @@ class DepthFirst:
         return False
 
 
+POLL_S = 0.05  # how often run_here looks at its stop while the core's thread works
+
+
 class Beside:
     """The core searching in a thread of its own (numba releases the GIL) while another search runs in
     the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
@@ -339,18 +342,23 @@ class Beside:
         self._lower = self.search.lower_bound
         self._quit = False
         self.compile_s = 0.0
-        self.time_s = 0.0
+        self._began = self._ended = None
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> "Beside":
+        self._began = time.perf_counter()
         self._thread.start()
         return self
 
     def _loop(self) -> None:
-        t0 = time.perf_counter()
         while not self._quit and self._step() != COMPLETE:
             pass
-        self.time_s = time.perf_counter() - t0
+        self._ended = time.perf_counter()
+
+    @property
+    def time_s(self) -> float:
+        """The core's time so far: a stop may leave its last slice running."""
+        return 0.0 if self._began is None else (self._ended or time.perf_counter()) - self._began
 
     def _step(self) -> int:
         """One slice; the first one also compiles (or loads) the core and propagates the root."""
@@ -382,11 +390,11 @@ class Beside:
         bounds.raise_lower(lower, self.LABEL)
         return False
 
-    def finish(self, bounds, wait: bool) -> None:
-        """Stop the core (waiting for its slice to end when `wait`) and publish what it holds."""
+    def finish(self, bounds) -> None:
+        """Ask the core to stop after its slice and publish what it holds, without waiting for that
+        slice: the first one compiles the core (tens of seconds with a cold numba cache), which must
+        hold back neither a Ctrl-C nor a proof made beside it."""
         self._quit = True
-        if wait:
-            self._thread.join()
         self.publish(bounds)
 
     def watching(self, bounds, stop: Stop) -> Stop:
@@ -395,13 +403,15 @@ class Beside:
         return _Publishing(self, bounds, stop)
 
     def run_here(self, bounds, stop: Stop) -> None:
-        """The core alone, in this thread, until it completes or `stop` says so."""
-        t0 = time.perf_counter()
-        while not stop():
-            self._step()
+        """The core alone until it completes or `stop` says so. Its slices run in its own thread while
+        this one polls `stop`: the first slice compiles the core (tens of seconds with a cold numba
+        cache), and a Ctrl-C must not wait for that."""
+        self.start()
+        while self._thread.is_alive() and not stop():
+            self._thread.join(POLL_S)
             if self.publish(bounds):
                 break
-        self.time_s = time.perf_counter() - t0
+        self.finish(bounds)
 
     def stats(self) -> dict:
         nodes = self.search.nodes

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusolve.consistency import alldiff_kernel
-from gpusolve.consistency.alldiff import count
-from gpusolve.consistency.globals import (
-    KeptGac, gac, hard, scope_rows, takers, value_column, value_ids, variable_value_graph
+from gpusolve.consistency.alldiff import (
+    KeptGac, count, gac, hard, scope_rows, takers, value_column, value_ids, variable_value_graph
 )
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import AllDifferent, Problem

@@ -234,7 +234,7 @@ class Server:
         on the device, and load every shape-generic and assignment kernel. Says what was warmed."""
         from gpusolve.cuda.runtime import gpu_unavailable_reason
         from gpusolve.generate import generate
-        from gpusolve.parsers.write import write
+        from gpusolve.parsers import write
         reason = None if device == "cpu" else gpu_unavailable_reason()
         if device == "gpu" and reason:
             raise ServeError(f"gpusolve serve --device gpu: {reason}")
