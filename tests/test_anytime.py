@@ -17,7 +17,8 @@ from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
 from gpusolve.inference.eliminate import INCUMBENT_BYTES
-from gpusolve.schedule.anytime import BOUNDED_SPARSE_SHARE, Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import (BOUNDED_SPARSE_SHARE, SEARCH_FIRST_S, SEARCH_FIRST_SHARE, Schedule,
+                                       plan_schedule, run_schedule)
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search, predict_s
 from gpusolve.search.andor import AndOrSearch
@@ -131,10 +132,11 @@ SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
 
 
 def test_time_limit_is_honoured_and_bounds_are_reported(monkeypatch):
-    """The limit passes at the search's 4th check: the run ends right there, with the bounds held."""
+    """The limit passes at the search's 4th check: the run ends right there, with the bounds held.
+    Dense tables: one search, not a boxed one, bounded sparse BE and another (the checks would add up)."""
     problem = hard_grid()
     stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch)
-    r = solve(problem, Options(device="cpu", time_limit=3.0), stop=stop)
+    r = solve(problem, Options(device="cpu", time_limit=3.0, tables="dense"), stop=stop)
     assert stop.deadline is not None and r.search["nodes"] == 4 * SEARCH_CHECK_NODES  # not one node more
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
     assert r.lower_bound < r.upper_bound and problem.evaluate(r.assignment) == r.upper_bound
@@ -186,8 +188,9 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    # a deadline: incumbents first, then bounded sparse BE below them, then the bounds that guide search
-    assert names == ["mbe", "local-search", "bounded-sparse", "mbe", "fglp", "mbe", "jglp", "search"]
+    # a deadline: incumbents first, the bounds that guide search, a boxed search, bounded sparse BE below
+    # the incumbents, search again
+    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search", "bounded-sparse", "search"]
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
     assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
@@ -255,8 +258,9 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
     """SPOT5 505: no exact plan fits, search stalls above the optimum, and bounded sparse BE proves it;
     once search joined the schedule, bounded sparse BE was planned only without search. Exact BE runs
     whenever its prediction fits; bounded sparse BE whenever its cheap run's does (what it keeps below
-    the incumbent is known only as it runs), boxed to its share, and before the mini-bucket passes that
-    only guide search: with no limit unboxed (memory caps its rows: it ends, search may not)."""
+    the incumbent is known only as it runs), boxed to its share, after a boxed search (whose quick proofs
+    come first) and before search without a box: with no limit unboxed (memory caps its rows: it ends,
+    search may not)."""
     topology, n, d, budget = config
     problem = generate(topology, n, d, 0.3, 0.5, seed=seed)
     assert problem.integer
@@ -277,7 +281,11 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
         assert "bounded-sparse" in names, schedule.describe()
         at = names.index("bounded-sparse")
         bounded = schedule.phases[at]
-        assert all(i > at for i, p in enumerate(schedule.phases) if p.name == "search" or p.name == "mbe" and p.plan is heuristic)
+        # after the passes that guide search and a boxed search, before search without a box
+        assert all(i < at for i, p in enumerate(schedule.phases) if p.name == "mbe" and p.plan is heuristic)
+        first_search, last_search = schedule.phases[at - 1], schedule.phases[at + 1]
+        assert first_search.name == last_search.name == "search" and at + 2 == len(names)
+        assert first_search.seconds == min(SEARCH_FIRST_SHARE * (limit or math.inf), SEARCH_FIRST_S)
         assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
         assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)
 

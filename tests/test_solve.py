@@ -105,10 +105,10 @@ def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fi
     limits = Limits(chunk_rows=1 << 12)  # a chunk workspace within the small budget
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu", tables="dense"))
-    for search in (False, True):  # bounded sparse BE proves it, and with search before search starts
+    for search in (False, True):  # bounded sparse BE without search; with it, the search boxed before it proves
         r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search, limits=limits))
-        assert r.status == "optimal" and r.method.endswith("bounded sparse BE") and r.search is None
-        assert r.z is None and r.largest_rows > 0
+        assert r.status == "optimal"
+        assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
         assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
     dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", limits=limits))
     assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets

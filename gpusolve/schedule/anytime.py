@@ -5,12 +5,13 @@ budgets, printed by `gpusolve info`, then run. Exact BE alone when its plan
 fits and its predicted time does; otherwise cheap bounds first and proof
 last: MBE at a small z (a lower bound, and the greedy assignment as an
 incumbent), local search from rollouts guided by its messages (incumbents),
-bounded sparse BE below the best incumbent (integer costs: a proof whenever
-the incumbent leaves few rows, where search may stall), cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
+cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
 (a tighter lower bound and the search heuristic), JGLP cost shifting on the
 join graph of the tighter of those two runs (a lower bound never below
 theirs), then AND/OR branch and bound (search.py), whose completion proves
-the incumbent optimal. A satisfaction problem (costs 0 or forbidden) that BE
+the incumbent optimal. For integer costs search is first boxed, then bounded
+sparse BE runs below the best incumbent (a proof whenever the incumbent leaves
+few rows, where search may stall: SPOT5 505), then search again. A satisfaction problem (costs 0 or forbidden) that BE
 cannot take runs one phase instead: depth-first search maintaining arc
 consistency and GAC (mac.py), whose first solution is optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
@@ -68,6 +69,10 @@ HEURISTIC_BYTES = 2 << 30
 # where search may never: with no limit it runs to its end, before search; with one, for this share
 # of it (SPOT5 505: no plan fits, search stalls 2% above the optimum, bounded sparse BE proves it).
 BOUNDED_SPARSE_SHARE = 0.85
+# ... after a search boxed to this share of the limit, at most SEARCH_FIRST_S: the proofs search
+# makes in seconds come first, and the exact method gets the rest.
+SEARCH_FIRST_SHARE = 0.1
+SEARCH_FIRST_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -109,10 +114,11 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     the GPU's `device_budget`: streamed through host memory they cost more than search often takes
     to prove (grid n=64 d=10: 10 s of BE against 2 s), so the phases below run first, search
     for at most BE's predicted time, and BE last. Otherwise: a first cheap
-    MBE, local search, bounded sparse BE (integer costs, no --z; boxed to BOUNDED_SPARSE_SHARE of the
-    limit, unboxed without one), plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given,
-    or the largest whose predicted time fits a share of the limit (capped: no limit takes the cap) —
-    and AND/OR search until proof or stop. A longer limit, or none, never gets a weaker schedule.
+    MBE, local search, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the
+    largest whose predicted time fits a share of the limit (capped: no limit takes the cap) — and
+    AND/OR search until proof or stop; for integer costs and no --z, that search is first boxed
+    (SEARCH_FIRST_SHARE of the limit, at most SEARCH_FIRST_S), then bounded sparse BE runs (boxed to
+    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), then search again. A longer limit, or none, never gets a weaker schedule.
     `choice` says why each exact method is or is not scheduled, with its prediction.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
@@ -173,14 +179,11 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
     # Local search follows the first cheap MBE (its messages guide the rollouts), before the
-    # heuristic's larger z takes its share; bounded sparse BE follows them (the lower the
-    # incumbent, the fewer rows it keeps), before the mini-bucket passes for search.
+    # heuristic's larger z takes its share.
     local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
         phases += [MBE(first, cost(first)), local]
-    phases += _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
-                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
     phases.append(MBE(heuristic, cost(heuristic)))
     phases.append(FGLP())
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
@@ -188,6 +191,10 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
     if local not in phases:
         phases.append(local)
+    bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
+                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
+    if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts
+        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + last
     return Schedule(tuple(phases) + last, engine, threads, note, tuple(choice))
 
 
