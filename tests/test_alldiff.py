@@ -261,12 +261,12 @@ def test_wide_hard_alldifferents_stay_untabled_in_satisfaction_problems_only():
     """N-queens 13: its cliques' buckets would hold 13^12 > 2^40 entries, so MAC gets no tables;
     with a cost (an optimisation problem) the tables stay, for the lower bounds; 12 fits."""
     from gpusolve.generate import queens
-    assert all(g.tabled for g in gl.decompose(queens(12)).globals)
-    assert not any(g.tabled for g in gl.decompose(queens(13)).globals)
+    assert all(g.tabled for g in gl.decompose(queens(12), [np.arange(12)] * 12)[1])
+    assert not any(g.tabled for g in gl.decompose(queens(13), [np.arange(13)] * 13)[1])
     q = queens(13)
     cop = finalize_integer(Problem("cop", q.variables, [CostFunction((0,), np.arange(13, dtype=np.int64))],
                                    globals=[AllDifferent(g.scope, g.values, FORBIDDEN) for g in q.globals]), None)
-    assert all(g.tabled for g in gl.decompose(cop).globals)
+    assert all(g.tabled for g in gl.decompose(cop, [np.arange(13)] * 13)[1])
 
 
 def test_value_ids_rank_values_as_unique_does():

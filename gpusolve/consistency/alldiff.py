@@ -31,7 +31,7 @@ import numpy as np
 from gpusolve.consistency import alldiff_kernel
 from gpusolve.consistency.alldiff_kernel import DeviceDomains
 from gpusolve.limits import DEFAULT, Limits
-from gpusolve.model.problem import AllDifferent, Infeasible, Problem
+from gpusolve.model.problem import AllDifferent, Infeasible
 
 CLOSURES = ("squaring", "warshall")
 METHODS = ("peel", "tarjan", *CLOSURES)
@@ -569,7 +569,3 @@ def scope_rows(g: AllDifferent, variables: int) -> np.ndarray:
     row[list(g.scope)] = np.arange(len(g.scope))
     return row
 
-
-def hard(problem: Problem) -> list[AllDifferent]:
-    """The AllDifferents that GAC filters: those whose violation is forbidden."""
-    return [g for g in problem.globals if g.cost >= problem.top]

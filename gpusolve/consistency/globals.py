@@ -25,16 +25,20 @@ from gpusolve.model.problem import AllDifferent, CostFunction, Infeasible, Probl
 CLIQUE_BITS = 40  # log2 of the entries of the largest bucket of an AllDifferent's clique worth tabling
 
 
-def decompose(problem: Problem, limits: Limits = DEFAULT) -> Problem:
-    """Tables for the globals whose decomposition fits limits.decompose_entries entries in all,
-    marked `tabled`. In a satisfaction problem (solved by MAC search unless
-    elimination is exact and instant), a hard AllDifferent whose clique elimination could never
-    hold (a bucket of over 2^CLIQUE_BITS entries) stays untabled: its tables would only slow
-    planning and arc consistency (Langford L(2,51): 5151 tables, 55 s instead of 0.4 s)."""
-    functions, globals_, used = list(problem.functions), [], 0
+def decompose(problem: Problem, kept: list, limits: Limits = DEFAULT) -> tuple[list[CostFunction], list[AllDifferent]]:
+    """(tables, globals): the problem's globals over the domain indices `kept[v]` that preprocessing
+    kept of each variable, and the tables of those whose decomposition fits
+    limits.decompose_entries entries in all, which are marked `tabled`. In a satisfaction problem
+    (solved by MAC search unless elimination is exact and instant; told by the file's costs, before
+    the values go that preprocessing removed), a hard AllDifferent whose
+    clique elimination could never hold (a bucket of over 2^CLIQUE_BITS entries) stays untabled:
+    its tables would only slow planning and arc consistency (Langford L(2,51): 5151 tables, 55 s
+    instead of 0.4 s)."""
+    tables, globals_, used = [], [], 0
     csp = None
     for g in problem.globals:
-        doms = [problem.variables[v].domain for v in g.scope]
+        g = replace(g, values=tuple(vals[kept[v]] for v, vals in zip(g.scope, g.values)))
+        doms = [len(v) for v in g.values]
         if g.semantics == "var" and g.cost < problem.top:
             size = math.prod(doms)
         else:
@@ -46,9 +50,9 @@ def decompose(problem: Problem, limits: Limits = DEFAULT) -> Problem:
             globals_.append(g)
             continue
         used += size
-        functions += _tables(g, problem.top)
+        tables += _tables(g, problem.top)
         globals_.append(replace(g, tabled=True))
-    return problem.like(functions, globals=globals_)
+    return tables, globals_
 
 
 def _tables(g: AllDifferent, top) -> list[CostFunction]:

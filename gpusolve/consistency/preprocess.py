@@ -5,7 +5,8 @@ its unary costs add up to top, or some cost function forbids every tuple
 that gives the variable this value (and only live values to the others).
 Removals propagate until nothing changes (AC-3 on the functions, Régin's GAC on every hard
 AllDifferent, in turn until neither removes a value); then the global constraints' tables
-are added where they fit (globals.decompose). This
+are made where they fit (globals.decompose) and the problem is restricted to the values kept
+(Problem.restricted). This
 never changes the optimum, shrinks the domains that size every table, and
 detects an emptied domain (the problem is infeasible) before any
 elimination. Value indices change: `Reduced.expand` (model/problem.py) maps an assignment back
@@ -17,10 +18,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpusolve.consistency.alldiff import gac, hard
+from gpusolve.consistency.alldiff import gac
 from gpusolve.consistency.globals import decompose
 from gpusolve.limits import DEFAULT, Limits
-from gpusolve.model.problem import CostFunction, Problem, Reduced, TupleFunction, Variable
+from gpusolve.model.problem import CostFunction, Problem, Reduced, TupleFunction
 
 
 def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
@@ -49,7 +50,7 @@ def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
             watching.setdefault(v, []).append(i)
     queue = [i for i, f in enumerate(problem.functions) if f.scope]
     queued = set(queue)
-    alldiffs = hard(problem)
+    alldiffs = problem.hard_globals
     matches: list = [None] * len(alldiffs)
     allowed: dict = {}
     while queue or alldiffs:
@@ -68,21 +69,12 @@ def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
     values = [np.flatnonzero(m) if m is not None else range(d if v in problem.evidence else 1)
               for v, (m, d) in enumerate(zip(live, problem.domains))]
     removed = sum(d - len(kept) for kept, d in zip(values, problem.domains))
-    variables = [Variable(var.name, len(kept), tuple(var.labels[j] for j in kept) if var.labels else None)
-                 for var, kept in zip(problem.variables, values)] if removed else problem.variables
-    functions = [f.restrict([values[u] for u in f.scope]) for f in problem.functions] if removed \
-        else problem.functions
-    if problem.globals:  # their tables, where they fit (globals.decompose), merge with the file's
-        restricted = problem.like(functions, variables, globals=[g.restrict(values) for g in problem.globals])
-        decomposed = decompose(restricted, limits)
-        functions, globals_ = decomposed.functions, decomposed.globals
-    else:
-        globals_ = []
-    merged = merge_scopes(functions, problem)
-    same_globals = all(a is b for a, b in zip(globals_, problem.globals))
-    if not removed and len(merged) == len(problem.functions) and same_globals:
+    tables, globals_ = decompose(problem, values, limits)
+    reduced = problem.restricted(values, tables, globals_)
+    if not removed and len(reduced.functions) == len(problem.functions) and not tables \
+            and [g.tabled for g in globals_] == [g.tabled for g in problem.globals]:
         return Reduced(problem, values)
-    return Reduced(problem.like(merged, variables, globals=globals_), values, removed=removed)
+    return Reduced(reduced, values, removed=removed)
 
 
 def revise(problem: Problem, live, watching, queue: list, queued: set, allowed: dict | None = None,
@@ -240,26 +232,6 @@ def _supported(allowed, live: list[np.ndarray]) -> list[np.ndarray]:
         shape[k] = -1
         sub = sub & m.reshape(shape)
     return [sub.any(axis=tuple(j for j in range(allowed.ndim) if j != k)) for k in range(allowed.ndim)]
-
-
-def merge_scopes(functions: list[CostFunction], problem: Problem) -> list[CostFunction]:
-    """One function per scope: tables over the same variables are added (saturating at top).
-
-    Files often split one relation into several functions (CELAR6-SUB0: 207 functions over 57
-    scopes); every bucket, mini-bucket and search node then reads fewer, equivalent tables.
-    """
-    first: dict[frozenset, int] = {}
-    out: list[CostFunction] = []
-    for f in functions:
-        key = frozenset(f.scope)
-        if key not in first or not f.scope:
-            first[key] = len(out)
-            out.append(f)
-            continue
-        g = out[first[key]]
-        table = g.table + np.transpose(f.table, [f.scope.index(u) for u in g.scope])
-        out[first[key]] = CostFunction(g.scope, np.minimum(table, problem.top) if problem.integer else table)
-    return out
 
 
 def lower_top(problem: Problem, top: int) -> Problem:

@@ -8,7 +8,7 @@ forbidden. ``sense`` maps an internal cost back to the file's own objective.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -166,10 +166,6 @@ class AllDifferent:
         n = len(self.scope)
         return n * (n - 1) // 2 if self.semantics == "dec" else max(n - 1, 0)
 
-    def restrict(self, kept: list[np.ndarray]) -> "AllDifferent":
-        """The same constraint after preprocessing kept the domain indices `kept[v]` of each variable."""
-        return replace(self, values=tuple(vals[kept[v]] for v, vals in zip(self.scope, self.values)))
-
 
 @dataclass
 class Problem:
@@ -204,6 +200,16 @@ class Problem:
     def max_arity(self) -> int:
         """The largest scope of a cost function (1 for a problem of constants): no z below it plans."""
         return max(max((f.arity for f in self.functions), default=1), 1)
+
+    @property
+    def least(self):
+        """No assignment costs less: each function's minimum, summed (the bound before any phase)."""
+        return self.total(f.least() if f.entries else self.top for f in self.functions)
+
+    @property
+    def hard_globals(self) -> list[AllDifferent]:
+        """The global constraints whose violation is forbidden: those GAC filters."""
+        return [g for g in self.globals if g.cost >= self.top]
 
     @property
     def is_satisfaction(self) -> bool:
@@ -278,6 +284,31 @@ class Problem:
             if total >= self.top:
                 return self.top
         return total
+
+    def restricted(self, kept: list, tables: list[CostFunction], globals: list[AllDifferent]) -> "Problem":
+        """The problem as preprocessing leaves it: over the domain indices `kept[v]` of each variable
+        (renumbered; tables and value labels follow), with its global constraints' `tables` added
+        and `globals` in place of its own (both already over the kept indices).
+
+        Tables over one scope become one, their sum (saturating at top): files often split one
+        relation into several functions (CELAR6-SUB0: 207 functions over 57 scopes), and every
+        bucket, mini-bucket and search node then reads fewer, equivalent tables."""
+        variables = [Variable(var.name, len(k), tuple(var.labels[j] for j in k) if var.labels else None)
+                     for var, k in zip(self.variables, kept)]
+        first: dict[frozenset, int] = {}
+        functions: list[CostFunction] = []
+        whole = [len(k) == var.domain for var, k in zip(self.variables, kept)]
+        for f in [f if all(whole[u] for u in f.scope) else f.restrict([kept[u] for u in f.scope])
+                  for f in self.functions] + tables:
+            key = frozenset(f.scope)
+            if key not in first or not f.scope:
+                first[key] = len(functions)
+                functions.append(f)
+                continue
+            g = functions[first[key]]
+            table = g.table + np.transpose(f.table, [f.scope.index(u) for u in g.scope])
+            functions[first[key]] = CostFunction(g.scope, np.minimum(table, self.top) if self.integer else table)
+        return self.like(functions, variables, globals=globals)
 
     def like(self, functions: list[CostFunction], variables: list[Variable] | None = None,
              top=None, globals: list[AllDifferent] | None = None) -> "Problem":

@@ -29,7 +29,7 @@ class Bounds:
     @classmethod
     def start(cls, problem: Problem, t0: float, on_bounds=None) -> "Bounds":
         """The trivial lower bound (each function's minimum) before any phase runs."""
-        lower = problem.total(f.least() if f.entries else problem.top for f in problem.functions)
+        lower = problem.least
         b = cls(problem, t0, lower, problem.top, trivial=lower, on_bounds=on_bounds)
         b._record("trivial")
         return b

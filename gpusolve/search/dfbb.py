@@ -406,11 +406,10 @@ class Beside:
         """The core alone until it completes or `stop` says so. Its slices run in its own thread while
         this one polls `stop`: the first slice compiles the core (tens of seconds with a cold numba
         cache), and a Ctrl-C must not wait for that."""
+        watched = self.watching(bounds, stop)
         self.start()
-        while self._thread.is_alive() and not stop():
+        while self._thread.is_alive() and not watched():
             self._thread.join(POLL_S)
-            if self.publish(bounds):
-                break
         self.finish(bounds)
 
     def stats(self) -> dict:

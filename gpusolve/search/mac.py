@@ -17,7 +17,7 @@ import numpy as np
 
 from gpusolve.consistency import alldiff_kernel
 from gpusolve.consistency.alldiff import (
-    KeptGac, count, gac, hard, scope_rows, takers, value_column, value_ids, variable_value_graph
+    KeptGac, count, gac, scope_rows, takers, value_column, value_ids, variable_value_graph
 )
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import AllDifferent, Problem
@@ -41,7 +41,7 @@ def luby(i: int) -> int:
 
 def gac_on_device(problem: Problem, limits: Limits = DEFAULT) -> bool:
     """Whether MAC with a GPU array module would filter some AllDifferent there."""
-    return any(_on_device(g, limits) for g in hard(problem))
+    return any(_on_device(g, limits) for g in problem.hard_globals)
 
 
 def _on_device(g: AllDifferent, limits: Limits) -> bool:
@@ -144,7 +144,7 @@ class Mac:
             if i not in members:
                 for v in f.scope:
                     self.watching.setdefault(v, []).append(i)
-        self.alldiffs = hard(problem)
+        self.alldiffs = problem.hard_globals
         self.watched = np.zeros(len(dom), dtype=bool)
         self.watched[list(self.watching)] = True
         self.in_scope = [np.zeros(len(dom), dtype=bool) for _ in self.alldiffs]  # per AllDifferent
