@@ -146,6 +146,42 @@ def test_sparse_be_equals_dense_be_and_brute_force(seed):
         assert problem.evaluate(r.assignment) == pytest.approx(best, abs=1e-9)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_rest_bound_keeps_exactly_the_rows_below_top_by_brute_force(seed):
+    """RestBound's row filter against its definition, computed entry by entry: a row is kept when
+    its cost plus, for every active table (dense, sparse, constant; some consumed, some passed as
+    extra), that table's least entry agreeing with the row, stays below top."""
+    from gpusolve.engines.rest_bound import RestBound
+    rng = np.random.default_rng(seed)
+    n, top = int(rng.integers(2, 7)), int(rng.integers(20, 80))
+    dom = [int(rng.integers(1, 4)) for _ in range(n)]
+    bound, tables, extra = RestBound(np, dom, top), {}, []
+    for k in range(int(rng.integers(1, 9))):
+        scope = tuple(int(u) for u in rng.choice(n, size=int(rng.integers(0, min(n, 3) + 1)), replace=False))
+        table = rng.integers(0, 15, size=[dom[u] for u in scope]).astype(np.int64)
+        table[rng.random(table.shape) < 0.2] = top
+        stored = sparse.from_dense(np, table, scope, top) if scope and rng.random() < 0.4 else table
+        if rng.random() < 0.2:
+            extra.append((stored, scope))
+        else:
+            bound.add(("f", k), stored, scope)
+            tables[("f", k)] = (table, scope)
+    gone = [key for key in tables if rng.random() < 0.3]
+    bound.consume(gone)
+    scope = tuple(int(u) for u in rng.permutation(n)[:int(rng.integers(1, n + 1))])
+    rows = np.array(list(np.ndindex(*[dom[u] for u in scope])), dtype=np.int64).reshape(-1, len(scope))
+    costs = rng.integers(0, 20, size=len(rows)).astype(np.int64)
+    got = bound.keep(scope, extra)([rows[:, i].copy() for i in range(len(scope))], costs.copy())
+    terms = [t for key, t in tables.items() if key not in gone] + \
+        [(sparse.to_dense(np, t, top, np.int64) if isinstance(t, SparseTable) else t, s) for t, s in extra]
+    for row, cost, kept in zip(rows, costs, got):
+        lb = int(cost)
+        for table, s in terms:
+            index = tuple(int(row[scope.index(u)]) if u in scope else slice(None) for u in s)
+            lb = min(lb + int(np.min(table[index])), top)
+        assert bool(kept) == (lb < top), (seed, row, lb)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["int64", "float64", "int32"])
 def test_segment_min_on_the_gpu_equals_numpy(cupy, dtype):

@@ -29,15 +29,26 @@ class RestBound:
     def __init__(self, xp, domains: Sequence[int], top):
         self.xp, self.dom, self.top = xp, list(domains), top
         self.active: dict[object, tuple[object, tuple[int, ...]]] = {}
+        # variable -> keys of the active tables over it: a filter projects only the tables over its
+        # variables and adds the others' minima (SPOT5 505: ~1000 tables, 2241 filters, 18 s of
+        # host time when every filter visited every table).
+        self.over: dict[int, set] = {}
+        self.least: dict[object, object] = {}  # key -> the table's minimum, once read
         self._proj: dict[tuple[int, tuple[int, ...]], tuple[object, object]] = {}
 
     def add(self, key, table, scope) -> None:
         self.active[key] = (table, tuple(scope))
+        for u in scope:
+            self.over.setdefault(u, set()).add(key)
 
     def consume(self, keys) -> None:
         """Tables entering a bucket leave the rest; cached projections of gone tables are dropped."""
         for k in keys:
-            self.active.pop(k, None)
+            gone = self.active.pop(k, None)
+            if gone is not None:
+                self.least.pop(k, None)
+                for u in gone[1]:
+                    self.over[u].discard(k)
         alive = {id(t) for t, _ in self.active.values()}
         self._proj = {k: v for k, v in self._proj.items() if k[0] in alive}
 
@@ -75,10 +86,18 @@ class RestBound:
     def keep(self, scope: tuple[int, ...], extra: Sequence[tuple[object, tuple[int, ...]]] = ()) -> Keep:
         """Row filter for rows keyed over `scope`, bounding the active tables plus `extra`."""
         xp, top = self.xp, self.top
-        const = 0
+        touching = set().union(*(self.over.get(u, ()) for u in scope))
+        const, over = 0, []
+        for k, (table, s) in self.active.items():  # the tables over none of scope's variables: their minima
+            if k in touching:
+                over.append((table, s))
+                continue
+            if k not in self.least:
+                self.least[k] = self._project(table, s, ())
+            const = min(const + self.least[k], top)
         dense: dict[tuple[int, ...], object] = {}
         sparse = []
-        for table, s in list(self.active.values()) + list(extra):
+        for table, s in over + list(extra):
             sub = tuple(u for u in scope if u in s)
             p = self._project(table, s, sub)
             if not sub:  # the table's minimum
