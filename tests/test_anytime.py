@@ -16,13 +16,15 @@ from hypothesis import strategies as st
 from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
-from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.inference.eliminate import INCUMBENT_BYTES
+from gpusolve.schedule.anytime import (BOUNDED_SPARSE_SHARE, SEARCH_FIRST_S, SEARCH_FIRST_SHARE, Schedule,
+                                       plan_schedule, run_schedule)
 from gpusolve.schedule.bounds import Bounds
-from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search
+from gpusolve.schedule.phases import FGLP, JGLP, MBE, Phase, Search, predict_s
 from gpusolve.search.andor import AndOrSearch
 from gpusolve.stop import Stop
 from gpusolve.generate import generate
-from gpusolve.plan.buckets import build_plan, plan_within
+from gpusolve.plan.buckets import build_plan, largest_fitting_z, plan_within
 from gpusolve.schedule.solve import Options, solve
 from gpusolve.model.problem import CostFunction, Problem
 from gpusolve.parsers.wcsp import write_wcsp
@@ -93,7 +95,7 @@ def test_every_stop_point_holds_valid_bounds(seed):
 class StopAt(Stop):
     """A stop at a chosen point instead of a clock: the deadline `solve` sets from the time limit (the
     schedule is planned for it) passes only once `now()` says so, or with `interrupt` a Ctrl-C comes
-    then. Slices of their own (local search, JGLP's) still end on the wall clock. The phases ask
+    then. Slices of their own (local search, JGLP's, bounded sparse BE's box) still end on the wall clock. The phases ask
     through `within`; the checks made once AND/OR search has started (`searching`, set by a patch of
     its run) are counted (a box for it is not kept: these schedules give it none)."""
 
@@ -122,18 +124,19 @@ class StopAt(Stop):
         class SearchStop(Stop):
             def __call__(self) -> bool:
                 outer.search_checks += outer.searching
-                return outer()
-        return SearchStop()
+                return outer() or self.deadline is not None and time.perf_counter() >= self.deadline
+        return SearchStop(time.perf_counter() + seconds if math.isfinite(seconds) else None)
 
 
 SEARCH_CHECK_NODES = 256  # the search asks whether to stop every 256 nodes
 
 
 def test_time_limit_is_honoured_and_bounds_are_reported(monkeypatch):
-    """The limit passes at the search's 4th check: the run ends right there, with the bounds held."""
+    """The limit passes at the search's 4th check: the run ends right there, with the bounds held.
+    Dense tables: one search, not a boxed one, bounded sparse BE and another (the checks would add up)."""
     problem = hard_grid()
     stop = StopAt(lambda: stop.search_checks >= 4, monkeypatch)
-    r = solve(problem, Options(device="cpu", time_limit=3.0), stop=stop)
+    r = solve(problem, Options(device="cpu", time_limit=3.0, tables="dense"), stop=stop)
     assert stop.deadline is not None and r.search["nodes"] == 4 * SEARCH_CHECK_NODES  # not one node more
     assert r.status == "bounded" and r.lower_bound is not None and r.upper_bound is not None
     assert r.lower_bound < r.upper_bound and problem.evaluate(r.assignment) == r.upper_bound
@@ -185,7 +188,9 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search"]  # a deadline: incumbents first
+    # a deadline: incumbents first, the bounds that guide search, a boxed search, bounded sparse BE below
+    # the incumbents, search again
+    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search", "bounded-sparse", "search"]
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
     assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
@@ -240,6 +245,51 @@ def test_a_longer_limit_or_none_never_plans_a_weaker_schedule(config, seed):
         assert_no_weaker(strong, weak)
 
 
+# (topology, variables, domain size, memory budget): integer problems whose exact plan fits, fits only
+# slowly, or does not fit (bounded sparse BE's ground); the CPU engine on two threads
+EXACT_OR_NOT = [("random", 64, 8, 1 << 30), ("grid", 100, 10, 1 << 30), ("grid", 64, 5, 1 << 30),
+                ("random", 100, 5, 1 << 24), ("scalefree", 64, 10, 1 << 26), ("random", 16, 4, 1 << 30)]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[HypothesisPhase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.sampled_from(EXACT_OR_NOT), seed=st.integers(0, 9))
+def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config, seed):
+    """SPOT5 505: no exact plan fits, search stalls above the optimum, and bounded sparse BE proves it;
+    once search joined the schedule, bounded sparse BE was planned only without search. Exact BE runs
+    whenever its prediction fits; bounded sparse BE whenever its cheap run's does (what it keeps below
+    the incumbent is known only as it runs), boxed to its share, after a boxed search (whose quick proofs
+    come first) and before search without a box: with no limit unboxed (memory caps its rows: it ends,
+    search may not)."""
+    topology, n, d, budget = config
+    problem = generate(topology, n, d, 0.3, 0.5, seed=seed)
+    assert problem.integer
+    order = graph.elimination_order(problem)
+    exact = plan_within(problem, order, None, budget, 1, "auto")
+    for limit in LIMITS:
+        schedule = plan_schedule(problem, order, exact, budget, limit, "numpy", threads=2)
+        names = [p.name for p in schedule.phases]
+        if exact is not None and predict_s(exact, "numpy", 2) <= 0.8 * (limit or math.inf):
+            assert "be" in names
+        if names == ["be"]:
+            continue  # its proof needs nothing else
+        heuristic = schedule.heuristic
+        cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity, heuristic.z)
+        share = BOUNDED_SPARSE_SHARE * (limit or math.inf)
+        if cheap is None or heuristic.rows_within(budget) == 0 or predict_s(cheap, "numpy", 2) > share:
+            continue
+        assert "bounded-sparse" in names, schedule.describe()
+        at = names.index("bounded-sparse")
+        bounded = schedule.phases[at]
+        # after the passes that guide search and a boxed search, before search without a box
+        assert all(i < at for i, p in enumerate(schedule.phases) if p.name == "mbe" and p.plan is heuristic)
+        first_search, last_search = schedule.phases[at - 1], schedule.phases[at + 1]
+        assert first_search.name == last_search.name == "search" and at + 2 == len(names)
+        assert first_search.seconds == min(SEARCH_FIRST_SHARE * (limit or math.inf), SEARCH_FIRST_S)
+        assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
+        assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)
+
+
 def test_streamed_exact_be_comes_after_a_bounded_search():
     """Exact BE whose messages exceed the device budget runs last, after search boxed to BE's
     predicted time; a search stopped at its box leaves the proof to BE."""
@@ -275,7 +325,8 @@ def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds(mon
             done[-1] += 1
         return advance
     stop = StopAt(lambda: len(done) >= 2 and done[1] >= 10, monkeypatch)  # 10 mini-buckets into the 2nd elimination
-    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30),
+    # dense tables: no bounded sparse BE, whose runs would be the 2nd and 3rd eliminations
+    r = solve(problem, Options(device="cpu", time_limit=3.0, threads=1, mem_limit=1 << 30, tables="dense"),
               progress_factory=progress_factory, stop=stop)
     first, heuristic = [int(z) for z in re.findall(r"mbe \(z=(\d+)\)", "\n".join(r.schedule))][:2]
     assert first < heuristic and done[1] == 10

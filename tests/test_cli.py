@@ -133,6 +133,27 @@ def test_info_reports_widths_and_memory(small):
         assert word in r.stdout
 
 
+def test_info_prints_the_exact_methods_predictions_and_the_choice(small):
+    """Why exact BE or bounded sparse BE is or is not in the schedule, with the figures it was decided on."""
+    from gpusolve import parsers
+    from gpusolve.consistency.preprocess import preprocess
+    from gpusolve.host import fmt_bytes
+    from gpusolve.order import graph
+    from gpusolve.plan.buckets import build_plan
+    problem = preprocess(parsers.read(str(small))).problem
+    order = graph.elimination_order(problem)
+    r = run("info", small, "--time-limit", 10)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    for tables, kind in (("dense", "dense"), ("sparse", "all sparse")):
+        peak = fmt_bytes(build_plan(problem, order, None, 1, tables).peak_bytes)
+        assert any(f"exact BE ({kind}): predicted" in line and f"peak {peak}, fits" in line for line in lines), r.stdout
+    assert any(line.strip().startswith("exact BE (") and line.endswith(": scheduled alone") for line in lines)
+    r = run("info", small, "--z", 2)
+    assert "exact BE: not scheduled, a --z asks for mini-buckets" in r.stdout
+    assert "bounded sparse BE: not scheduled, a --z asks for mini-buckets" in r.stdout
+
+
 def test_batch_resumes_and_records_errors(tmp_path):
     folder = tmp_path / "set"
     (folder / "sub").mkdir(parents=True)

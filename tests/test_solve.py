@@ -63,7 +63,7 @@ def test_memory_budget_picks_largest_fitting_z_or_refuses():
     exact = solve(problem, Options(device="cpu"))
     assert exact.z is None and exact.status == "optimal"
     budget = exact.peak_bytes - 1
-    r = solve(problem, Options(device="cpu", mem_limit=budget))
+    r = solve(problem, Options(device="cpu", mem_limit=budget, tables="dense"))  # else bounded sparse BE proves it
     assert r.z is not None and r.peak_bytes <= budget
     assert r.lower_bound <= exact.lower_bound
     assert r.upper_bound is None or exact.lower_bound <= r.upper_bound
@@ -88,11 +88,24 @@ def test_bounded_sparse_be_below_an_incumbent_is_exact(seed):
     assert lower == best and problem.evaluate(assignment) == best
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_bounded_sparse_be_below_a_held_incumbent_is_exact(seed):
+    """In the search schedule it runs after local search: a held incumbent cheaper than its own cheap
+    run's lowers top further (here the optimum itself: nothing is left to beat it)."""
+    problem, order, fallback = bounded_case(seed)
+    best, optimal = brute_force(problem)
+    if best >= problem.top:
+        return
+    for held in (list(optimal), [int(v) for v in np.zeros(len(problem.domains), dtype=int)]):
+        lower, assignment, _, _ = bounded_sparse(problem, order, fallback, 1 << 30, NumpyEngine(), None, held=held)
+        assert lower == best and problem.evaluate(assignment) == best
+
+
 def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fit():
     limits = Limits(chunk_rows=1 << 12)  # a chunk workspace within the small budget
     problem = generate("random", 16, 6, 0.5, 0.3, seed=3)
     exact = solve(problem, Options(device="cpu", tables="dense"))
-    for search in (False, True):  # bounded sparse BE without search; AND/OR search with it
+    for search in (False, True):  # bounded sparse BE without search; with it, the search boxed before it proves
         r = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, search=search, limits=limits))
         assert r.status == "optimal"
         assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]

@@ -93,6 +93,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     out().print(t)
     if problem.task in ("MPE", "WCSP"):
         from gpusolve.consistency.preprocess import preprocess
+        from gpusolve.schedule.anytime import exact_predictions
         reduced = preprocess(problem)  # solve plans the reduced problem (same graph, so same order)
         if reduced.infeasible:
             out().print("schedule: none (preprocessing proves the problem infeasible)")
@@ -110,6 +111,10 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
         else:
             out().print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
             out().print(schedule.describe(), markup=False)
+            out().print("exact methods (CPU engine):")
+            lines = exact_predictions(reduced.problem, orders[order], budget, schedule.engine, schedule.threads,
+                                      n_comp) + list(schedule.choice)
+            out().print("\n".join(f"  {line}" for line in lines), markup=False)
 
 
 def print_slicing(plan, domains, workers: int, slice_min: int | None, mem_limit: int | None) -> None:

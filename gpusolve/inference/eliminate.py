@@ -98,11 +98,13 @@ def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
 
 
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
-                   stop: Stop | None = None, n_components: int = 1, progress_factory=None):
+                   stop: Stop | None = None, n_components: int = 1, progress_factory=None,
+                   held: list[int] | None = None):
     """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
 
     A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
-    of cost ub. With top lowered to ub every row that cannot beat the
+    of cost ub (or `held`, an assignment found before, when it costs less:
+    the lower ub, the fewer rows survive). With top lowered to ub every row that cannot beat the
     incumbent counts as forbidden, so preprocessing and the sparse tables'
     RestBound prune all of them; what is left is often small. Returns (lower,
     assignment, plan, messages) with lower the optimum (>= top: infeasible),
@@ -123,7 +125,8 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     lower, tables, messages = run_plan(problem, cheap, engine, bar(cheap), stop=stop)
     if problem.is_forbidden(lower):
         return lower, None, cheap, messages
-    incumbent = assign(problem, cheap, engine, tables, messages)
+    incumbent = min((a for a in (assign(problem, cheap, engine, tables, messages), held) if a is not None),
+                    key=problem.evaluate)
     ub = problem.evaluate(incumbent)
     if lower == ub:
         return ub, incumbent, cheap, messages

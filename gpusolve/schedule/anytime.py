@@ -9,7 +9,9 @@ cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
 (a tighter lower bound and the search heuristic), JGLP cost shifting on the
 join graph of the tighter of those two runs (a lower bound never below
 theirs), then AND/OR branch and bound (search.py), whose completion proves
-the incumbent optimal. A satisfaction problem (costs 0 or forbidden) that BE
+the incumbent optimal. For integer costs search is first boxed, then bounded
+sparse BE runs below the best incumbent (a proof whenever the incumbent leaves
+few rows, where search may stall: SPOT5 505), then search again. A satisfaction problem (costs 0 or forbidden) that BE
 cannot take runs one phase instead: depth-first search maintaining arc
 consistency and GAC (mac.py), whose first solution is optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
@@ -33,7 +35,8 @@ from gpusolve.engines import select as engines
 from gpusolve.host import fmt_bytes
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
+from gpusolve.inference.eliminate import INCUMBENT_BYTES
+from gpusolve.plan.buckets import Plan, build_plan, choose_plan, largest_fitting_z, place
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.schedule.phases import (
     BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, LocalSearch, NotStarted, Outcome, Phase, RunContext, Search,
@@ -62,6 +65,14 @@ LNS_STALL = (1.0, 0.5)
 JGLP_SHARE = 0.1
 # The search heuristic's messages are copied into one host pool: its plan may hold this much.
 HEURISTIC_BYTES = 2 << 30
+# Bounded sparse BE keeps at most the rows the memory budget holds, so it ends, proven or given up,
+# where search may never: with no limit it runs to its end, before search; with one, for this share
+# of it (SPOT5 505: no plan fits, search stalls 2% above the optimum, bounded sparse BE proves it).
+BOUNDED_SPARSE_SHARE = 0.85
+# ... after a search boxed to this share of the limit, at most SEARCH_FIRST_S: the proofs search
+# makes in seconds come first, and the exact method gets the rest.
+SEARCH_FIRST_SHARE = 0.1
+SEARCH_FIRST_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class Schedule:
     engine: str  # numpy | cupy: what the predictions assumed
     threads: int = 1  # ... and the CPU engine's threads
     note: str = ""  # what planning changed from the options (a --z that did not fit)
+    choice: tuple[str, ...] = ()  # why each exact method is or is not scheduled, with its prediction
 
     @property
     def heuristic(self) -> Plan | None:
@@ -87,6 +99,9 @@ class Schedule:
         return "\n".join(lines + ([f"note: {self.note}"] if self.note else []))
 
 
+WHY_NO_EXACT = {True: "no plan fits the memory budget", False: "a --z asks for mini-buckets"}
+
+
 def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget: int,
                   time_limit: float | None, engine: str, z: int | None = None, search: bool = True,
                   n_components: int = 1, tables: str = "auto", threads: int = 1,
@@ -99,10 +114,12 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     the GPU's `device_budget`: streamed through host memory they cost more than search often takes
     to prove (grid n=64 d=10: 10 s of BE against 2 s), so the phases below run first, search
     for at most BE's predicted time, and BE last. Otherwise: a first cheap
-    MBE, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the largest whose
-    predicted time fits a share of the limit (capped: no limit takes the cap) — local search
-    (right after the first MBE), and AND/OR search until proof or stop. A longer limit, or none,
-    never gets a weaker schedule.
+    MBE, local search, plain MBE(z), FGLP and MBE-MM(z) on the shifted problem — z given, or the
+    largest whose predicted time fits a share of the limit (capped: no limit takes the cap) — and
+    AND/OR search until proof or stop; for integer costs and no --z, that search is first boxed
+    (SEARCH_FIRST_SHARE of the limit, at most SEARCH_FIRST_S), then bounded sparse BE runs (boxed to
+    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), then search again. A longer limit, or none, never gets a weaker schedule.
+    `choice` says why each exact method is or is not scheduled, with its prediction.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
     """
@@ -116,22 +133,26 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if problem.is_satisfaction:
             return Schedule((MAC(),), engine, threads)
     last = (Search(seconds=math.inf),)
+    choice = [] if exact is not None else [f"exact BE: not scheduled, {WHY_NO_EXACT[z is None]}"]
     if exact is not None and z is None:
         streamed = 0 if device_budget is None else place(problem, exact, device_budget).streamed_bytes(exact)
         be_s = cost(exact) + streamed / engines.STREAM_BYTES_PER_S
+        what = f"exact BE ({_tables(exact)}): predicted {be_s:.3g} s, peak {fmt_bytes(exact.peak_bytes)}"
         if not search or (be_s <= 0.8 * limit and not streamed):
-            return Schedule((BE(exact, be_s),), engine, threads)
+            return Schedule((BE(exact, be_s),), engine, threads, choice=(f"{what}: scheduled alone",))
         if be_s <= 0.8 * limit:
             last = (Search(seconds=be_s), BE(exact, be_s))
+            choice.append(f"{what}: scheduled last, after a search boxed to its time (its messages are streamed)")
+        else:
+            choice.append(f"{what}: not scheduled, over 80% of the {limit:g} s limit")
     note = ""
     if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
         z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)
     if not search:
         fitting = choose_plan(problem, order, z, budget, n_components, limits=limits)
-        phases = (MBE(fitting, cost(fitting)),)
-        if z is None and tables != "dense" and problem.integer:
-            phases = (BoundedSparseBE(fitting),) + phases
-        return Schedule(phases, engine, threads, note)
+        # nothing but MBE after it: the whole limit (its stop returns the cheap run's bounds)
+        bounded = _bounded_sparse(problem, order, fitting, budget, z, tables, n_components, limit, cost, choice)
+        return Schedule(bounded + (MBE(fitting, cost(fitting)),), engine, threads, note, tuple(choice))
     max_arity = problem.max_arity
     width = build_plan(problem, order, None, n_components, limits=limits).induced_width
 
@@ -170,7 +191,51 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
     if local not in phases:
         phases.append(local)
-    return Schedule(tuple(phases) + last, engine, threads, note)
+    bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
+                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
+    if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts
+        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + last
+    return Schedule(tuple(phases) + last, engine, threads, note, tuple(choice))
+
+
+def exact_predictions(problem: Problem, order: list[int], budget: int, engine: str, threads: int = 1,
+                      n_components: int = 1, limits: Limits = DEFAULT) -> list[str]:
+    """`info`'s lines on exact BE with dense and with all-sparse tables: predicted time and memory."""
+    lines = []
+    for tables in ("dense", "sparse"):
+        plan = build_plan(problem, order, None, n_components, tables, limits)
+        fits = "fits" if plan.peak_bytes <= budget else "over"
+        lines.append(f"exact BE ({_tables(plan)}): predicted {predict_s(plan, engine, threads):.3g} s, "
+                     f"peak {fmt_bytes(plan.peak_bytes)}, {fits} the memory budget ({fmt_bytes(budget)})")
+    return lines
+
+
+def _tables(plan: Plan) -> str:
+    sparse = sum(mb.sparse for mb in plan.minibuckets)
+    return "dense" if not sparse else "all sparse" if sparse == len(plan.minibuckets) else f"{sparse} sparse"
+
+
+def _bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, z: int | None, tables: str,
+                    n_components: int, seconds: float, cost, choice: list[str]) -> tuple[Phase, ...]:
+    """Bounded sparse BE (falling back on MBE `fallback`) when its cheap run's prediction fits its
+    `seconds` and its sparse tables may hold rows, boxed to them; why, into `choice`."""
+    why = "a --z asks for mini-buckets" if z is not None else "--tables dense" if tables == "dense" \
+        else "costs are not integers" if not problem.integer else "the exact plan fits" if fallback.z is None else ""
+    cheap = None if why else largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity,
+                                                 fallback.z, n_components, fallback.limits)
+    rows = fallback.rows_within(budget)
+    if not why and (cheap is None or not rows):
+        why = "the memory budget holds no sparse rows"
+    if not why and cost(cheap) > seconds:
+        why = f"its cheap MBE(z={cheap.z}) is predicted {cost(cheap):.3g} s, over its {seconds:.3g} s"
+    if why:
+        choice.append(f"bounded sparse BE: not scheduled, {why}")
+        return ()
+    choice.append(f"bounded sparse BE: scheduled, cheap MBE(z={cheap.z}) predicted {cost(cheap):.3g} s, "
+                  f"then exact sparse BE below the incumbent, at most {rows:,} rows; what the incumbent leaves is known "
+                  f"only as it runs: " + (f"boxed to {seconds:.3g} s" if math.isfinite(seconds)
+                                          else "with no limit it runs to its end (memory caps its rows)"))
+    return (BoundedSparseBE(fallback, cost(cheap), None if math.isinf(seconds) else seconds, rows),)
 
 
 # A --z whose MBE is predicted to take more than this share of the time limit runs at a smaller z.

@@ -181,23 +181,40 @@ class BE(MBE):
 
 @dataclass(frozen=True)
 class BoundedSparseBE(Phase):
-    """Exact sparse BE below a cheap MBE run's incumbent (eliminate.bounded_sparse); `plan` is the MBE
-    that runs after it when the sparse tables outgrow the budget."""
+    """Exact sparse BE below the best incumbent, its own cheap MBE run's or one held before
+    (eliminate.bounded_sparse); `plan` is the MBE that runs after it when the sparse tables outgrow
+    the budget. How many rows survive the incumbent is known only once it runs: `predicted_s` is
+    its cheap run's, and `seconds` boxes the rest."""
 
     name: ClassVar[str] = "bounded-sparse"
     timer: ClassVar[str] = "eliminate"
     returns_when_stopped: ClassVar[bool] = True
     label: ClassVar[str] = "bounded sparse BE"
     plan: Plan | None = None
+    predicted_s: float = 0.0
+    seconds: float | None = None
+    rows: int = 0  # its row limit: the sparse messages the memory budget holds
+
+    def describe(self) -> str:
+        what = f"{self.name} (exact sparse BE below the incumbent), cheap run predicted {self.predicted_s:.3g} s, " \
+               f"at most {self.rows:,} rows"
+        if self.seconds is None or not math.isfinite(self.seconds):
+            return what + ", until proof or the rows outgrow the memory budget"
+        return what + f", {self.seconds:.3g} s at most"
 
     def run(self, ctx: RunContext) -> str:
         from gpusolve.inference import eliminate
-        found = eliminate.bounded_sparse(ctx.problem, ctx.order, self.plan, ctx.budget, ctx.engine, ctx.stop,
-                                         ctx.n_components, ctx.progress_factory)
-        if found is not None:
-            lower, assignment, ctx.out.plan, ctx.out.messages = found
-            ctx.bounds.offer(assignment, "bounded sparse BE")
-            ctx.bounds.raise_lower(lower, "bounded sparse BE")
+        box = ctx.stop.within(math.inf if self.seconds is None else self.seconds)
+        found = eliminate.bounded_sparse(ctx.problem, ctx.order, self.plan, ctx.budget, ctx.engine, box,
+                                         ctx.n_components, ctx.progress_factory, ctx.bounds.assignment)
+        if found is None:
+            raise NotStarted("bounded sparse BE gave up (its sparse tables outgrew the memory budget)")
+        lower, assignment, ctx.out.plan, ctx.out.messages = found
+        ctx.bounds.offer(assignment, "bounded sparse BE")
+        ctx.bounds.raise_lower(lower, "bounded sparse BE")
+        boxed = box.deadline is not None and box.deadline < (ctx.stop.deadline or math.inf)
+        if boxed and time.perf_counter() >= box.deadline:  # read, not polled: an interrupt test counts polls
+            ctx.out.note += f"; bounded sparse BE stopped at its {self.seconds:.3g} s"
         return self.label
 
 
