@@ -150,10 +150,12 @@ def test_sparse_be_equals_dense_be_and_brute_force(seed):
 def test_the_rest_bound_keeps_exactly_the_rows_below_top_by_brute_force(seed):
     """RestBound's row filter against its definition, computed entry by entry: a row is kept when
     its cost plus, for every active table (dense, sparse, constant; some consumed, some passed as
-    extra), that table's least entry agreeing with the row, stays below top."""
+    extra), that table's least entry agreeing with the row, stays below top (a small top, summed at
+    once, or the largest, summed in turn)."""
     from gpusolve.engines.rest_bound import RestBound
+    from gpusolve.model.problem import MAX_TOP
     rng = np.random.default_rng(seed)
-    n, top = int(rng.integers(2, 7)), int(rng.integers(20, 80))
+    n, top = int(rng.integers(2, 7)), int(rng.integers(20, 80)) if seed % 4 else MAX_TOP
     dom = [int(rng.integers(1, 4)) for _ in range(n)]
     bound, tables, extra = RestBound(np, dom, top), {}, []
     for k in range(int(rng.integers(1, 9))):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Sequence
 
 from .dense import host_or_table
@@ -9,6 +10,8 @@ from .sparse import Keep, SparseTable, compose, lookup, module_of, segment_min, 
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
 DENSE_TERM = 1 << 20
+# ... and sums at most this many entries of projections at once.
+STACKED = 1 << 24
 
 
 class RestBound:
@@ -83,6 +86,19 @@ class RestBound:
         self._proj[key] = (original, p)
         return p
 
+    def _sum(self, terms: list):
+        """Saturating sum of projections onto one sub-scope. Stacked, a launch or two for many tables
+        (SPOT5 505: about 100 per row filter, each its own launch when added in turn), where int64
+        cannot overflow before the saturation (so for floats, whose inf absorbs); else in turn."""
+        xp, top = self.xp, self.top
+        if len(terms) > 1 and (not isinstance(top, numbers.Integral) or len(terms) * int(top) < 1 << 63):
+            step = max(1, STACKED // max(terms[0].size, 1))
+            terms = [xp.minimum(xp.stack(terms[i:i + step]).sum(axis=0), top) for i in range(0, len(terms), step)]
+        out = terms[0]
+        for p in terms[1:]:
+            out = xp.minimum(out + p, top)
+        return out
+
     def keep(self, scope: tuple[int, ...], extra: Sequence[tuple[object, tuple[int, ...]]] = ()) -> Keep:
         """Row filter for rows keyed over `scope`, bounding the active tables plus `extra`."""
         xp, top = self.xp, self.top
@@ -107,7 +123,8 @@ class RestBound:
             elif isinstance(p, SparseTable):
                 sparse.append((sub, p))
             else:
-                dense[sub] = p if sub not in dense else xp.minimum(dense[sub] + p, top)
+                dense.setdefault(sub, []).append(p)
+        dense = {sub: self._sum(terms) for sub, terms in dense.items()}
         holding: dict[int, list] = {}  # variable -> dense terms over it, in insertion order
         for b in dense:
             for u in b:
@@ -121,7 +138,7 @@ class RestBound:
         terms = [([scope.index(u) for u in sub], [self.dom[u] for u in sub], p) for sub, p in terms]
 
         def keep(digs, costs):
-            lb = costs + const
+            lb = xp.minimum(costs + const, top)  # saturated before a term adds (int64: 2 top < 2^63)
             for pos, dims, p in terms:
                 code = compose(xp, [digs[i] for i in pos], dims, costs.shape[0])
                 lb += p[code] if not isinstance(p, SparseTable) else lookup(xp, p, code, top)
