@@ -17,6 +17,7 @@ from helpers import brute_force, random_problem, toulbar2_optimum
 
 from gpusolve.order import graph
 from gpusolve.inference.eliminate import INCUMBENT_BYTES
+from gpusolve.schedule import anytime
 from gpusolve.schedule.anytime import (BOUNDED_SPARSE_SHARE, SEARCH_FIRST_S, SEARCH_FIRST_SHARE, Schedule,
                                        plan_schedule, run_schedule)
 from gpusolve.schedule.bounds import Bounds
@@ -188,9 +189,11 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    # a deadline: incumbents first, the bounds that guide search, a boxed search, bounded sparse BE below
-    # the incumbents, search again
-    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "jglp", "search", "bounded-sparse", "search"]
+    # a deadline: incumbents first (local search on half its box), the bounds that guide search, a boxed
+    # search, bounded sparse BE below the incumbents, JGLP's bound (which a proof makes moot), search again
+    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "search", "bounded-sparse", "jglp", "search"]
+    local = next(p for p in schedule.phases if p.name == "local-search")
+    assert local.seconds == anytime.BOUNDED_LOCAL_SHARE * min(anytime.LOCAL_SEARCH_SHARE * 10.0, anytime.LOCAL_SEARCH_S)
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
     assert untimed == names  # no limit: the same phases, each with the caps a long limit gets
     first, plain, matched = [p for p in schedule.phases if p.name == "mbe"]
@@ -281,10 +284,11 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
         assert "bounded-sparse" in names, schedule.describe()
         at = names.index("bounded-sparse")
         bounded = schedule.phases[at]
-        # after the passes that guide search and a boxed search, before search without a box
+        # after the passes that guide search and a boxed search, before JGLP and search without a box
         assert all(i < at for i, p in enumerate(schedule.phases) if p.name == "mbe" and p.plan is heuristic)
-        first_search, last_search = schedule.phases[at - 1], schedule.phases[at + 1]
-        assert first_search.name == last_search.name == "search" and at + 2 == len(names)
+        first_search, last_search = schedule.phases[at - 1], schedule.phases[at + 2]
+        assert first_search.name == last_search.name == "search" and at + 3 == len(names)
+        assert names[at + 1] == "jglp" and "jglp" not in names[:at]
         assert first_search.seconds == min(SEARCH_FIRST_SHARE * (limit or math.inf), SEARCH_FIRST_S)
         assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
         assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)

@@ -10,8 +10,6 @@ from .sparse import Keep, SparseTable, compose, lookup, module_of, segment_min, 
 
 # RestBound keeps a projection as a dense array when it has at most this many entries.
 DENSE_TERM = 1 << 20
-# ... and sums at most this many entries of projections at once.
-STACKED = 1 << 24
 
 
 class RestBound:
@@ -87,13 +85,18 @@ class RestBound:
         return p
 
     def _sum(self, terms: list):
-        """Saturating sum of projections onto one sub-scope. Stacked, a launch or two for many tables
-        (SPOT5 505: about 100 per row filter, each its own launch when added in turn), where int64
-        cannot overflow before the saturation (so for floats, whose inf absorbs); else in turn."""
+        """Saturating sum of projections onto one sub-scope: added in place and saturated once (a
+        launch per table, not two and an allocation: about 100 tables per row filter on SPOT5 505)
+        where int64 cannot overflow before the saturation (so for floats, whose inf absorbs); else
+        saturated after each addition."""
         xp, top = self.xp, self.top
-        if len(terms) > 1 and (not isinstance(top, numbers.Integral) or len(terms) * int(top) < 1 << 63):
-            step = max(1, STACKED // max(terms[0].size, 1))
-            terms = [xp.minimum(xp.stack(terms[i:i + step]).sum(axis=0), top) for i in range(0, len(terms), step)]
+        if len(terms) == 1:
+            return terms[0]
+        if not isinstance(top, numbers.Integral) or len(terms) * int(top) < 1 << 63:
+            out = terms[0] + terms[1]
+            for p in terms[2:]:
+                out += p
+            return xp.minimum(out, top, out=out)
         out = terms[0]
         for p in terms[1:]:
             out = xp.minimum(out + p, top)

@@ -11,7 +11,8 @@ join graph of the tighter of those two runs (a lower bound never below
 theirs), then AND/OR branch and bound (search.py), whose completion proves
 the incumbent optimal. For integer costs search is first boxed, then bounded
 sparse BE runs below the best incumbent (a proof whenever the incumbent leaves
-few rows, where search may stall: SPOT5 505), then search again. A satisfaction problem (costs 0 or forbidden) that BE
+few rows, where search may stall: SPOT5 505), then JGLP and search again (local search
+takes half its box before the exact method). A satisfaction problem (costs 0 or forbidden) that BE
 cannot take runs one phase instead: depth-first search maintaining arc
 consistency and GAC (mac.py), whose first solution is optimal.
 Plain MBE at the heuristic's z runs before cost shifting: neither wins on
@@ -73,6 +74,9 @@ BOUNDED_SPARSE_SHARE = 0.85
 # makes in seconds come first, and the exact method gets the rest.
 SEARCH_FIRST_SHARE = 0.1
 SEARCH_FIRST_S = 30.0
+# ... and local search before it half its box (SPOT5 505 on the GPU at 60 s: the phases before bounded
+# sparse BE took 28 s, of which local search 10 s; bounded sparse BE then needed 32 s more).
+BOUNDED_LOCAL_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     largest whose predicted time fits a share of the limit (capped: no limit takes the cap) — and
     AND/OR search until proof or stop; for integer costs and no --z, that search is first boxed
     (SEARCH_FIRST_SHARE of the limit, at most SEARCH_FIRST_S), then bounded sparse BE runs (boxed to
-    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), then search again. A longer limit, or none, never gets a weaker schedule.
+    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), then JGLP and search again; local search
+    then has BOUNDED_LOCAL_SHARE of its box. A longer limit, or none, never gets a weaker schedule.
     `choice` says why each exact method is or is not scheduled, with its prediction.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
@@ -178,9 +183,13 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
+    bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
+                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
     # Local search follows the first cheap MBE (its messages guide the rollouts), before the
-    # heuristic's larger z takes its share.
-    local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S), stall=LNS_STALL)
+    # heuristic's larger z takes its share; before bounded sparse BE, whose cheap run finds an
+    # incumbent too and whose proof ends the run, it takes BOUNDED_LOCAL_SHARE of its box.
+    local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S) * (BOUNDED_LOCAL_SHARE if bounded else 1),
+                        stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
         phases += [MBE(first, cost(first)), local]
@@ -188,13 +197,14 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     phases.append(FGLP())
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(MBE(heuristic, 2 * cost(heuristic), shifted=True))
-    phases.append(JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None))
+    jglp = JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None)
+    if not bounded:
+        phases.append(jglp)
     if local not in phases:
         phases.append(local)
-    bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
-                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
-    if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts
-        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + last
+    if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts;
+        # JGLP, which only raises the lower bound that a proof makes moot, waits for the exact method
+        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + (jglp,) + last
     return Schedule(tuple(phases) + last, engine, threads, note, tuple(choice))
 
 
