@@ -198,21 +198,27 @@ def held_at(trace: list, t: float, k: int):
 
 
 def table(data: dict) -> None:
-    """gpusolve's and toulbar2's bounds at 10 s and 60 s, and at the end, with the time of proof."""
-    cols = ("instance", "gpusolve [lb, ub] @10s", "@60s", "end", "proof s", "nodes/s",
-            "toulbar2 [lb, ub] @10s", "@60s", "end", "proof s")
+    """gpusolve's and toulbar2's time to the first and to the best upper bound, bounds at 10 s and 60 s
+    and at the end, and the time of proof."""
+    cols = ("instance", "gpusolve first ub s", "best ub s", "[lb, ub] @10s", "@60s", "end", "proof s", "nodes/s",
+            "toulbar2 first ub s", "best ub s", "[lb, ub] @10s", "@60s", "end", "proof s")
     print(" | ".join(cols))
     for r in data["instances"]:
         g, t = r["gpusolve"], r.get("toulbar2") or {}
         cells = [r["instance"]]
         for solver in (g, t):
             tr = solver.get("trace") or []
+            cells += [_seconds(solver.get("first_upper_s")), _seconds(solver.get("best_upper_s"))]
             cells += [f"[{held_at(tr, 10, 1)}, {held_at(tr, 10, 2)}]", f"[{held_at(tr, 60, 1)}, {held_at(tr, 60, 2)}]",
                       f"[{solver.get('lower')}, {solver.get('upper')}] {solver.get('status', '-')}",
-                      "-" if solver.get("proof_s") is None else f"{solver['proof_s']:.2f}"]
+                      _seconds(solver.get("proof_s"))]
             if solver is g:
                 cells.append(f"{g['search']['nodes_per_s']:,.0f}" if g.get("search") else "-")
         print(" | ".join(cells))
+
+
+def _seconds(t) -> str:
+    return "-" if t is None else f"{t:.2f}"
 
 
 def plot(path: Path) -> None:
