@@ -15,7 +15,7 @@ from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan.buckets import build_plan
 from gpusolve.search.andor import AndOrSearch, Heuristic, Subproblem, pseudo_tree
-from gpusolve.stop import Stopped
+from gpusolve.stop import Stop, Stopped
 from gpusolve.schedule.solve import Options, solve
 
 
@@ -78,19 +78,39 @@ def test_search_pruning_against_its_own_incumbents_still_proves_the_optimum(seed
 STOP_NODES = 256  # the search asks whether to stop every 256 nodes; every network below needs more
 
 
-@pytest.mark.parametrize("seed", range(120))
-def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, seed):
-    """Stopped before the root completes, the search has offered incumbents as it went (greedy
-    completions of its path): without hard tuples every one is feasible, so an upper bound is held.
-    Against pytoulbar2: the incumbent is no better than the optimum, and the least bound of the open
-    nodes, never below the heuristic's own bound, is no worse."""
+class InterruptOnceHeld(Stop):
+    """Interrupted at its first poll once `bounds` hold a feasible assignment."""
+
+    def __init__(self, bounds: Bounds):
+        super().__init__()
+        self.bounds = bounds
+
+    def __call__(self) -> bool:
+        self.interrupted = self.interrupted or self.bounds.assignment is not None
+        return super().__call__()
+
+
+@pytest.mark.parametrize("when", ["first poll", "once held"])
+@pytest.mark.parametrize("seed", range(160))
+def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, seed, when):
+    """Stopped before the root completes, the search has offered incumbents as it went (completions
+    of its path, and a resumable dive for a first solution while none is known). Against pytoulbar2:
+    the incumbent is no better than the optimum, and the least bound of the open nodes, never below
+    the heuristic's own bound, is no worse. Stopped at its first poll (node 256), a network with hard
+    tuples may hold none yet (8 of the 90 feasible ones here: their first solution takes the dive
+    more nodes); stopped at the first poll once one is held, every feasible network holds one
+    before the root completes."""
     topology, n = ("random", 18) if seed % 2 else ("grid", 25)
-    hard = 0.3 if seed % 4 < 2 else 0.0
+    hard = 0.3 if seed % 4 < 3 else 0.0
     problem = generate(topology, n, 4, 0.4, hard, seed)
     optimum = toulbar2_optimum(problem, tmp_path / "g.wcsp")
     bounds, offered = Bounds.start(problem, 0.0), []
     s = search_for(problem, 2, on_incumbent=offering_to(bounds, offered))
-    s.stop = InterruptAfter(1)  # its first poll, at node STOP_NODES
+    s.stop = InterruptAfter(1) if when == "first poll" else InterruptOnceHeld(bounds)
+    if optimum is None and when == "once held":  # infeasible: the search completes with the proof
+        cost, assignment = s.run(problem.top)
+        assert assignment is None and cost >= problem.top and bounds.assignment is None
+        return
     with pytest.raises(Stopped) as stopped:
         s.run(problem.top)
     assert not s.stats.complete
@@ -99,8 +119,8 @@ def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, se
         assert bounds.assignment is None
         return
     assert stopped.value.lower <= optimum
-    assert bounds.assignment is not None or hard  # hard tuples: a subproblem may have failed every time
-    assert bounds.assignment is None or bounds.upper >= optimum
+    assert bounds.assignment is not None or (hard and when == "first poll")
+    assert bounds.assignment is None or problem.top > problem.evaluate(bounds.assignment) == bounds.upper >= optimum
 
 
 def test_the_first_incumbent_of_a_network_where_only_optima_are_feasible(shared_instances):

@@ -56,7 +56,7 @@ from gpusolve.plan.buckets import MiniBucket, Plan, build_plan
 from gpusolve.host import BudgetError
 from gpusolve.host import fmt_bytes
 from gpusolve.limits import DEFAULT, Limits
-from gpusolve.search.andor import PseudoTree, pseudo_tree
+from gpusolve.order.pseudo_tree import PseudoTree, pseudo_tree
 from gpusolve.stop import Stop, Stopped
 
 ALGOS = ("dpop", "adpop")

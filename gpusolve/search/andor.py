@@ -22,11 +22,18 @@ values and a budget) is the unit of work a distributed search would hand out.
 
 The search is anytime (after Otten & Dechter, AI Comm. 2012): each time a
 subproblem is solved under the current path, the path, the subproblems solved
-beside it and a greedy completion of the others (each variable top-down at
-the argmin of its bucket functions and heuristic, as MBE's own assignment) make
-a complete assignment, offered as an incumbent; the incumbent's cost then
-bounds every budget on the path. A stop reports the least lower bound over
-the open nodes: a bound for the whole problem.
+beside it and a first solution of each subproblem still open make a complete
+assignment, offered as an incumbent; the incumbent's cost then bounds every
+budget on the path. As in their breadth-rotating AOBB, the open subproblems
+get a turn of depth-first search each (a dive: values cheapest first by bucket
+functions and heuristic, backtracking where hard tuples cut) instead of
+waiting until the subproblems to their left are exhausted. A dive under the
+path is dropped when its turn runs out; what it keeps is its solutions (reused
+by later dives) and the dead ends it proved (in the context cache, which the
+search reads too). While no incumbent is known, a dive for a first solution
+of the whole problem is suspended and resumed turn after turn, alternating
+with the search. A stop reports the least lower bound over the open nodes: a
+bound for the whole problem.
 """
 from __future__ import annotations
 
@@ -41,84 +48,26 @@ from typing import Callable, Protocol
 import numpy as np
 
 from gpusolve.model.problem import Problem
+from gpusolve.order.pseudo_tree import pseudo_tree
 from gpusolve.plan.buckets import Plan
 from gpusolve.stop import Stop, Stopped
 
 # Values the context cache may hold in all (subtree assignments and bounds): about 1 GiB.
 CACHE_VALUES = 100_000_000
-# Depth of Python recursion the search needs per pseudo-tree level (frames of _or_node and helpers).
-_FRAMES_PER_LEVEL = 2
-# A greedy completion costs about one node per variable it fills and per function its evaluation reads:
-# the next one waits for this many times as many nodes, so completions take a small share of the search.
+# Depth of Python recursion the search needs per pseudo-tree level: frames of _or_node and _branch,
+# and of a dive started from the deepest of them.
+_FRAMES_PER_LEVEL = 3
+# A completion costs its dives' nodes and one node per function its evaluation reads: the next one
+# waits for this many times as many nodes (once, while no incumbent is known), so completions take
+# a small share of the search (half of it, while a first feasible point is worth as much as search).
 COMPLETION_SPACING = 4
+# Nodes a dive may expand in one turn.
+TURN_NODES = 1024
 
 
 def _number(x):
     """A Python number: NumPy scalars on the path would make every budget's arithmetic slower."""
     return x.item() if isinstance(x, np.generic) else x
-
-
-@dataclass(frozen=True)
-class PseudoTree:
-    """The bucket tree of an elimination order, used as a pseudo tree (roots first in `dfs`)."""
-
-    parent: tuple[int, ...]  # -1 for a root
-    children: tuple[tuple[int, ...], ...]
-    context: tuple[tuple[int, ...], ...]  # exact-BE separator: the ancestors a subtree depends on
-    roots: tuple[int, ...]
-    depth: int
-
-    def post_order(self) -> list[int]:
-        """Children before parents."""
-        out, stack = [], [(r, False) for r in reversed(self.roots)]
-        while stack:
-            v, done = stack.pop()
-            if done:
-                out.append(v)
-                continue
-            stack.append((v, True))
-            stack.extend((c, False) for c in reversed(self.children[v]))
-        return out
-
-    def above(self, v: int, scope) -> tuple[int, ...]:
-        """The variables of `scope` that are ancestors of v (assigned when v is)."""
-        ancestors = set(self.path_up(self.parent[v], -1)) if self.parent[v] >= 0 else set()
-        return tuple(u for u in scope if u in ancestors)
-
-    def path_up(self, y: int, stop: int):
-        """Y, its parent, ... up to (excluding) `stop` (-1: to the root)."""
-        while y != stop and y != -1:
-            yield y
-            y = self.parent[y]
-
-
-def pseudo_tree(n: int, scopes, order: list[int]) -> PseudoTree:
-    """Eliminate along `order` on the graph of `scopes`: each variable's later neighbours are its
-    context, the first of them to be eliminated its parent."""
-    pos = {v: i for i, v in enumerate(order)}
-    adj: dict[int, set[int]] = {v: set() for v in range(n)}
-    for scope in scopes:
-        for u in scope:
-            adj[u].update(w for w in scope if w != u)
-    parent = [-1] * n
-    context: list[tuple[int, ...]] = [()] * n
-    for v in order:
-        sep = adj.pop(v)
-        for u in sep:
-            adj[u].discard(v)
-            adj[u].update(sep - {u})
-        context[v] = tuple(sorted(sep, key=lambda u: -pos[u]))  # latest-eliminated first, as plan scopes
-        parent[v] = context[v][-1] if sep else -1
-    children: list[list[int]] = [[] for _ in range(n)]
-    for v in reversed(order):
-        if parent[v] >= 0:
-            children[parent[v]].append(v)
-    roots = tuple(v for v in reversed(order) if parent[v] < 0)
-    depth = [0] * n
-    for v in reversed(order):  # parents come later in the order
-        depth[v] = depth[parent[v]] + 1 if parent[v] >= 0 else 1
-    return PseudoTree(tuple(parent), tuple(tuple(c) for c in children), tuple(context), roots,
-                      max(depth, default=0))
 
 
 @dataclass
@@ -200,13 +149,15 @@ class AndOrSearch:
     def __init__(self, problem: Problem, order: list[int], heuristic: Heuristic,
                  stop: Stop | None = None, cache_values: int = CACHE_VALUES,
                  propagators=(), on_incumbent: Callable[[list[int]], object] | None = None):
-        """`on_incumbent(assignment)` is offered greedy completions as the search goes and returns the
+        """`on_incumbent(assignment)` is offered complete assignments as the search goes and returns the
         incumbent's cost then (or None): the search prunes against it, as against `tighten`."""
         self.problem = problem
         self.on_incumbent = on_incumbent
         self.upper = math.inf  # the incumbent's cost (internal): no budget on the path exceeds it
         self.path: list[list] = []  # the AND nodes open on the current path, see _offer_completion
         self.complete_at = 0  # the node count from which the next completion is offered
+        self.turn = 0  # nodes left to the dive of this turn
+        self.first = None  # the dive for a first solution of the whole problem, suspended between turns
         self.propagators = tuple(propagators)
         self.tree = pseudo_tree(len(problem.variables), [f.scope for f in problem.functions]
                                 + [p.scope for p in self.propagators], order)
@@ -219,6 +170,7 @@ class AndOrSearch:
         self.top = problem.top
         self._build(heuristic)
         self.cache: list[dict | None] = [self._cache_for(v) for v in range(len(self.dom))]
+        self.found = [None if c is None else {} for c in self.cache]  # the dives' solutions, by context
         self.cache_values = cache_values
         self.ctx = [np.array(c, dtype=np.int64) for c in self.tree.context]
         self.subtree = self._subtrees()
@@ -359,12 +311,17 @@ class AndOrSearch:
             result = ((cost, (x,)) if cost < budget else (max(cost, budget), None))
         else:
             result = self._branch(v, kids, costs, budget, value, outside)
-        if cache is not None and self.stats.cached < self.cache_values:
-            old = cache.get(key)
-            if old is None or result[1] is not None or result[0] > old[0]:
-                cache[key] = result
-                self.stats.cached += len(self.subtree[v]) if result[1] is not None else 1
+        if cache is not None:
+            self._remember(v, key, result)
         return result
+
+    def _remember(self, v: int, key: bytes, result) -> None:
+        """Cache a subproblem's exact value, or a lower bound higher than the one held."""
+        if self.stats.cached < self.cache_values:
+            old = self.cache[v].get(key)
+            if old is None or result[1] is not None or result[0] > old[0]:
+                self.cache[v][key] = result
+                self.stats.cached += len(self.subtree[v]) if result[1] is not None else 1
 
     def _branch(self, v: int, kids, costs: np.ndarray, budget, value: np.ndarray, outside):
         """An OR node with children: its values cheapest first, each an AND node solving the
@@ -497,6 +454,9 @@ class AndOrSearch:
             return self.problem.add(acc, rest), None
         node = [-1, roots, 0, [-1]]  # no variable of its own: a placeholder value
         self.path = [node]
+        if self.on_incumbent is not None:  # its first turn: an incumbent before any subproblem is solved
+            self.first = self._first_solution(roots, value.copy())
+            self._offer_completion(value, under_path=False)
         for k, (r, h) in enumerate(zip(roots, hs)):
             rest -= h
             try:
@@ -523,25 +483,108 @@ class AndOrSearch:
         stops = np.cumsum([len(self.subtree[c]) for c in kids]).tolist()
         return zip([0] + stops[:-1], stops)
 
-    def _offer_completion(self, value: np.ndarray) -> None:
-        """The current path, the subproblems solved beside it and, for the subproblems still open,
-        each variable top-down at the argmin of its bucket functions and heuristic given the
-        values above it: a complete assignment, offered as an incumbent."""
-        full = value.copy()
-        open_: list[int] = []
-        last = len(self.path) - 1
-        for depth, (v, kids, solved, parts) in enumerate(self.path):
-            if v >= 0:
-                full[v] = parts[0]
-            for c, (start, stop) in zip(kids[:solved], self._spans(kids[:solved])):
-                full[self.subtree[c]] = parts[1 + start:1 + stop]
-            open_.extend(kids[solved + (depth < last):])  # above the last, the next child is on the path
-        filled = 0
+    def _offer_completion(self, value: np.ndarray, under_path: bool = True) -> None:
+        """The current path, the subproblems solved beside it and a dive's solution of each one still
+        open: a complete assignment, offered as an incumbent. Where a dive runs out of its turn or
+        finds no solution (the path has none) and no incumbent is known yet, the dive for a first
+        solution of the whole problem gets a turn instead."""
+        spent = 0
+        if under_path:
+            full = value.copy()
+            open_: list[int] = []
+            last = len(self.path) - 1
+            for depth, (v, kids, solved, parts) in enumerate(self.path):
+                if v >= 0:
+                    full[v] = parts[0]
+                for c, (start, stop) in zip(kids[:solved], self._spans(kids[:solved])):
+                    full[self.subtree[c]] = parts[1 + start:1 + stop]
+                open_.extend(kids[solved + (depth < last):])  # above the last, the next child is on the path
+            self.turn = TURN_NODES
+            completed = self._complete(open_, full)
+            spent += TURN_NODES - max(self.turn, 0)
+        if self.first is not None and self.upper >= self.top and not (under_path and completed):
+            self.turn = TURN_NODES
+            done, full = self._turn(self.first)
+            spent += TURN_NODES - max(self.turn, 0)
+            if done:
+                self.first = None
+                if full is not None:
+                    self.tighten(self.on_incumbent(full.tolist()))
+        spacing = 1 if self.upper >= self.top else COMPLETION_SPACING
+        self.complete_at = self.stats.nodes + spacing * (spent + len(self.problem.functions))
+
+    @staticmethod
+    def _turn(dive):
+        """Run a dive (a generator) until it returns, (True, its result), or suspends, (False, None)."""
+        try:
+            next(dive)
+        except StopIteration as e:
+            return True, e.value
+        return False, None
+
+    def _complete(self, open_: list[int], full: np.ndarray) -> bool:
+        """Dive into each subproblem of `open_` in turn; where all have a solution within the turn,
+        offer `full` so completed."""
         for c in open_:
-            for u in self.subtree[c]:
-                if u in self.problem.evidence:
-                    continue
-                full[u] = int(self._sum_rows(self._costs(u, full)).argmin())
-                filled += 1
+            done, found = self._turn(self._dive(c, self.top, full))
+            if not done or found is None or found[1] is None:
+                return False
+            full[self.subtree[c]] = found[1]
         self.tighten(self.on_incumbent(full.tolist()))
-        self.complete_at = self.stats.nodes + COMPLETION_SPACING * (filled + len(self.problem.functions))
+        return True
+
+    def _first_solution(self, roots: list[int], full: np.ndarray):
+        """A dive over the roots' subtrees in turn, resumed turn after turn (a generator): the whole
+        problem's first solution, or None where a root has none."""
+        for r in roots:
+            found = yield from self._dive(r, self.top, full)
+            if found is None or found[1] is None:
+                return None
+            full[self.subtree[r]] = found[1]
+        return full
+
+    def _dive(self, v: int, budget, value: np.ndarray):
+        """A generator that yields where its turn runs out, and returns a solution of the subtree
+        below v cheaper than `budget`, the first found depth-first: (cost, its values in
+        `subtree[v]` order). Else (budget, None) where none exists (a bound
+        the search may cache), or None where one may (a solution of a child cost too much, and
+        another might not have). A child's budget subtracts its siblings' heuristics, not their
+        dives' costs: its failure then proves that the parent's value has no solution."""
+        cache, found = self.cache[v], self.found[v]
+        if cache is not None:
+            key = value[self.ctx[v]].tobytes()
+            for hit in (cache.get(key), found.get(key)):
+                if hit is not None and (hit[1] is None) == (hit[0] >= budget):
+                    return hit if hit[1] is not None else (budget, None)
+        self.turn -= 1
+        if self.turn < 0 or (self.turn & 255 == 0 and self.stop()):
+            yield  # suspended: out of its turn, or asked to stop
+        costs = self._costs(v, value)
+        fval = self._sum_rows(costs)
+        rows, fl = costs.tolist(), fval.tolist()
+        proved = True
+        for x in fval.argsort(kind="stable").tolist():
+            if fl[x] >= budget:
+                break
+            value[v] = x
+            acc, parts = rows[0][x], [x]
+            for k, c in enumerate(self.tree.children[v]):
+                got = yield from self._dive(c, budget - fl[x] + rows[1 + k][x], value)
+                if got is None or got[1] is None:
+                    proved = proved and got is not None
+                    break
+                acc = self.problem.add(acc, got[0])
+                parts.extend(got[1])
+            else:
+                if acc < budget:
+                    result = (acc, tuple(parts))
+                    if cache is not None and self.stats.cached < self.cache_values:
+                        found[key] = result
+                        self.stats.cached += len(parts)
+                    return result
+                proved = False
+        if not proved:
+            return None
+        if cache is not None:
+            self._remember(v, key, (budget, None))
+        return budget, None
