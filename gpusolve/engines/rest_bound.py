@@ -34,7 +34,6 @@ class RestBound:
         # variables and adds the others' minima (SPOT5 505: ~1000 tables, 2241 filters, 18 s of
         # host time when every filter visited every table).
         self.over: dict[int, set] = {}
-        self.least: dict[object, object] = {}  # key -> the table's minimum, once read
         self._proj: dict[tuple[int, tuple[int, ...]], tuple[object, object]] = {}
 
     def add(self, key, table, scope) -> None:
@@ -47,7 +46,6 @@ class RestBound:
         for k in keys:
             gone = self.active.pop(k, None)
             if gone is not None:
-                self.least.pop(k, None)
                 for u in gone[1]:
                     self.over[u].discard(k)
         alive = {id(t) for t, _ in self.active.values()}
@@ -110,10 +108,8 @@ class RestBound:
         for k, (table, s) in self.active.items():  # the tables over none of scope's variables: their minima
             if k in touching:
                 over.append((table, s))
-                continue
-            if k not in self.least:
-                self.least[k] = self._project(table, s, ())
-            const = min(const + self.least[k], top)
+            else:
+                const = min(const + self._project(table, s, ()), top)  # cached after the first filter
         dense: dict[tuple[int, ...], object] = {}
         sparse = []
         for table, s in over + list(extra):
