@@ -293,11 +293,11 @@ class Problem:
         Tables over one scope become one, their sum (saturating at top): files often split one
         relation into several functions (CELAR6-SUB0: 207 functions over 57 scopes), and every
         bucket, mini-bucket and search node then reads fewer, equivalent tables."""
-        variables = [Variable(var.name, len(k), tuple(var.labels[j] for j in k) if var.labels else None)
-                     for var, k in zip(self.variables, kept)]
+        whole = [len(k) == var.domain for var, k in zip(self.variables, kept)]
+        variables = [var if w else Variable(var.name, len(k), tuple(var.labels[j] for j in k) if var.labels else None)
+                     for var, k, w in zip(self.variables, kept, whole)]
         first: dict[frozenset, int] = {}
         functions: list[CostFunction] = []
-        whole = [len(k) == var.domain for var, k in zip(self.variables, kept)]
         for f in [f if all(whole[u] for u in f.scope) else f.restrict([kept[u] for u in f.scope])
                   for f in self.functions] + tables:
             key = frozenset(f.scope)
