@@ -291,6 +291,7 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
         assert names[at + 1] == "jglp" and "jglp" not in names[:at]
         assert first_search.seconds == min(SEARCH_FIRST_SHARE * (limit or math.inf), SEARCH_FIRST_S)
         assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
+        assert bounded.cheap.z == cheap.z  # the run takes the cheap plan the schedule chose
         assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)
 
 

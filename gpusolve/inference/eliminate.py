@@ -97,9 +97,15 @@ def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
     return costs
 
 
+def cheap_plan(problem: Problem, order: list[int], fallback: Plan, budget: int, n_components: int = 1) -> Plan | None:
+    """Bounded sparse BE's cheap MBE run: the largest z up to fallback's within INCUMBENT_BYTES."""
+    return largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity, fallback.z,
+                             n_components, fallback.limits)
+
+
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,
                    stop: Stop | None = None, n_components: int = 1, progress_factory=None,
-                   held: list[int] | None = None):
+                   held: list[int] | None = None, cheap: Plan | None = None):
     """Exact sparse BE below an incumbent's cost, for an integer problem whose exact plan does not fit.
 
     A cheap MBE run (at most INCUMBENT_BYTES) gives bounds and an incumbent
@@ -112,14 +118,13 @@ def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: i
     during the cheap run),
     or None when the sparse tables outgrow the budget (then MBE `fallback` runs). Plans take fallback's limits.
     `progress_factory(total)` gives each of the two runs a bar (joint entries, as run_plan counts).
+    `cheap`: the cheap run's plan where the schedule made it already (else cheap_plan's).
     """
 
     def bar(plan: Plan):
         return progress_factory(sum(mb.joint_entries for mb in plan.minibuckets)) if progress_factory else None
 
-    max_arity = max((f.arity for f in problem.functions), default=0)
-    cheap = largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), max_arity, fallback.z, n_components,
-                              fallback.limits)
+    cheap = cheap_plan(problem, order, fallback, budget, n_components) if cheap is None else cheap
     if cheap is None or not fallback.rows_within(budget):
         return None
     lower, tables, messages = run_plan(problem, cheap, engine, bar(cheap), stop=stop)

@@ -36,8 +36,8 @@ from gpusolve.engines import select as engines
 from gpusolve.host import fmt_bytes
 from gpusolve.limits import DEFAULT, Limits
 from gpusolve.model.problem import Problem
-from gpusolve.inference.eliminate import INCUMBENT_BYTES
-from gpusolve.plan.buckets import Plan, build_plan, choose_plan, largest_fitting_z, place
+from gpusolve.inference.eliminate import cheap_plan
+from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.schedule.phases import (
     BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, LocalSearch, NotStarted, Outcome, Phase, RunContext, Search,
@@ -231,8 +231,7 @@ def _bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: 
     `seconds` and its sparse tables may hold rows, boxed to them; why, into `choice`."""
     why = "a --z asks for mini-buckets" if z is not None else "--tables dense" if tables == "dense" \
         else "costs are not integers" if not problem.integer else "the exact plan fits" if fallback.z is None else ""
-    cheap = None if why else largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity,
-                                                 fallback.z, n_components, fallback.limits)
+    cheap = None if why else cheap_plan(problem, order, fallback, budget, n_components)
     rows = fallback.rows_within(budget)
     if not why and (cheap is None or not rows):
         why = "the memory budget holds no sparse rows"
@@ -245,7 +244,7 @@ def _bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: 
                   f"then exact sparse BE below the incumbent, at most {rows:,} rows; what the incumbent leaves is known "
                   f"only as it runs: " + (f"boxed to {seconds:.3g} s" if math.isfinite(seconds)
                                           else "with no limit it runs to its end (memory caps its rows)"))
-    return (BoundedSparseBE(fallback, cost(cheap), None if math.isinf(seconds) else seconds, rows),)
+    return (BoundedSparseBE(fallback, cost(cheap), None if math.isinf(seconds) else seconds, rows, cheap),)
 
 
 # A --z whose MBE is predicted to take more than this share of the time limit runs at a smaller z.

@@ -194,6 +194,7 @@ class BoundedSparseBE(Phase):
     predicted_s: float = 0.0
     seconds: float | None = None
     rows: int = 0  # its row limit: the sparse messages the memory budget holds
+    cheap: Plan | None = None  # its cheap run's plan, as the schedule planned it (None: planned as it starts)
 
     def describe(self) -> str:
         what = f"{self.name} (exact sparse BE below the incumbent), cheap run predicted {self.predicted_s:.3g} s, " \
@@ -206,7 +207,7 @@ class BoundedSparseBE(Phase):
         from gpusolve.inference import eliminate
         box = ctx.stop.within(math.inf if self.seconds is None else self.seconds)
         found = eliminate.bounded_sparse(ctx.problem, ctx.order, self.plan, ctx.budget, ctx.engine, box,
-                                         ctx.n_components, ctx.progress_factory, ctx.bounds.assignment)
+                                         ctx.n_components, ctx.progress_factory, ctx.bounds.assignment, self.cheap)
         if found is None:
             raise NotStarted("bounded sparse BE gave up (its sparse tables outgrew the memory budget)")
         lower, assignment, ctx.out.plan, ctx.out.messages = found
