@@ -14,6 +14,7 @@ from gpusolve.engines.numpy_engine import NumpyEngine
 from gpusolve.generate import generate
 from gpusolve.model.problem import CostFunction, Problem, Variable
 from gpusolve.plan.buckets import build_plan
+from gpusolve.search import andor
 from gpusolve.search.andor import AndOrSearch, Heuristic, Subproblem, pseudo_tree
 from gpusolve.stop import Stop, Stopped
 from gpusolve.schedule.solve import Options, solve
@@ -56,16 +57,12 @@ def test_search_finds_the_optimum_and_proves_it(seed):
         assert assignment is None and cost >= best
 
 
-@pytest.mark.parametrize("seed", range(120))
-def test_search_pruning_against_its_own_incumbents_still_proves_the_optimum(seed):
-    """Greedy completions become incumbents as the search goes and cut its budgets: the search still
-    ends with the optimum (brute force) or with the proof that the incumbent is optimal."""
-    rng = np.random.default_rng(3000 + seed)
-    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, integer=seed % 3 != 0, n_components=1 + seed % 3)
+def ends_with_the_optimum(problem, z: int) -> None:
+    """A search offering its incumbents to bounds ends with the optimum (brute force) or with the proof
+    that the incumbent is optimal."""
     best, _ = brute_force(problem)
     bounds, offered = Bounds.start(problem, 0.0), []
-    s = search_for(problem, max([f.arity for f in problem.functions] + [1]), on_incumbent=offering_to(bounds, offered))
-    cost, assignment = s.run(problem.top)
+    cost, assignment = search_for(problem, z, on_incumbent=offering_to(bounds, offered)).run(problem.top)
     if assignment is not None:
         bounds.offer(assignment, "AND/OR search")
         assert cost == pytest.approx(problem.evaluate(assignment), rel=1e-12, abs=1e-12)
@@ -73,6 +70,53 @@ def test_search_pruning_against_its_own_incumbents_still_proves_the_optimum(seed
         assert bounds.assignment is None
     else:
         assert bounds.upper == pytest.approx(best, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_search_pruning_against_its_own_incumbents_still_proves_the_optimum(seed):
+    """Greedy completions become incumbents as the search goes and cut its budgets."""
+    rng = np.random.default_rng(3000 + seed)
+    problem = random_problem(rng, n_max=7, d_max=4, f_max=12, integer=seed % 3 != 0, n_components=1 + seed % 3)
+    ends_with_the_optimum(problem, max([f.arity for f in problem.functions] + [1]))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_search_in_rotation_with_turns_of_a_few_nodes_proves_the_optimum(seed, monkeypatch):
+    """Turns of 1 to 3 nodes: the children of every AND node are suspended and resumed all the time,
+    their budgets set as each starts and their paths set aside between turns."""
+    monkeypatch.setattr(andor, "TURN_NODES", 1 + seed % 3)
+    rng = np.random.default_rng(5000 + seed)
+    problem = random_problem(rng, n_max=9, d_max=3, f_max=12, integer=seed % 4 != 0, n_components=1 + seed % 3)
+    ends_with_the_optimum(problem, max([f.arity for f in problem.functions] + [1]) + seed % 2)
+
+
+def two_grids(n: int, d: int, seed: int) -> Problem:
+    """Two generated grids side by side, no function between them: the roots' AND node has two children."""
+    a, b = generate("grid", n, d, 0.3, 0.0, seed), generate("grid", n, d, 0.3, 0.0, seed + 1)
+    shifted = [CostFunction(tuple(v + n for v in f.scope), f.table) for f in b.functions]
+    return a.like(a.functions + shifted, variables=a.variables + b.variables, top=a.top + b.top)
+
+
+def test_the_subproblems_of_an_and_node_take_turns():
+    """Two independent grids: stopped at node 4096, the search has expanded OR nodes of both, although
+    each alone takes more than 4096 nodes to solve (depth-first AOBB would not have left the first)."""
+    n = 36
+    for part in (generate("grid", n, 5, 0.3, 0.0, 7), generate("grid", n, 5, 0.3, 0.0, 8)):
+        alone = search_for(part, 2)
+        alone.run(part.top)
+        assert alone.stats.nodes > 4096
+    problem = two_grids(n, 5, 7)
+    s = search_for(problem, 2)
+    expanded = set()
+    evaluate = s.flat.evaluate
+    s.flat.evaluate = lambda v, value: expanded.add(v) or evaluate(v, value)
+    s.stop = InterruptAfter(16)  # polled every 256 nodes
+    with pytest.raises(Stopped) as stopped:
+        s.run(problem.top)
+    assert s.stats.nodes == 4096
+    assert any(v < n for v in expanded) and any(v >= n for v in expanded)
+    optimum, _ = search_for(problem, 2).run(problem.top)
+    assert stopped.value.lower <= optimum
 
 
 STOP_NODES = 256  # the search asks whether to stop every 256 nodes; every network below needs more
@@ -114,7 +158,7 @@ def test_a_search_stopped_midway_holds_incumbents_and_a_lower_bound(tmp_path, se
     with pytest.raises(Stopped) as stopped:
         s.run(problem.top)
     assert not s.stats.complete
-    assert stopped.value.lower >= s.constant + sum(s.root_h.values())  # the heuristic's bound at the root
+    assert stopped.value.lower >= s.flat.constant + sum(s.flat.root_h.values())  # the heuristic's bound at the root
     if optimum is None:
         assert bounds.assignment is None
         return

@@ -98,5 +98,5 @@ def search_on_dask(client, problem, order, heuristic, incumbent: list[int] | Non
                     values[u] = val
     for v in shared.values():
         v.delete()
-    total = problem.total([local.constant, *best.values()])
+    total = problem.total([local.flat.constant, *best.values()])
     return total, None if problem.is_forbidden(total) else values, nodes
