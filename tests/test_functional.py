@@ -229,3 +229,19 @@ def test_variables_of_globals_and_large_rewrites_stay():
                                                         CostFunction((1, 2), rng.integers(0, 5, size=(2, 4)))]), None)
     assert len(preprocess(problem, Limits(functional_entries=16)).functional) == 1
     assert preprocess(problem, Limits(functional_entries=15)).functional == []
+
+
+def test_solve_and_info_report_the_eliminated_variables(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from gpusolve.cli.group import main
+    from gpusolve.parsers.wcsp import write_wcsp
+    path = tmp_path / "duplex.wcsp"
+    write_wcsp(duplex_pairs(3, 5, 3, seed=1), path)
+    out = CliRunner().invoke(main, ["solve", str(path), "--json", "--device", "cpu"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["preprocess"]["functional_variables"] == 3
+    out = CliRunner().invoke(main, ["info", str(path)])
+    assert out.exit_code == 0 and "3 variables eliminated as functions of others" in out.stdout
