@@ -4,7 +4,8 @@ For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
 RLFAP-like networks, generated grids), fresh processes under the same time
 limit, each run --repeat times (the medians printed, every run recorded):
 - `core`: the compiled search with EDAC* alone (gpusolve.search.dfbb) in its
-  default order, HBFS, no upper bound given: nodes, nodes per CPU-second (the
+  default order, HBFS, no upper bound given, on the preprocessed problem as
+  solve's schedule gives it (arc consistency, functional variables eliminated): nodes, nodes per CPU-second (the
   first slice, which loads or compiles the core, left out), nodes and seconds
   to the proof, the global lower bound reached;
 - `dfbb`: the same core in depth-first order;
@@ -84,10 +85,11 @@ def instances(folder: Path, quick: bool) -> list[Path]:
 
 
 def core(path: str, limit: float, best_first: bool = True) -> dict:
-    """The compiled core alone on `path`, in this process."""
+    """The compiled core alone on `path`, in this process, after preprocessing (as in solve)."""
     from gpusolve import parsers
+    from gpusolve.consistency.preprocess import preprocess
     from gpusolve.search.dfbb import COMPLETE, DepthFirst
-    problem = parsers.read(path)
+    problem = preprocess(parsers.read(path)).problem
     search = DepthFirst(problem, best_first=best_first)
     t0 = time.perf_counter()
     search.run(0)  # loads (or compiles) the core, propagates the root

@@ -49,6 +49,9 @@ class Limits:
     shared_max: int = 48 << 10  # static shared memory per block
     # Entries of the tables a decomposition of the globals may add (consistency/globals.py): 256 MiB of int64.
     decompose_entries: int = 1 << 25
+    # Entries (or listed tuples) of a table functional elimination rewrites over another variable
+    # (consistency/functional.py) where it grows: 256 MiB of int64.
+    functional_entries: int = 1 << 25
     # MAC search (search/mac.py): AllDifferents over fewer variables stay on the host even with a GPU
     # array module. Kept on the device (KeptGac), GAC made MAC's Langford search 1.7x as many nodes per
     # second as the CPU's at 200 variables, 2.0x at 600 and 5.8x at 2000 (H100 against its host's CPU,

@@ -39,7 +39,7 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     from gpusolve.model.problem import ModelError
     from gpusolve.plan.buckets import build_plan, place
 
-    from gpusolve.schedule.solve import Options, make_schedule
+    from gpusolve.schedule.solve import Options, elimination_order, make_schedule
     from gpusolve.host import available_memory
     try:
         problem = parsers.read(file, evidence, mem_limit=mem_limit)
@@ -94,17 +94,23 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
     if problem.task in ("MPE", "WCSP"):
         from gpusolve.consistency.preprocess import preprocess
         from gpusolve.schedule.anytime import exact_predictions
-        reduced = preprocess(problem)  # solve plans the reduced problem (same graph, so same order)
+        reduced = preprocess(problem)  # solve plans the reduced problem
         if reduced.infeasible:
             out().print("schedule: none (preprocessing proves the problem infeasible)")
             return
+        out().print(f"preprocessing: {reduced.removed} values removed, {len(reduced.functional)} variables "
+                    "eliminated as functions of others (functional elimination)")
+        planned, n_left = orders[order], n_comp
+        if reduced.functional:  # the graph changed: solve orders (and counts the components of) the one left
+            left = graph.primal_graph(reduced.problem)
+            planned, n_left = elimination_order(reduced.problem, order, left), len(graph.components(left))
         if workers:
-            print_slicing(build_plan(reduced.problem, orders[order], None, n_comp, tables), reduced.problem.domains,
+            print_slicing(build_plan(reduced.problem, planned, None, n_left, tables), reduced.problem.domains,
                           workers, slice_min, mem_limit)
         options = Options(z=z, order=order, tables=tables, time_limit=time_limit, mem_limit=mem_limit)
         budget = mem_limit if mem_limit is not None else available_memory()
         try:
-            schedule = make_schedule(reduced.problem, orders[order], options, budget, n_comp,
+            schedule = make_schedule(reduced.problem, planned, options, budget, n_left,
                                      registry.for_place(on_device=False))
         except (BudgetError, ValueError) as e:
             out().print(f"schedule: none ({e})", markup=False)
@@ -112,8 +118,8 @@ def info_cmd(file, evidence, order, tables, z, time_limit, mem_limit, gpu_mem_li
             out().print("schedule (CPU engine; on the GPU elimination phases are predicted faster):")
             out().print(schedule.describe(), markup=False)
             out().print("exact methods (CPU engine):")
-            lines = exact_predictions(reduced.problem, orders[order], budget, schedule.engine, schedule.threads,
-                                      n_comp) + list(schedule.choice)
+            lines = exact_predictions(reduced.problem, planned, budget, schedule.engine, schedule.threads,
+                                      n_left) + list(schedule.choice)
             out().print("\n".join(f"  {line}" for line in lines), markup=False)
 
 

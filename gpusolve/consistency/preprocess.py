@@ -1,4 +1,5 @@
-"""Hard-constraint preprocessing before planning: node and generalised arc consistency.
+"""Hard-constraint preprocessing before planning: node and generalised arc consistency, and
+functional variable elimination (functional.py) in turn with them.
 
 A value is removed when it takes part in no assignment cheaper than top:
 its unary costs add up to top, or some cost function forbids every tuple
@@ -9,8 +10,8 @@ are made where they fit (globals.decompose) and the problem is restricted to the
 (Problem.restricted). This
 never changes the optimum, shrinks the domains that size every table, and
 detects an emptied domain (the problem is infeasible) before any
-elimination. Value indices change: `Reduced.expand` (model/problem.py) maps an assignment back
-to the file's value indices.
+elimination. Value indices change and eliminated variables leave every scope: `Reduced.expand`
+(model/problem.py) maps an assignment back to the file's value indices.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gpusolve.consistency import functional
 from gpusolve.consistency.alldiff import gac
 from gpusolve.consistency.globals import decompose
 from gpusolve.limits import DEFAULT, Limits
@@ -25,6 +27,39 @@ from gpusolve.model.problem import CostFunction, Problem, Reduced, TupleFunction
 
 
 def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
+    """Node and arc consistency (`consistent`), then functional variable elimination
+    (functional.py), in turn until no variable is eliminated: the functions rewritten over x and
+    merged with x's may remove more values, and make other variables functional."""
+    reduced = consistent(problem, limits)
+    while not reduced.infeasible:
+        smaller, eliminated = functional.eliminate(reduced.problem, limits)
+        if not eliminated:
+            break
+        reduced = _then(problem, reduced, eliminated, consistent(smaller, limits))
+    return reduced
+
+
+def _then(original: Problem, reduced: Reduced, eliminated: list, after: Reduced) -> Reduced:
+    """`reduced`, then functional `eliminated` (reduced.problem's value indices) and `after`
+    (preprocessing of what is left), as one reduction of the `original` problem."""
+    if after.infeasible:
+        return _infeasible(original)
+    # a variable kept whole (a range: observed, or in no scope) at one step is one at the next
+    values = [kept[step.start:step.stop] if isinstance(step, range) else kept[step]
+              for kept, step in zip(reduced.values, after.values)]
+    maps = list(reduced.functional)
+    for y, x, g in eliminated + after.functional:
+        in_file = np.full(original.domains[x], -1, dtype=np.int64)
+        in_file[reduced.values[x]] = np.where(g >= 0, np.asarray(reduced.values[y])[np.maximum(g, 0)], -1)
+        maps.append((y, x, in_file))
+    return Reduced(after.problem, values, removed=reduced.removed + after.removed, functional=maps)
+
+
+def _infeasible(problem: Problem) -> Reduced:
+    return Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
+
+
+def consistent(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
     """Remove values without support; mark the problem infeasible when a domain empties. `limits`:
     GAC's and the decomposition of the globals'.
 
@@ -32,7 +67,7 @@ def preprocess(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
     its values (the evidence picks one): their domains, which may be huge, are never materialised."""
     scoped = {v for f in problem.functions for v in f.scope} | {v for g in problem.globals for v in g.scope}
     live = [np.ones(d, dtype=bool) if v in scoped else None for v, d in enumerate(problem.domains)]
-    infeasible = Reduced(problem, [range(d) for d in problem.domains], infeasible=True)
+    infeasible = _infeasible(problem)
     if sum(f.table[()] for f in problem.functions if not f.scope) >= problem.top:
         return infeasible
     unary = {}

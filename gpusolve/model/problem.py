@@ -320,17 +320,25 @@ class Problem:
 
 @dataclass
 class Reduced:
-    """A problem after preprocessing removed values, and the way back to the file's value indices:
-    beside `visible` and `value_labels`, the last step of reporting an assignment in the file's terms."""
+    """A problem after preprocessing removed values and functional variables, and the way back to
+    the file's value indices: beside `visible` and `value_labels`, the last step of reporting an
+    assignment in the file's terms."""
 
     problem: Problem  # the reduced problem (the original one when nothing was removed)
     values: list[np.ndarray]  # per variable: the original index of each kept value
     infeasible: bool = False
     removed: int = 0  # values removed in all
+    # (y, x, g) per variable y eliminated as a function of x (consistency/functional.py), in the order
+    # eliminated: y's original value index is g[x's original value index]. y is in no scope.
+    functional: list[tuple[int, int, np.ndarray]] = field(default_factory=list)
 
     def expand(self, assignment) -> list[int]:
-        """An assignment of the reduced problem in the original problem's value indices."""
-        return [int(self.values[v][a]) for v, a in enumerate(assignment)]
+        """An assignment of the reduced problem in the original problem's value indices: an
+        eliminated y after the variables eliminated later, of which its x may be one."""
+        out = [int(self.values[v][a]) for v, a in enumerate(assignment)]
+        for y, x, g in reversed(self.functional):
+            out[y] = int(g[out[x]])
+        return out
 
 
 # Readers mark forbidden integer entries with this before `finalize_integer`.

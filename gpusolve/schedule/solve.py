@@ -89,6 +89,7 @@ class Result:
     largest_rows: int = 0  # rows of the largest sparse message (0: no sparse table)
     trace: list[list] = field(default_factory=list)  # [time_s, lower, upper, phase] at each improvement
     search: dict | None = None  # AND/OR search statistics, when it ran
+    preprocess: dict | None = None  # what preprocessing removed: {"removed_values", "functional_variables"}
     schedule: list[str] = field(default_factory=list)  # the phases planned, in order
     values: list[str] | None = None  # the assignment as the file's domain values (XCSP, CFN names), else None
     method: str | None = None  # what ran, e.g. "MBE(z=4) + FGLP + AND/OR search"
@@ -133,9 +134,10 @@ def solve(problem: Problem, options: Options, file: str = "",
     # removing values would change a sum over assignments: not for PR, MAR
     reduced = preprocess(problem, options.limits)
     phases["preprocess"] = time.perf_counter() - t0
+    removed = {"removed_values": reduced.removed, "functional_variables": len(reduced.functional)}
     if reduced.infeasible:
         return Result(file=file, task=task, status="infeasible", lower_bound=None, upper_bound=None,
-                      assignment=None, z=None, induced_width=None,
+                      assignment=None, z=None, induced_width=None, preprocess=removed,
                       time_s=time.perf_counter() - t0 + read_time, phases=phases, engine="none",
                       device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
                       method="preprocessing (node and arc consistency)", options=options.settings())
@@ -187,7 +189,7 @@ def solve(problem: Problem, options: Options, file: str = "",
                   exact=out.plan is not None and out.plan.exact and status != "bounded",
                   peak_bytes=_sparse_bytes(out.messages) or (plan.peak_bytes if plan is not None else None),
                   largest_rows=_largest_rows(out.messages), trace=trace,
-                  search=out.search, schedule=schedule.describe().splitlines())
+                  search=out.search, schedule=schedule.describe().splitlines(), preprocess=removed)
 
 
 def _order(problem: Problem, options: Options, t0: float, phases: dict):
