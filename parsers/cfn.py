@@ -169,8 +169,7 @@ class _Reader:
                 size = len(labels)
             else:
                 labels, size = None, self._int(domain, f"domain size of variable {name}")
-                if size < 0:
-                    raise self.error(domain, f"interval variable {name} (domain size {size}) is not supported")
+                size = abs(size)  # negative: toulbar2's interval variable, values 0..|size|-1 all the same
             if size == 0:
                 raise self.error(domain, f"variable {name} has an empty domain")
             variables.append(Variable(name, size, labels))

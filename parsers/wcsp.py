@@ -62,8 +62,7 @@ def read(path: str | Path) -> Problem:
     domains = []
     for i in range(n):
         d = t.int(f"domain size of variable {i}")
-        if d < 0:
-            raise t.error(f"interval domain (size {d}) of variable {i} is not supported")
+        d = abs(d)  # negative: toulbar2's interval variable, values 0..|d|-1 all the same
         if d == 0:
             raise t.error(f"variable {i} has an empty domain")
         domains.append(d)

@@ -176,7 +176,6 @@ def test_cfn_freedoms_names_and_maximisation(tmp_path):
     ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] type sgrammardp params []}}}",
      "global cost function sgrammardp is not supported"),
     ("{problem {name a mustbe <5} variables {x 2} functions {f {scope [x] costs [1 2]}", "unclosed"),
-    ("{problem {name a mustbe <5} variables {x -5} functions {}}", "interval"),
 ])
 def test_cfn_errors_are_one_line_with_the_line(tmp_path, text, message):
     path = tmp_path / "bad.cfn"

@@ -103,7 +103,6 @@ MALFORMED = [
     ("value.wcsp", edit(WCSP, "1 2 12", "1 3 12"), 5, "value 3 out of domain of variable 1 (size 3)"),
     ("nonnumber.wcsp", edit(WCSP, "0 0 4", "0 zero 4"), 4, "found 'zero'"),
     ("header.wcsp", edit(WCSP, "t 2 3", "t two 3"), 1, "number of variables"),
-    ("interval.wcsp", edit(WCSP, "3 3\n", "3 -4\n"), 2, "interval domain"),
     ("keyword.wcsp", edit(WCSP, "2 0 1 0 2\n0 0 4\n1 2 12\n", "2 0 1 -1 sgrammar var 1\n"), 3,
      "global cost function sgrammar is not supported"),
     ("metric.wcsp", edit(WCSP, "2 0 1 0 2\n0 0 4\n1 2 12\n", "2 0 1 -1 salldiff lin 1\n"), 3,
@@ -224,6 +223,21 @@ p 2 3 4 100
 def test_wcsp_costs_at_or_above_ub_are_forbidden(tmp_path):
     p = read(write(tmp_path, "p.wcsp", "p 1 3 1 5\n3\n1 0 0 2\n1 5\n2 6\n"))
     assert_table(p, p.functions[0].table, [0, F, F])
+
+
+def test_an_interval_variable_has_the_values_from_0_to_its_size_minus_1(tmp_path):
+    """toulbar2 writes an interval variable's domain size negative (validation/default/10_1.wcsp and
+    cfnformat.rst): the same values 0..|size|-1, which a table lists as any other."""
+    for name, text in (("i.wcsp", edit(WCSP, "3 3\n", "3 -3\n")),
+                       ("i.cfn", "{problem {name a mustbe <50} variables {x -3 y 2}\n"
+                                 "functions {f {scope [x y] defaultcost 1 costs [2 1 0 0 0 4]}}}")):
+        (tmp_path / name).write_text(text)
+        problem = read(tmp_path / name)
+        assert problem.domains == [3, 3] if name.endswith("wcsp") else [3, 2]
+        positive = text.replace("-3", "3")
+        (tmp_path / ("p" + name)).write_text(positive)
+        assert [f.table.tolist() for f in problem.functions] == \
+            [f.table.tolist() for f in read(tmp_path / ("p" + name)).functions]
 
 
 def test_wcsp_shared_tables(tmp_path):

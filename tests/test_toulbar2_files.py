@@ -1,6 +1,6 @@
 """toulbar2's own files (tutorials, examples, validation sets): gpusolve solves each to the optimum that
 pytoulbar2 proves or its .ub file gives, or refuses it by name, one line and exit code 2 (a global
-cost function it does not support, an interval variable). Never a traceback, never a wrong value: a
+cost function it does not support). Never a traceback, never a wrong value: a
 run the time limit cuts short must bracket the optimum with its bounds. The files come from a copy
 of toulbar2's repository ($GPUSOLVE_TOULBAR2, default ../cache/toulbar2 beside the checkout); the
 helpers are bench/toulbar2_files.py's, which tabulates the same runs."""
@@ -18,11 +18,11 @@ import toulbar2_files as tf  # noqa: E402
 
 TIME_LIMIT = 30  # each solver's, per file: a run cut short is checked by its bounds, not failed
 SLOW_BYTES = 40_000  # files longer than this (decompressed) are marked slow
-# What a refusal names: the global cost function or keyword, the interval variable's domain, or the
-# global cost function whose parameters break the format (B1-LU04-test.wcsp's automaton of 2 states
-# has a transition into state 2: toulbar2 writes that cost past its table, out of bounds).
+# What a refusal names: the global cost function or keyword, or the global cost function whose
+# parameters break the format (B1-LU04-test.wcsp's automaton of 2 states has a transition into
+# state 2: toulbar2 writes that cost past its table, out of bounds).
 REFUSAL = re.compile(r"(global cost function (?P<name>\S+) is not supported|unsupported cost function keyword "
-                     r"(?P<keyword>\S+)|interval (domain|variable)|global cost function (?P<broken>\S+): "
+                     r"(?P<keyword>\S+)|global cost function (?P<broken>\S+): "
                      r"[^:]* out of range)")
 
 
