@@ -202,6 +202,58 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert "search" in schedule.describe()
 
 
+class BoxesSpent(Stop):
+    """Every boxed phase is stopped at its first check (no clock); the run itself is not."""
+
+    def within(self, seconds: float, reserve: float = 0.0) -> Stop:
+        spent = math.isfinite(seconds)
+
+        class Box(Stop):
+            def __call__(self) -> bool:
+                return spent or super().__call__()
+        return Box(None, self)
+
+
+def test_the_searches_of_a_run_resume_one_compiled_search(monkeypatch):
+    """A boxed search stopped the compiled search and the next search built a new one from the root;
+    now one compiled search per run, paused between the phases it runs in, alone or beside AND/OR
+    search, and its proof stands (brute force)."""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    from gpusolve.search import dfbb
+    built = []
+    init = dfbb.DepthFirst.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(dfbb.DepthFirst, "__init__", counted)
+
+    def resumed(problem, guide: tuple, optimum) -> bool:
+        """Whether the last search ran, on the compiled search the boxed one paused."""
+        built.clear()
+        order = graph.elimination_order(problem)
+        bounds = Bounds.start(problem, time.perf_counter())
+        schedule = Schedule(guide + (Search(seconds=1.0), Search()), "numpy")
+        out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, BoxesSpent(), 1 << 30)
+        assert len(built) == 1 and bounds.closed
+        assert bounds.upper == optimum if optimum < problem.top else bounds.assignment is None
+        return "AND/OR search cut off" in out.note and len(out.ran) > len(guide)
+    alone = 0
+    for seed in range(30):
+        problem = random_problem(np.random.default_rng(700 + seed), n_max=7, d_max=4, f_max=12, p_hard=0.15)
+        if not Bounds.start(problem, 0.0).closed:  # else a function forbids everything: nothing to search
+            alone += resumed(problem, (), brute_force(problem)[0])
+    assert alone >= 10
+    # beside AND/OR search, on a grid neither proves in their boxes: both boxes spent, one compiled search
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    built.clear()
+    schedule = Schedule((MBE(build_plan(problem, order, 2)), Search(seconds=1.0), Search(seconds=2.0)), "numpy")
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
+                       BoxesSpent(), 1 << 30)
+    assert len(built) == 1 and out.note.count("AND/OR search cut off") == 2
+
+
 def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:
     """`strong` is no weaker than `weak`: exact BE alone beats any schedule; otherwise a heuristic at no
     smaller z, and each other phase of `weak` in `strong` too, with no shorter slice, stall or box

@@ -279,31 +279,41 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
     MAC and plans built here take `limits` (the schedule's plans carry their own)."""
     ctx = RunContext(problem, order, engine, bounds, stop, budget, (schedule.engine, schedule.threads), n_components,
                      cluster, progress_factory, limits)
-    out = ctx.out
-    for i, phase in enumerate(schedule.phases):
-        if bounds.closed or stop():
-            break
-        if phase.predicted_s > stop.remaining():
-            out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
-            continue
-        if phase.shifted and ctx.shifted is None:
-            out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
-            continue
-        ctx.later = schedule.phases[i + 1:]
-        bounds.begin(phase.label)
-        t = time.perf_counter()
-        try:
-            label = phase.run(ctx)
-            cut = phase.returns_when_stopped and stop()
-        except NotStarted as e:
-            out.note += f"; {e}" if str(e) else ""
-            continue
-        except Stopped:
-            cut = True  # the bounds held stand
-        finally:
-            out.phase_s[phase.timer] = out.phase_s.get(phase.timer, 0.0) + time.perf_counter() - t
-        if cut:
-            out.note += f"; {phase.label} cut off"
-        else:
-            out.ran.append(label)
-    return out
+    try:
+        for i, phase in enumerate(schedule.phases):
+            if bounds.closed or stop():
+                break
+            ctx.later = schedule.phases[i + 1:]
+            _run_phase(phase, ctx)
+    finally:  # the compiled search, paused between the phases it runs in, ends with the run
+        if ctx.core is not None:
+            ctx.core.finish(bounds)
+    return ctx.out
+
+
+def _run_phase(phase: Phase, ctx: RunContext) -> None:
+    """One phase, unless what it needs is missing or its prediction exceeds the time left; timed, and
+    noted when cut off or skipped."""
+    out, stop = ctx.out, ctx.stop
+    if phase.predicted_s > stop.remaining():
+        out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
+        return
+    if phase.shifted and ctx.shifted is None:
+        out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
+        return
+    ctx.bounds.begin(phase.label)
+    t = time.perf_counter()
+    try:
+        label = phase.run(ctx)
+        cut = phase.returns_when_stopped and stop()
+    except NotStarted as e:
+        out.note += f"; {e}" if str(e) else ""
+        return
+    except Stopped:
+        cut = True  # the bounds held stand
+    finally:
+        out.phase_s[phase.timer] = out.phase_s.get(phase.timer, 0.0) + time.perf_counter() - t
+    if cut:
+        out.note += f"; {phase.label} cut off"
+    else:
+        out.ran.append(label)

@@ -83,10 +83,19 @@ class RunContext:
     guide: Run | None = None  # the tightest MBE run: heuristic and rollout guide
     shifted: Problem | None = None  # the FGLP-shifted equivalent, when shifting raised the bound
     later: tuple = ()  # the phases after the one running
+    core: object = None  # the compiled search (dfbb.Beside), paused between the phases it runs in
     out: Outcome = field(default_factory=Outcome)
 
     def predict_s(self, plan: Plan) -> float:
         return predict_s(plan, *self.rates)
+
+    def compiled_search(self):
+        """The run's compiled search, made at its first use: every phase resumes the same search (and
+        numba loads it once)."""
+        if self.core is None:
+            from gpusolve.search.dfbb import Beside
+            self.core = Beside(self.problem, self.bounds)
+        return self.core
 
 
 class NotStarted(Exception):
@@ -306,8 +315,9 @@ class Search(Phase):
         if ctx.guide is None and (ctx.cluster is not None or supports(ctx.problem) is not None):
             raise NotStarted("search not started (no MBE completed to guide it)")
         seconds = math.inf if self.seconds is None else self.seconds
+        core = ctx.compiled_search() if ctx.cluster is None and supports(ctx.problem) is None else None
         return _search(ctx.problem, ctx.order, ctx.guide, ctx.engine, ctx.bounds,
-                       ctx.stop.within(seconds, sum(p.predicted_s for p in ctx.later)), ctx.out, ctx.cluster)
+                       ctx.stop.within(seconds, sum(p.predicted_s for p in ctx.later)), ctx.out, ctx.cluster, core)
 
 
 @dataclass(frozen=True)
@@ -379,23 +389,18 @@ class Stalled(Stop):
             now - self.last[0] > max(self.floor, self.share * (now - self.since))
 
 
-def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> str:
-    """AND/OR search with the mini-bucket heuristic and, on integer problems, the compiled depth-first
-    search with soft arc consistency beside it (a portfolio: the first to finish proves, incumbents
-    are shared as they come); without a heuristic the compiled search alone. Returns what ran."""
-    from gpusolve.search import dfbb
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None,
+            beside=None) -> str:
+    """AND/OR search with the mini-bucket heuristic and, beside it, the compiled depth-first search with
+    soft arc consistency `beside` (dfbb.Beside, on integer problems: a portfolio, the first to finish
+    proves, incumbents are shared as they come); without a heuristic the compiled search alone. Returns
+    what ran."""
     from gpusolve.consistency.globals import propagators
     from gpusolve.search.andor import AndOrSearch, Heuristic
     if stop.remaining() <= 0:  # a box already spent: neither search starts
         raise Stopped()
-    beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
-        bounds.begin(beside.LABEL, lambda: beside.search.nodes)
-        beside.run_here(bounds, stop)
-        out.search = {"dfbb": beside.stats(), "complete": beside.complete}
-        if not beside.complete:
-            raise Stopped()
-        return beside.LABEL
+        return _core_alone(beside, bounds, stop, out)
     heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
@@ -430,7 +435,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     finally:
         out.search = s.stats.to_json()
         if beside is not None:
-            beside.finish(bounds)
+            beside.pause(bounds)
             out.search["dfbb"] = beside.stats()
             out.search["complete"] = s.stats.complete or beside.complete  # the phase's proof, by either
     if s.stats.complete:
@@ -438,6 +443,17 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
             bounds.offer(assignment, "AND/OR search")
         bounds.prove("AND/OR search")
     return label
+
+
+def _core_alone(core, bounds: Bounds, stop: Stop, out: Outcome) -> str:
+    """The compiled search alone until it proves or `stop` says so; then it is paused."""
+    bounds.begin(core.LABEL, lambda: core.search.nodes)
+    core.run_here(bounds, stop)
+    core.pause(bounds)
+    out.search = {"dfbb": core.stats(), "complete": core.complete}
+    if not core.complete:
+        raise Stopped(stop.signal())
+    return core.LABEL
 
 
 class Polled(Stop):
