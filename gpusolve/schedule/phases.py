@@ -321,6 +321,41 @@ class Search(Phase):
 
 
 @dataclass(frozen=True)
+class Core(Phase):
+    """The compiled search alone (HBFS with EDAC*), before the other phases: small networks of binary
+    and ternary functions are proven in milliseconds once it is loaded. Its load (numba's import and
+    on-disk cache; a compile with a cold cache, tens of seconds) is waited for `load_s` at most, and timed
+    as the phase `core_load`; then it searches for `seconds` at most. Stopped, it is paused: the searches
+    later in the schedule resume it, and a compile not done goes on beside the phases in between."""
+
+    name: ClassVar[str] = "hbfs"
+    timer: ClassVar[str] = "search"
+    label: ClassVar[str] = "HBFS (EDAC*)"
+    seconds: float = math.inf
+    load_s: float = math.inf
+
+    def describe(self) -> str:
+        return f"{self.name} (the compiled search alone), its load waited for {self.load_s:.3g} s at most, " \
+               f"then {self.seconds:.3g} s at most, until proof"
+
+    def run(self, ctx: RunContext) -> str:
+        core = ctx.compiled_search()
+        t = time.perf_counter()
+        core.run_here(ctx.bounds, ctx.stop.within(self.load_s), until=core.loaded)
+        # the phase's time is run_schedule's to add up: the load is moved from it to its own timer
+        loading = time.perf_counter() - t
+        ctx.out.phase_s["core_load"] = ctx.out.phase_s.get("core_load", 0.0) + loading
+        ctx.out.phase_s[self.timer] = ctx.out.phase_s.get(self.timer, 0.0) - loading
+        if not core.loaded.is_set():
+            core.pause(ctx.bounds)
+            if ctx.stop():
+                raise Stopped(ctx.stop.signal())
+            raise NotStarted(f"{self.name} not started (its load took over {self.load_s:.3g} s: a compile; "
+                             "it goes on beside the next phases)")
+        return _core_alone(core, ctx.bounds, ctx.stop.within(self.seconds), ctx.out)
+
+
+@dataclass(frozen=True)
 class MAC(Phase):
     """A satisfaction problem: search maintaining arc consistency and GAC, whose first solution is optimal."""
 
