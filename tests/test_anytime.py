@@ -189,9 +189,11 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert plan_within(problem, order, None, 1 << 30, 1, "auto") is None
     schedule = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy")
     names = [p.name for p in schedule.phases]
-    # a deadline: incumbents first (local search on half its box), the bounds that guide search, a boxed
-    # search, bounded sparse BE below the incumbents, JGLP's bound (which a proof makes moot), search again
-    assert names == ["mbe", "local-search", "mbe", "fglp", "mbe", "search", "bounded-sparse", "jglp", "search"]
+    # a deadline: the compiled search's box (integer costs, binary functions), incumbents (local search on
+    # half its box), the bounds that guide search, a boxed search, bounded sparse BE below the incumbents,
+    # JGLP's bound (which a proof makes moot), search again
+    assert names == ["hbfs", "mbe", "local-search", "mbe", "fglp", "mbe", "search", "bounded-sparse", "jglp",
+                     "search"]
     local = next(p for p in schedule.phases if p.name == "local-search")
     assert local.seconds == anytime.BOUNDED_LOCAL_SHARE * min(anytime.LOCAL_SEARCH_SHARE * 10.0, anytime.LOCAL_SEARCH_S)
     untimed = [p.name for p in plan_schedule(problem, order, None, 1 << 30, None, "numpy").phases]
@@ -200,6 +202,104 @@ def test_schedule_is_exact_be_when_it_fits_else_bounds_then_search():
     assert first.plan.z < plain.plan.z and plain.plan is matched.plan is schedule.heuristic
     assert matched.shifted and not plain.shifted
     assert "search" in schedule.describe()
+
+
+def test_the_compiled_search_gets_the_first_box_where_exact_be_does_not_run_alone():
+    """CELAR6-SUB0 waited 6 s of MBE, local search and AND/OR search for a proof the compiled search
+    makes in 151 nodes: an integer network of functions of arity at most 3 that exact BE does not take
+    alone gets the compiled search first, boxed (a longer limit, no shorter box); a problem exact BE
+    solves at once still goes to exact BE alone; float costs, arity 4 or a --z keep the old order."""
+    small = generate("random", 12, 4, 0.3, 0.3, seed=1)
+    order = graph.elimination_order(small)
+    exact = plan_within(small, order, None, 1 << 30, 1, "auto")
+    assert [p.name for p in plan_schedule(small, order, exact, 1 << 30, None, "numpy").phases] == ["be"]
+    problem = hard_grid()  # integer, binary; exact BE fits no budget here
+    order = graph.elimination_order(problem)
+    for limit in LIMITS:
+        schedule = plan_schedule(problem, order, None, 1 << 30, limit, "numpy")
+        names = [p.name for p in schedule.phases]
+        first = schedule.phases[0]
+        assert names[0] == "hbfs" and "hbfs" not in names[1:] and names[-1] == "search"
+        share = anytime.CORE_FIRST_SHARE * (limit or math.inf)
+        assert (first.seconds, first.load_s) == (min(anytime.CORE_FIRST_S, share), min(anytime.CORE_LOAD_S, share))
+        assert any(line.startswith("compiled search (HBFS, EDAC*) first: scheduled") for line in schedule.choice)
+    floats = Problem(problem.name, problem.variables, [CostFunction(f.scope, f.table.astype(np.float64))
+                                                       for f in problem.functions], integer=False, top=np.inf)
+    quaternary = Problem(problem.name, problem.variables, problem.functions
+                         + [CostFunction((0, 1, 2, 3), np.zeros((10,) * 4, dtype=np.int64))], top=problem.top)
+    for other, z, why in ((floats, None, "costs are not integers"), (quaternary, None, "arity 4, over 3"),
+                          (problem, 3, "a --z asks for mini-buckets")):
+        schedule = plan_schedule(other, order, None, 1 << 30, 10.0, "numpy", z=z)
+        assert "hbfs" not in [p.name for p in schedule.phases]
+        assert any(line.startswith("compiled search (HBFS, EDAC*) first: not scheduled") and line.endswith(why)
+                   for line in schedule.choice), schedule.choice
+
+
+def test_a_network_the_compiled_search_proves_at_once_takes_no_other_phase(tmp_path, monkeypatch):
+    """Exact BE does not fit the memory budget: the compiled search, first, proves pytoulbar2's optimum
+    and nothing after it runs (its boxes unbounded here: a loaded machine must not make the test fail)."""
+    monkeypatch.setattr(anytime, "CORE_LOAD_S", math.inf)
+    monkeypatch.setattr(anytime, "CORE_FIRST_S", math.inf)
+    problem = generate("random", 16, 8, 0.4, 0.3, seed=1)
+    order = graph.elimination_order(problem)
+    budget = 64 << 20
+    assert build_plan(problem, order, None).peak_bytes > budget
+    r = solve(problem, Options(device="cpu", mem_limit=budget))
+    assert r.status == "optimal" and r.upper_bound == toulbar2_optimum(problem, tmp_path / "r.wcsp")
+    assert r.method == "HBFS (EDAC*)" and r.search["complete"] and r.search["dfbb"]["nodes"] > 0
+    assert "core_load" in r.phases and not {"eliminate", "local_search", "fglp"} & set(r.phases)
+
+
+class BoxesSpent(Stop):
+    """Every boxed phase is stopped at its first check (no clock); the run itself is not."""
+
+    def within(self, seconds: float, reserve: float = 0.0) -> Stop:
+        spent = math.isfinite(seconds)
+
+        class Box(Stop):
+            def __call__(self) -> bool:
+                return spent or super().__call__()
+        return Box(None, self)
+
+
+def test_the_searches_of_a_run_resume_one_compiled_search(monkeypatch):
+    """A boxed search stopped the compiled search and the next search built a new one from the root;
+    now one compiled search per run, paused between the phases it runs in, alone or beside AND/OR
+    search, and its proof stands (brute force)."""
+    from gpusolve.engines.numpy_engine import NumpyEngine
+    from gpusolve.search import dfbb
+    built = []
+    init = dfbb.DepthFirst.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(dfbb.DepthFirst, "__init__", counted)
+
+    def resumed(problem, guide: tuple, optimum) -> bool:
+        """Whether the last search ran, on the compiled search the boxed one paused."""
+        built.clear()
+        order = graph.elimination_order(problem)
+        bounds = Bounds.start(problem, time.perf_counter())
+        schedule = Schedule(guide + (Search(seconds=1.0), Search()), "numpy")
+        out = run_schedule(problem, order, schedule, NumpyEngine(1), bounds, BoxesSpent(), 1 << 30)
+        assert len(built) == 1 and bounds.closed
+        assert bounds.upper == optimum if optimum < problem.top else bounds.assignment is None
+        return "AND/OR search cut off" in out.note and len(out.ran) > len(guide)
+    alone = 0
+    for seed in range(30):
+        problem = random_problem(np.random.default_rng(700 + seed), n_max=7, d_max=4, f_max=12, p_hard=0.15)
+        if not Bounds.start(problem, 0.0).closed:  # else a function forbids everything: nothing to search
+            alone += resumed(problem, (), brute_force(problem)[0])
+    assert alone >= 10
+    # beside AND/OR search, on a grid neither proves in their boxes: both boxes spent, one compiled search
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    built.clear()
+    schedule = Schedule((MBE(build_plan(problem, order, 2)), Search(seconds=1.0), Search(seconds=2.0)), "numpy")
+    out = run_schedule(problem, order, schedule, NumpyEngine(1), Bounds.start(problem, time.perf_counter()),
+                       BoxesSpent(), 1 << 30)
+    assert len(built) == 1 and out.note.count("AND/OR search cut off") == 2
 
 
 def assert_no_weaker(strong: Schedule, weak: Schedule) -> None:

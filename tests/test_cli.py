@@ -51,6 +51,21 @@ def test_solve_json_fields_and_solution_file(small, tmp_path):
     assert [int(x) for x in sol.read_text().split()] == data["assignment"]
 
 
+def test_a_proof_by_the_compiled_search_alone_prints_its_search_line(tmp_path, monkeypatch):
+    """The table read AND/OR search's counters, which a proof by the compiled search alone (scheduled
+    first where exact BE does not fit) does not have: a KeyError. Its boxes unbounded: no clock involved."""
+    from gpusolve.schedule import anytime
+    monkeypatch.setattr(anytime, "CORE_LOAD_S", float("inf"))
+    monkeypatch.setattr(anytime, "CORE_FIRST_S", float("inf"))
+    path = tmp_path / "r.wcsp"
+    generated = run("generate", "random", "-n", 16, "-d", 8, "--p1", 0.4, "--p2", 0.3, "--seed", 1, "-o", path)
+    assert generated.exit_code == 0
+    r = run("solve", path, "--device", "cpu", "--mem-limit", "64M")  # exact BE needs 291 MiB
+    assert r.exit_code == 0, r.output
+    assert re.search(r"method +HBFS \(EDAC\*\)", r.output)
+    assert re.search(r"search +compiled HBFS: [\d,]+ nodes, [\d,]+ per s, complete", r.output), r.output
+
+
 def test_json_output_is_one_object_and_auto_notice_on_stderr(small):
     r = run("solve", small, "--json")
     assert r.exit_code == 0

@@ -183,6 +183,31 @@ def test_each_better_incumbent_is_reported_as_found():
     assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen)
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_incumbent_handed_over_midway_keeps_the_search_exact(order):
+    """Beside.publish hands the core the schedule's incumbent between slices: of the optimum's cost, the
+    search ends proving it with nothing better; above it, the search still finds the optimum; a worse
+    one changes nothing."""
+    checked = 0
+    for seed in range(60):
+        problem = random_case(3000 + seed)
+        optimum, _ = brute_force(problem)
+        if optimum >= problem.top:
+            continue
+        for upper in (optimum, optimum + 1):
+            search = DepthFirst(problem, **ORDERS[order])
+            search.run(seed % 5)  # a few nodes in (0: the root propagated)
+            search.tighten(upper)
+            search.tighten(problem.top)
+            while search.run(1) != COMPLETE:
+                pass
+            assert search.ub == search.lower_bound == optimum, seed
+            if upper > optimum:
+                assert problem.evaluate(search.best) == optimum, seed
+        checked += 1
+    assert checked >= 20
+
+
 def test_a_given_upper_bound_prunes_and_an_unreachable_one_finds_nothing():
     problem = random_case(11)
     optimum, _ = brute_force(problem)

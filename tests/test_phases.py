@@ -21,7 +21,7 @@ from gpusolve.plan.buckets import build_plan
 from gpusolve.schedule.anytime import plan_schedule
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.schedule.phases import (
-    BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, LocalSearch, NotStarted, RunContext, Search,
+    BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, Core, LocalSearch, NotStarted, RunContext, Search,
 )
 from gpusolve.stop import Stop, Stopped
 
@@ -191,6 +191,65 @@ def test_search_hears_the_interrupt(beside, tmp_path, monkeypatch):
     finally:
         release.set()
     assert interrupted > 0 or beside == "running"
+
+
+@pytest.mark.parametrize("core", ["held", "running"])
+def test_the_compiled_search_first_hears_the_interrupt(core, monkeypatch):
+    """The compiled search alone, first in the schedule, polled while it loads and while it searches.
+    "held": its slices wait until the test ends, as its first slice waits for a cold compile, so the
+    phase must hear every interrupt while it loads; "running": it may prove the optimum first (a race:
+    those runs are checked for valid bounds, not counted)."""
+    from gpusolve.search import dfbb
+    release = threading.Event()
+    if core == "held":
+        run = dfbb.DepthFirst.run
+        monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    interrupted = 0
+    try:
+        for seed in range(2):
+            problem, optimum = small(seed)
+            for k in KS[:3]:
+                ctx = context(problem)
+                try:
+                    cut = interrupt(Core(), ctx, k)
+                finally:
+                    ctx.core.finish(ctx.bounds)
+                assert cut or core == "running" and ctx.bounds.proven
+                interrupted += cut
+                assert_valid(ctx, optimum)
+    finally:
+        release.set()
+    assert interrupted > 0 or core == "running"
+
+
+def test_a_load_over_its_box_goes_on_and_the_next_search_resumes_it(monkeypatch):
+    """A cold compile takes tens of seconds: past its box the first phase ends, the compile goes on, and
+    the search after it resumes the same compiled search (its first slice held here for the compile)."""
+    from gpusolve.search import dfbb
+    release = threading.Event()
+    run = dfbb.DepthFirst.run
+    monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    proven = 0
+    try:
+        for seed in range(12):
+            problem, optimum = small(seed)
+            ctx = context(problem)
+            if ctx.bounds.closed:  # infeasible by its trivial bound: nothing to search
+                continue
+            with pytest.raises(NotStarted, match="its load took over 0 s"):
+                Core(load_s=0.0).run(ctx)
+            core = ctx.core
+            assert not core.loaded.is_set()
+            release.set()
+            assert Search().run(ctx) == core.LABEL and ctx.core is core and core.loaded.is_set()
+            assert ctx.bounds.proven and ctx.bounds.upper == optimum if optimum < problem.top \
+                else ctx.bounds.assignment is None
+            core.finish(ctx.bounds)
+            release.clear()
+            proven += 1
+    finally:
+        release.set()
+    assert proven >= 3
 
 
 def test_the_schedule_ends_at_the_interrupt_and_reports_it():

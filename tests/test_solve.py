@@ -63,7 +63,8 @@ def test_memory_budget_picks_largest_fitting_z_or_refuses():
     exact = solve(problem, Options(device="cpu"))
     assert exact.z is None and exact.status == "optimal"
     budget = exact.peak_bytes - 1
-    r = solve(problem, Options(device="cpu", mem_limit=budget, tables="dense"))  # else bounded sparse BE proves it
+    # dense: else bounded sparse BE proves it; no search: else the compiled search, first, proves it
+    r = solve(problem, Options(device="cpu", mem_limit=budget, tables="dense", search=False))
     assert r.z is not None and r.peak_bytes <= budget
     assert r.lower_bound <= exact.lower_bound
     assert r.upper_bound is None or exact.lower_bound <= r.upper_bound
@@ -110,7 +111,8 @@ def test_default_solve_stays_exact_with_sparse_tables_where_dense_be_does_not_fi
         assert r.status == "optimal"
         assert (r.z is None and r.largest_rows > 0) if not search else r.search["complete"]
         assert r.upper_bound == exact.upper_bound and problem.evaluate(r.assignment) == exact.upper_bound
-    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", limits=limits))
+    dense = solve(problem, Options(device="cpu", mem_limit=exact.peak_bytes // 4, tables="dense", search=False,
+                                   limits=limits))
     assert dense.z is not None  # without sparse tables the same budget only affords mini-buckets
 
 

@@ -147,10 +147,13 @@ def print_result(r: Result) -> None:
         s = r.search
         t.add_row("search", f"MAC: {s['nodes']:,} nodes, {s['failures']:,} failures, {s['restarts']:,} restarts, "
                             + ("complete" if s["complete"] else "stopped"))
-    elif r.search:
-        s = r.search
-        t.add_row("search", f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits, "
-                            + ("complete" if s["complete"] else "stopped"))
+    elif r.search:  # AND/OR search, the compiled search beside it, or the compiled search alone
+        s, core = r.search, r.search.get("dfbb")
+        done = [f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits"] \
+            if "nodes" in s else []
+        if core:
+            done.append(f"compiled {core['order']}: {core['nodes']:,} nodes, {core['nodes_per_s']:,.0f} per s")
+        t.add_row("search", "; ".join(done) + (", complete" if s["complete"] else ", stopped"))
     if len(r.trace) > 1:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{fmt_bound(lo)}, {fmt_bound(hi)}] {ph}"
                                                  for tt, lo, hi, ph in r.trace[-6:]))

@@ -2,14 +2,17 @@
 
 A `Schedule` is planned once from the model, the elimination order and the
 budgets, printed by `gpusolve info`, then run. Exact BE alone when its plan
-fits and its predicted time does; otherwise cheap bounds first and proof
-last: MBE at a small z (a lower bound, and the greedy assignment as an
-incumbent), local search from rollouts guided by its messages (incumbents),
-cost shifting (FGLP) and MBE(z) with moment matching on the shifted problem
-(a tighter lower bound and the search heuristic), JGLP cost shifting on the
-join graph of the tighter of those two runs (a lower bound never below
-theirs), then AND/OR branch and bound (search.py), whose completion proves
-the incumbent optimal. For integer costs search is first boxed, then bounded
+fits and its predicted time does; otherwise, for integer costs and functions
+of arity at most 3, the compiled depth-first search (dfbb.py) alone in a short
+box first (it proves small networks in milliseconds once loaded: CELAR6-SUB0),
+then cheap bounds and proof last: MBE at a small z (a lower bound, and the
+greedy assignment as an incumbent), local search from rollouts guided by its
+messages (incumbents), cost shifting (FGLP) and MBE(z) with moment matching on
+the shifted problem (a tighter lower bound and the search heuristic), JGLP cost
+shifting on the join graph of the tighter of those two runs (a lower bound
+never below theirs), then AND/OR branch and bound (andor.py) with the compiled
+search resumed beside it, whose completion proves the incumbent optimal. For
+integer costs search is first boxed, then bounded
 sparse BE runs below the best incumbent (a proof whenever the incumbent leaves
 few rows, where search may stall: SPOT5 505), then JGLP and search again (local search
 takes half its box before the exact method). A satisfaction problem (costs 0 or forbidden) that BE
@@ -40,9 +43,10 @@ from gpusolve.inference.eliminate import cheap_plan
 from gpusolve.plan.buckets import Plan, build_plan, choose_plan, place
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.schedule.phases import (
-    BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, LocalSearch, NotStarted, Outcome, Phase, RunContext, Search,
+    BE, FGLP, JGLP, MAC, MBE, BoundedSparseBE, Core, LocalSearch, NotStarted, Outcome, Phase, RunContext, Search,
     predict_s,
 )
+from gpusolve.search import dfbb
 from gpusolve.stop import Stop, Stopped
 
 # Every share of a time limit below is capped, and no limit takes the caps: a longer limit, or none,
@@ -74,6 +78,16 @@ BOUNDED_SPARSE_SHARE = 0.85
 # makes in seconds come first, and the exact method gets the rest.
 SEARCH_FIRST_SHARE = 0.1
 SEARCH_FIRST_S = 30.0
+# The compiled search (search/dfbb.py) first, alone, where it applies (integer costs) and functions have
+# at most CORE_ARITY variables (beyond, its soft arc consistency weakens): it proves small networks in
+# milliseconds once loaded, where the phases below took seconds before its proof (CELAR6-SUB0: 151 nodes,
+# against 5 s; the RLFAP-like networks of bench/search.py: under 300 nodes, against 5-12 s). Its load is
+# waited for at most CORE_LOAD_S (numba's import and cache load: 0.5-0.8 s on two loaded cores; a compile,
+# with a cold cache, tens of seconds: it goes on beside the next phases), then it searches for at most
+# CORE_FIRST_S; each box at most CORE_FIRST_SHARE of a time limit. Paused at its box, it is resumed by the
+# searches later in the schedule: the box's nodes are not lost.
+CORE_ARITY = 3
+CORE_LOAD_S, CORE_FIRST_S, CORE_FIRST_SHARE = 3.0, 1.0, 0.1
 # ... and local search before it half its box (SPOT5 505 on the GPU at 60 s: the phases before bounded
 # sparse BE took 28 s, of which local search 10 s; bounded sparse BE then needed 32 s more).
 BOUNDED_LOCAL_SHARE = 0.5
@@ -150,6 +164,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             choice.append(f"{what}: scheduled last, after a search boxed to its time (its messages are streamed)")
         else:
             choice.append(f"{what}: not scheduled, over 80% of the {limit:g} s limit")
+    first_box = _core_first(problem, z, limit, choice) if search else ()
     note = ""
     if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
         z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)
@@ -205,7 +220,23 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts;
         # JGLP, which only raises the lower bound that a proof makes moot, waits for the exact method
         last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + (jglp,) + last
-    return Schedule(tuple(phases) + last, engine, threads, note, tuple(choice))
+    return Schedule(first_box + tuple(phases) + last, engine, threads, note, tuple(choice))
+
+
+def _core_first(problem: Problem, z: int | None, limit: float, choice: list[str]) -> tuple[Phase, ...]:
+    """The compiled search alone first, boxed, where it applies (see CORE_ARITY); why, into `choice`."""
+    why = "a --z asks for mini-buckets" if z is not None else dfbb.supports(problem) or (
+        f"functions of arity {problem.max_arity}, over {CORE_ARITY}" if problem.max_arity > CORE_ARITY else "")
+    if why:
+        choice.append(f"compiled search (HBFS, EDAC*) first: not scheduled, {why}")
+        return ()
+    share = CORE_FIRST_SHARE * limit
+    core = Core(seconds=min(CORE_FIRST_S, share), load_s=min(CORE_LOAD_S, share))
+    choice.append(f"compiled search (HBFS, EDAC*) first: scheduled, integer costs and functions of arity at most "
+                  f"{CORE_ARITY}, where it proves small networks in milliseconds once loaded; its load waited for "
+                  f"{core.load_s:.3g} s at most, then {core.seconds:.3g} s at most, paused after that for the "
+                  f"searches below to resume")
+    return (core,)
 
 
 def exact_predictions(problem: Problem, order: list[int], budget: int, engine: str, threads: int = 1,
@@ -279,31 +310,41 @@ def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine,
     MAC and plans built here take `limits` (the schedule's plans carry their own)."""
     ctx = RunContext(problem, order, engine, bounds, stop, budget, (schedule.engine, schedule.threads), n_components,
                      cluster, progress_factory, limits)
-    out = ctx.out
-    for i, phase in enumerate(schedule.phases):
-        if bounds.closed or stop():
-            break
-        if phase.predicted_s > stop.remaining():
-            out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
-            continue
-        if phase.shifted and ctx.shifted is None:
-            out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
-            continue
-        ctx.later = schedule.phases[i + 1:]
-        bounds.begin(phase.label)
-        t = time.perf_counter()
-        try:
-            label = phase.run(ctx)
-            cut = phase.returns_when_stopped and stop()
-        except NotStarted as e:
-            out.note += f"; {e}" if str(e) else ""
-            continue
-        except Stopped:
-            cut = True  # the bounds held stand
-        finally:
-            out.phase_s[phase.timer] = out.phase_s.get(phase.timer, 0.0) + time.perf_counter() - t
-        if cut:
-            out.note += f"; {phase.label} cut off"
-        else:
-            out.ran.append(label)
-    return out
+    try:
+        for i, phase in enumerate(schedule.phases):
+            if bounds.closed or stop():
+                break
+            ctx.later = schedule.phases[i + 1:]
+            _run_phase(phase, ctx)
+    finally:  # the compiled search, paused between the phases it runs in, ends with the run
+        if ctx.core is not None:
+            ctx.core.finish(bounds)
+    return ctx.out
+
+
+def _run_phase(phase: Phase, ctx: RunContext) -> None:
+    """One phase, unless what it needs is missing or its prediction exceeds the time left; timed, and
+    noted when cut off or skipped."""
+    out, stop = ctx.out, ctx.stop
+    if phase.predicted_s > stop.remaining():
+        out.note += f"; {phase.name} not started (predicted {phase.predicted_s:.3g} s)"
+        return
+    if phase.shifted and ctx.shifted is None:
+        out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
+        return
+    ctx.bounds.begin(phase.label)
+    t = time.perf_counter()
+    try:
+        label = phase.run(ctx)
+        cut = phase.returns_when_stopped and stop()
+    except NotStarted as e:
+        out.note += f"; {e}" if str(e) else ""
+        return
+    except Stopped:
+        cut = True  # the bounds held stand
+    finally:
+        out.phase_s[phase.timer] = out.phase_s.get(phase.timer, 0.0) + time.perf_counter() - t
+    if cut:
+        out.note += f"; {phase.label} cut off"
+    else:
+        out.ran.append(label)

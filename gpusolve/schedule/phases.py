@@ -83,10 +83,19 @@ class RunContext:
     guide: Run | None = None  # the tightest MBE run: heuristic and rollout guide
     shifted: Problem | None = None  # the FGLP-shifted equivalent, when shifting raised the bound
     later: tuple = ()  # the phases after the one running
+    core: object = None  # the compiled search (dfbb.Beside), paused between the phases it runs in
     out: Outcome = field(default_factory=Outcome)
 
     def predict_s(self, plan: Plan) -> float:
         return predict_s(plan, *self.rates)
+
+    def compiled_search(self):
+        """The run's compiled search, made at its first use: every phase resumes the same search (and
+        numba loads it once)."""
+        if self.core is None:
+            from gpusolve.search.dfbb import Beside
+            self.core = Beside(self.problem, self.bounds)
+        return self.core
 
 
 class NotStarted(Exception):
@@ -306,8 +315,44 @@ class Search(Phase):
         if ctx.guide is None and (ctx.cluster is not None or supports(ctx.problem) is not None):
             raise NotStarted("search not started (no MBE completed to guide it)")
         seconds = math.inf if self.seconds is None else self.seconds
+        core = ctx.compiled_search() if ctx.cluster is None and supports(ctx.problem) is None else None
         return _search(ctx.problem, ctx.order, ctx.guide, ctx.engine, ctx.bounds,
-                       ctx.stop.within(seconds, sum(p.predicted_s for p in ctx.later)), ctx.out, ctx.cluster)
+                       ctx.stop.within(seconds, sum(p.predicted_s for p in ctx.later)), ctx.out, ctx.cluster, core)
+
+
+@dataclass(frozen=True)
+class Core(Phase):
+    """The compiled search alone (HBFS with EDAC*), before the other phases: small networks of binary
+    and ternary functions are proven in milliseconds once it is loaded. Its load (numba's import and
+    on-disk cache; a compile with a cold cache, tens of seconds) is waited for `load_s` at most, and timed
+    as the phase `core_load`; then it searches for `seconds` at most. Stopped, it is paused: the searches
+    later in the schedule resume it, and a compile not done goes on beside the phases in between."""
+
+    name: ClassVar[str] = "hbfs"
+    timer: ClassVar[str] = "search"
+    label: ClassVar[str] = "HBFS (EDAC*)"
+    seconds: float = math.inf
+    load_s: float = math.inf
+
+    def describe(self) -> str:
+        return f"{self.name} (the compiled search alone), its load waited for {self.load_s:.3g} s at most, " \
+               f"then {self.seconds:.3g} s at most, until proof"
+
+    def run(self, ctx: RunContext) -> str:
+        core = ctx.compiled_search()
+        t = time.perf_counter()
+        core.run_here(ctx.bounds, ctx.stop.within(self.load_s), until=core.loaded)
+        # the phase's time is run_schedule's to add up: the load is moved from it to its own timer
+        loading = time.perf_counter() - t
+        ctx.out.phase_s["core_load"] = ctx.out.phase_s.get("core_load", 0.0) + loading
+        ctx.out.phase_s[self.timer] = ctx.out.phase_s.get(self.timer, 0.0) - loading
+        if not core.loaded.is_set():
+            core.pause(ctx.bounds)
+            if ctx.stop():
+                raise Stopped(ctx.stop.signal())
+            raise NotStarted(f"{self.name} not started (its load took over {self.load_s:.3g} s: a compile; "
+                             "it goes on beside the next phases)")
+        return _core_alone(core, ctx.bounds, ctx.stop.within(self.seconds), ctx.out)
 
 
 @dataclass(frozen=True)
@@ -379,23 +424,18 @@ class Stalled(Stop):
             now - self.last[0] > max(self.floor, self.share * (now - self.since))
 
 
-def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None) -> str:
-    """AND/OR search with the mini-bucket heuristic and, on integer problems, the compiled depth-first
-    search with soft arc consistency beside it (a portfolio: the first to finish proves, incumbents
-    are shared as they come); without a heuristic the compiled search alone. Returns what ran."""
-    from gpusolve.search import dfbb
+def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outcome, cluster=None,
+            beside=None) -> str:
+    """AND/OR search with the mini-bucket heuristic and, beside it, the compiled depth-first search with
+    soft arc consistency `beside` (dfbb.Beside, on integer problems: a portfolio, the first to finish
+    proves, incumbents are shared as they come); without a heuristic the compiled search alone. Returns
+    what ran."""
     from gpusolve.consistency.globals import propagators
     from gpusolve.search.andor import AndOrSearch, Heuristic
     if stop.remaining() <= 0:  # a box already spent: neither search starts
         raise Stopped()
-    beside = dfbb.Beside(problem, bounds) if cluster is None and dfbb.supports(problem) is None else None
     if guide is None:
-        bounds.begin(beside.LABEL, lambda: beside.search.nodes)
-        beside.run_here(bounds, stop)
-        out.search = {"dfbb": beside.stats(), "complete": beside.complete}
-        if not beside.complete:
-            raise Stopped()
-        return beside.LABEL
+        return _core_alone(beside, bounds, stop, out)
     heuristic = Heuristic.from_run(guide.plan, engine, guide.messages)
     if cluster is not None:
         _search_on_dask(guide.problem, order, heuristic, bounds, stop, out, cluster)
@@ -430,7 +470,7 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
     finally:
         out.search = s.stats.to_json()
         if beside is not None:
-            beside.finish(bounds)
+            beside.pause(bounds)
             out.search["dfbb"] = beside.stats()
             out.search["complete"] = s.stats.complete or beside.complete  # the phase's proof, by either
     if s.stats.complete:
@@ -438,6 +478,17 @@ def _search(problem, order, guide, engine, bounds: Bounds, stop: Stop, out: Outc
             bounds.offer(assignment, "AND/OR search")
         bounds.prove("AND/OR search")
     return label
+
+
+def _core_alone(core, bounds: Bounds, stop: Stop, out: Outcome) -> str:
+    """The compiled search alone until it proves or `stop` says so; then it is paused."""
+    bounds.begin(core.LABEL, lambda: core.search.nodes)
+    core.run_here(bounds, stop)
+    core.pause(bounds)
+    out.search = {"dfbb": core.stats(), "complete": core.complete}
+    if not core.complete:
+        raise Stopped(stop.signal())
+    return core.LABEL
 
 
 class Polled(Stop):

@@ -298,6 +298,13 @@ class DepthFirst:
                 self.pushed += 1
                 self.stored += i + 1
 
+    def tighten(self, upper) -> None:
+        """Take an incumbent's cost found elsewhere as the upper bound, between slices: from the next node
+        on, the search prunes as its own incumbent of that cost would make it (`best` stays its own)."""
+        if upper < self.ub:
+            self.ub = int(upper)
+            self.ctl[UB] = self.ub
+
     def _next_dive(self, replay) -> bool:
         """Start a dive from the open node of least lower bound (the deepest among ties); False when none
         is left below the incumbent."""
@@ -326,9 +333,11 @@ POLL_S = 0.05  # how often run_here looks at its stop while the core's thread wo
 
 
 class Beside:
-    """The core searching in a thread of its own (numba releases the GIL) while another search runs in
-    the caller's; `publish`, called from the caller's side, hands its incumbents and bound to the
-    schedule's Bounds, so that only one thread at a time touches them."""
+    """The core searching in a thread of its own (numba releases the GIL) while the caller's thread runs
+    other phases; `publish`, called from the caller's side, hands its incumbents and bound to the
+    schedule's Bounds, so that only one thread at a time touches them, and hands the caller's incumbent
+    to the core. Paused between the phases it runs in and resumed by the next, it is one search, and one
+    load of the compiled core, for the whole run."""
 
     LABEL = "HBFS (EDAC*)"
 
@@ -340,32 +349,49 @@ class Beside:
         self._lock = threading.Lock()
         self._found: list[np.ndarray] = []
         self._lower = self.search.lower_bound
+        self._upper = self.search.ub  # the caller's incumbent, which the core takes between slices
         self._quit = False
+        self._go = threading.Event()  # cleared, the core waits after its slice
+        self.loaded = threading.Event()  # set once the first slice (the core's load or compile) has ended
         self.compile_s = 0.0
-        self._began = self._ended = None
+        self._busy_s, self._slice_began = 0.0, None
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> "Beside":
-        self._began = time.perf_counter()
-        self._thread.start()
+        """Start the core's thread, or resume it."""
+        if self._thread.ident is None:
+            self._thread.start()
+        self._go.set()
         return self
 
+    def pause(self, bounds) -> None:
+        """The core waits after its slice until `start` resumes it; what it holds is published, without
+        waiting for that slice."""
+        self._go.clear()
+        self.publish(bounds)
+
     def _loop(self) -> None:
-        while not self._quit and self._step() != COMPLETE:
+        while self._go.wait() and not self._quit and self._step() != COMPLETE:
             pass
-        self._ended = time.perf_counter()
 
     @property
     def time_s(self) -> float:
-        """The core's time so far: a stop may leave its last slice running."""
-        return 0.0 if self._began is None else (self._ended or time.perf_counter()) - self._began
+        """The core's time so far, pauses left out: a stop may leave its last slice running."""
+        began = self._slice_began
+        return self._busy_s + (0.0 if began is None else time.perf_counter() - began)
 
     def _step(self) -> int:
         """One slice; the first one also compiles (or loads) the core and propagates the root."""
-        t0 = time.perf_counter()
-        status = self.search.run(self.slice_nodes if self.search.nodes or self.compile_s else 0)
-        if not self.compile_s:
-            self.compile_s = time.perf_counter() - t0
+        with self._lock:
+            upper = self._upper
+        self.search.tighten(upper)
+        self._slice_began = t0 = time.perf_counter()
+        status = self.search.run(self.slice_nodes if self.loaded.is_set() else 0)
+        took = time.perf_counter() - t0
+        self._busy_s, self._slice_began = self._busy_s + took, None
+        if not self.loaded.is_set():
+            self.compile_s = took
+            self.loaded.set()
         with self._lock:
             if status == FOUND:
                 self._found.append(self.search.best.copy())
@@ -377,11 +403,14 @@ class Beside:
         return self.search.complete
 
     def publish(self, bounds) -> bool:
-        """Offer what the core found since the last call; True once it has proven the optimum."""
+        """Offer what the core found since the last call, and hand it the incumbent held; True once it has
+        proven the optimum."""
         with self._lock:
             found, self._found, lower = self._found, [], self._lower
         for assignment in found:
             bounds.offer(assignment, self.LABEL)
+        with self._lock:
+            self._upper = bounds.upper
         if self.search.complete:
             bounds.raise_lower(self.search.ub, self.LABEL)
             if bounds.closed:
@@ -391,10 +420,11 @@ class Beside:
         return False
 
     def finish(self, bounds) -> None:
-        """Ask the core to stop after its slice and publish what it holds, without waiting for that
-        slice: the first one compiles the core (tens of seconds with a cold numba cache), which must
+        """Ask the core to stop for good after its slice and publish what it holds, without waiting for
+        that slice: the first one compiles the core (tens of seconds with a cold numba cache), which must
         hold back neither a Ctrl-C nor a proof made beside it."""
         self._quit = True
+        self._go.set()
         self.publish(bounds)
 
     def watching(self, bounds, stop: Stop) -> Stop:
@@ -402,15 +432,17 @@ class Beside:
         poll publishes what the core found."""
         return _Publishing(self, bounds, stop)
 
-    def run_here(self, bounds, stop: Stop) -> None:
-        """The core alone until it completes or `stop` says so. Its slices run in its own thread while
-        this one polls `stop`: the first slice compiles the core (tens of seconds with a cold numba
-        cache), and a Ctrl-C must not wait for that."""
+    def run_here(self, bounds, stop: Stop, until: threading.Event | None = None) -> None:
+        """The core alone until it completes, `stop` says so or `until` is set; it goes on after that
+        (`pause` stops it). Its slices run in its own thread while this one polls `stop`: the first slice
+        compiles the core (tens of seconds with a cold numba cache), and a Ctrl-C must not wait for that."""
         watched = self.watching(bounds, stop)
         self.start()
-        while self._thread.is_alive() and not watched():
-            self._thread.join(POLL_S)
-        self.finish(bounds)
+        while self._thread.is_alive() and not watched() and not (until is not None and until.is_set()):
+            if until is None:
+                self._thread.join(POLL_S)
+            else:
+                until.wait(POLL_S)
 
     def stats(self) -> dict:
         nodes = self.search.nodes

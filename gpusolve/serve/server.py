@@ -230,17 +230,23 @@ class Server:
         return listener
 
     def warm(self, device: str) -> str:
-        """Import the solve pipeline by solving a tiny problem through the command itself; with a GPU, also
-        on the device, and load every shape-generic and assignment kernel. Says what was warmed."""
+        """Import the solve pipeline by solving a tiny problem through the command itself, and load the
+        compiled search, which that solve (exact BE) leaves out: numba's import and on-disk cache take most
+        of a second, which a network the compiled search proves first would pay in its first request. With
+        a GPU, also solve on the device, and load every shape-generic and assignment kernel. Says what was
+        warmed."""
         from gpusolve.cuda.runtime import gpu_unavailable_reason
         from gpusolve.generate import generate
         from gpusolve.parsers import write
+        from gpusolve.search.dfbb import DepthFirst
         reason = None if device == "cpu" else gpu_unavailable_reason()
         if device == "gpu" and reason:
             raise ServeError(f"gpusolve serve --device gpu: {reason}")
+        problem = generate("random", 10, 4, 0.5, 0.2, 1)
+        DepthFirst(problem).run(0)
         with tempfile.TemporaryDirectory(prefix="gpusolve-warm-") as tmp:
             path = os.path.join(tmp, "warm.wcsp")
-            write(generate("random", 10, 4, 0.5, 0.2, 1), path)
+            write(problem, path)
             runs = [["solve", path, "--device", "cpu"]]
             if device != "cpu" and reason is None:
                 runs.append(["solve", path, "--device", "gpu", "--host-max", "0"])
