@@ -252,6 +252,38 @@ def test_a_load_over_its_box_goes_on_and_the_next_search_resumes_it(monkeypatch)
     assert proven >= 3
 
 
+def test_the_compiled_search_searches_beside_the_phases_after_its_box_and_its_proof_ends_them():
+    """Past its first box the compiled search goes on beside the next phases (a portfolio): a phase that
+    never ends by itself (it waits for its stop) is ended by the core's proof, which the run reports
+    as the method, with the optimum (brute force); the phase is not listed as run nor as cut off."""
+    from gpusolve.schedule.anytime import _run_phase
+
+    class Waiting(LocalSearch):
+        def run(self, ctx):
+            while not ctx.stop():
+                time.sleep(0.01)
+            raise Stopped(ctx.stop.signal())
+
+    proven = 0
+    for seed in range(12):
+        problem, optimum = small(seed)
+        ctx = context(problem, Stop(time.perf_counter() + 120))
+        if ctx.bounds.closed or optimum >= problem.top:
+            continue
+        try:
+            Core(seconds=0.0).run(ctx)  # loaded, then paused at once
+        except Stopped:
+            pass
+        if ctx.bounds.closed:  # proven in its first slice
+            continue
+        _run_phase(Waiting(), ctx)
+        assert ctx.bounds.closed and ctx.bounds.upper == optimum
+        assert ctx.out.ran == [ctx.core.LABEL] and "cut off" not in ctx.out.note
+        ctx.core.finish(ctx.bounds)
+        proven += 1
+    assert proven >= 3
+
+
 def test_the_schedule_ends_at_the_interrupt_and_reports_it():
     """Through run_schedule: the phase under way is cut off and not listed as run."""
     from gpusolve.schedule.anytime import run_schedule

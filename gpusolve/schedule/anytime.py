@@ -10,8 +10,10 @@ greedy assignment as an incumbent), local search from rollouts guided by its
 messages (incumbents), cost shifting (FGLP) and MBE(z) with moment matching on
 the shifted problem (a tighter lower bound and the search heuristic), JGLP cost
 shifting on the join graph of the tighter of those two runs (a lower bound
-never below theirs), then AND/OR branch and bound (andor.py) with the compiled
-search resumed beside it, whose completion proves the incumbent optimal. For
+never below theirs), then AND/OR branch and bound (andor.py), whose completion
+proves the incumbent optimal. Where the compiled search (HBFS with EDAC*) came
+first, it goes on beside every later phase, each of its incumbents published
+at the phase's next poll, and its proof ends the phase under way. For
 integer costs search is first boxed, then bounded
 sparse BE runs below the best incumbent (a proof whenever the incumbent leaves
 few rows, where search may stall: SPOT5 505), then JGLP and search again (local search
@@ -84,8 +86,8 @@ SEARCH_FIRST_S = 30.0
 # against 5 s; the RLFAP-like networks of bench/search.py: under 300 nodes, against 5-12 s). Its load is
 # waited for at most CORE_LOAD_S (numba's import and cache load: 0.5-0.8 s on two loaded cores; a compile,
 # with a cold cache, tens of seconds: it goes on beside the next phases), then it searches for at most
-# CORE_FIRST_S; each box at most CORE_FIRST_SHARE of a time limit. Paused at its box, it is resumed by the
-# searches later in the schedule: the box's nodes are not lost.
+# CORE_FIRST_S; each box at most CORE_FIRST_SHARE of a time limit. Past its box it searches on beside every
+# later phase (a portfolio in one process: numba releases the GIL), nodes kept; its proof ends the phase.
 CORE_ARITY = 3
 CORE_LOAD_S, CORE_FIRST_S, CORE_FIRST_SHARE = 3.0, 1.0, 0.1
 # ... and local search before it half its box (SPOT5 505 on the GPU at 60 s: the phases before bounded
@@ -234,8 +236,8 @@ def _core_first(problem: Problem, z: int | None, limit: float, choice: list[str]
     core = Core(seconds=min(CORE_FIRST_S, share), load_s=min(CORE_LOAD_S, share))
     choice.append(f"compiled search (HBFS, EDAC*) first: scheduled, integer costs and functions of arity at most "
                   f"{CORE_ARITY}, where it proves small networks in milliseconds once loaded; its load waited for "
-                  f"{core.load_s:.3g} s at most, then {core.seconds:.3g} s at most, paused after that for the "
-                  f"searches below to resume")
+                  f"{core.load_s:.3g} s at most, then {core.seconds:.3g} s at most; after that it searches on beside "
+                  f"every phase below, whose proof ends the phase")
     return (core,)
 
 
@@ -332,11 +334,15 @@ def _run_phase(phase: Phase, ctx: RunContext) -> None:
     if phase.shifted and ctx.shifted is None:
         out.note += f"; {phase.name} on the shifted problem skipped (FGLP raised no bound)"
         return
+    core = ctx.core if phase.core_beside and ctx.core is not None and not ctx.core.complete else None
+    if core is not None:  # the compiled search goes on beside the phase; its proof stops the phase
+        core.start()
+        ctx.stop = core.watching(ctx.bounds, stop)
     ctx.bounds.begin(phase.label)
     t = time.perf_counter()
     try:
         label = phase.run(ctx)
-        cut = phase.returns_when_stopped and stop()
+        cut = phase.returns_when_stopped and ctx.stop()
     except NotStarted as e:
         out.note += f"; {e}" if str(e) else ""
         return
@@ -344,7 +350,14 @@ def _run_phase(phase: Phase, ctx: RunContext) -> None:
         cut = True  # the bounds held stand
     finally:
         out.phase_s[phase.timer] = out.phase_s.get(phase.timer, 0.0) + time.perf_counter() - t
-    if cut:
+        if core is not None:
+            core.pause(ctx.bounds)
+            ctx.stop = stop
+    if core is not None and core.complete:  # proven beside the phase, which did not complete
+        out.note += f"; {core.LABEL} proved the optimum during {phase.label}"
+        out.ran.append(core.LABEL)
+        out.search = {**(out.search or {}), "dfbb": core.stats(), "complete": True}
+    elif cut:
         out.note += f"; {phase.label} cut off"
     else:
         out.ran.append(label)

@@ -108,6 +108,9 @@ class Phase:
     name: ClassVar[str]  # the kind, as `info` prints it
     timer: ClassVar[str]  # its Result.phases key
     returns_when_stopped: ClassVar[bool] = False  # returns, rather than raises, when the stop comes
+    # The compiled search, once the schedule made it, searches beside the phase (a portfolio: numba
+    # releases the GIL); the phases that run it themselves say False.
+    core_beside: ClassVar[bool] = True
     plan: Plan | None = None  # the elimination it runs
     predicted_s: float = 0.0
     shifted: bool = False  # runs on the FGLP-shifted problem
@@ -301,6 +304,7 @@ class Search(Phase):
     """AND/OR branch and bound guided by the tightest MBE run, the compiled search beside it: its
     completion proves the incumbent optimal. Boxed to `seconds` and to the time later phases predict."""
 
+    core_beside: ClassVar[bool] = False
     name: ClassVar[str] = "search"
     timer: ClassVar[str] = "search"
     label: ClassVar[str] = "AND/OR search"
@@ -328,6 +332,7 @@ class Core(Phase):
     as the phase `core_load`; then it searches for `seconds` at most. Stopped, it is paused: the searches
     later in the schedule resume it, and a compile not done goes on beside the phases in between."""
 
+    core_beside: ClassVar[bool] = False
     name: ClassVar[str] = "hbfs"
     timer: ClassVar[str] = "search"
     label: ClassVar[str] = "HBFS (EDAC*)"
@@ -359,6 +364,7 @@ class Core(Phase):
 class MAC(Phase):
     """A satisfaction problem: search maintaining arc consistency and GAC, whose first solution is optimal."""
 
+    core_beside: ClassVar[bool] = False
     name: ClassVar[str] = "mac"
     timer: ClassVar[str] = "search"
     seconds: float | None = math.inf

@@ -336,8 +336,8 @@ class Beside:
     """The core searching in a thread of its own (numba releases the GIL) while the caller's thread runs
     other phases; `publish`, called from the caller's side, hands its incumbents and bound to the
     schedule's Bounds, so that only one thread at a time touches them, and hands the caller's incumbent
-    to the core. Paused between the phases it runs in and resumed by the next, it is one search, and one
-    load of the compiled core, for the whole run."""
+    to the core. Paused between phases and resumed by the next (the schedule runs it beside each phase
+    after its first box), it is one search, and one load of the compiled core, for the whole run."""
 
     LABEL = "HBFS (EDAC*)"
 
@@ -456,7 +456,7 @@ class _Publishing(Stop):
     """Beside.watching's stop."""
 
     def __init__(self, beside: Beside, bounds, parent: Stop):
-        super().__init__(parent=parent)
+        super().__init__(parent.deadline, parent)  # its deadline, for the time a phase has left
         self.beside, self.bounds = beside, bounds
 
     def __call__(self) -> bool:
