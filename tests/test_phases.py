@@ -257,6 +257,7 @@ def test_the_compiled_search_searches_beside_the_phases_after_its_box_and_its_pr
     never ends by itself (it waits for its stop) is ended by the core's proof, which the run reports
     as the method, with the optimum (brute force); the phase is not listed as run nor as cut off."""
     from gpusolve.schedule.anytime import _run_phase
+    from gpusolve.search.dfbb import Beside
 
     class Waiting(LocalSearch):
         def run(self, ctx):
@@ -270,12 +271,7 @@ def test_the_compiled_search_searches_beside_the_phases_after_its_box_and_its_pr
         ctx = context(problem, Stop(time.perf_counter() + 120))
         if ctx.bounds.closed or optimum >= problem.top:
             continue
-        try:
-            Core(seconds=0.0).run(ctx)  # loaded, then paused at once
-        except Stopped:
-            pass
-        if ctx.bounds.closed:  # proven in its first slice
-            continue
+        ctx.core = Beside(problem, ctx.bounds, slice_nodes=1)  # as Core leaves it: made, not done
         _run_phase(Waiting(), ctx)
         assert ctx.bounds.closed and ctx.bounds.upper == optimum
         assert ctx.out.ran == [ctx.core.LABEL] and "cut off" not in ctx.out.note
