@@ -182,10 +182,18 @@ def line(row: dict) -> str:
             return "error: " + r["error"]
         s = r.get("search") or {}
         proof = f", proof {r['proof_s']:.2f} s" if r.get("proof_s") is not None else ""
-        nodes = f", {s['nodes']:,} nodes at {s['nodes_per_s']:,.0f}/s" if s else ""
+        n, rate = searched(s)
+        nodes = f", {n:,} nodes at {rate:,.0f}/s" if n is not None else ""
         return f"{r['status']} [{r['lower']}, {r['upper']}]{proof}{nodes}"
     return f"{row['instance']:34s} opt {row['optimum']}: gpusolve {part(row['gpusolve'])} | " \
            f"toulbar2 {part(row.get('toulbar2'))}"
+
+
+def searched(s: dict) -> tuple:
+    """(nodes, nodes per second) of a result's search: the AND/OR search's, or the compiled search's
+    where it ran alone (its proof came first)."""
+    s = s if "nodes" in s else s.get("dfbb") or {}
+    return s.get("nodes"), s.get("nodes_per_s")
 
 
 def held_at(trace: list, t: float, k: int):
@@ -213,7 +221,8 @@ def table(data: dict) -> None:
                       f"[{solver.get('lower')}, {solver.get('upper')}] {solver.get('status', '-')}",
                       _seconds(solver.get("proof_s"))]
             if solver is g:
-                cells.append(f"{g['search']['nodes_per_s']:,.0f}" if g.get("search") else "-")
+                rate = searched(g.get("search") or {})[1]
+                cells.append(f"{rate:,.0f}" if rate is not None else "-")
         print(" | ".join(cells))
 
 
