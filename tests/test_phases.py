@@ -161,6 +161,15 @@ def test_mac_hears_the_interrupt():
     assert interrupted > 0
 
 
+def held_core(monkeypatch) -> threading.Event:
+    """The compiled search's slices wait until the returned event is set, as its first slice waits for
+    a cold compile."""
+    from gpusolve.search import dfbb
+    release, run = threading.Event(), dfbb.DepthFirst.run
+    monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    return release
+
+
 @pytest.mark.parametrize("beside", ["none", "held", "running"])
 def test_search_hears_the_interrupt(beside, tmp_path, monkeypatch):
     """AND/OR search guided by MBE, polled every 256 nodes, with the compiled search beside it or not
@@ -171,10 +180,7 @@ def test_search_hears_the_interrupt(beside, tmp_path, monkeypatch):
     from gpusolve.search import dfbb
     if beside == "none":
         monkeypatch.setattr(dfbb, "supports", lambda problem: "the compiled search is left out of this test")
-    release = threading.Event()
-    if beside == "held":
-        run = dfbb.DepthFirst.run
-        monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    release = held_core(monkeypatch) if beside == "held" else threading.Event()
     interrupted = 0
     try:
         for seed in range(3):
@@ -199,11 +205,7 @@ def test_the_compiled_search_first_hears_the_interrupt(core, monkeypatch):
     "held": its slices wait until the test ends, as its first slice waits for a cold compile, so the
     phase must hear every interrupt while it loads; "running": it may prove the optimum first (a race:
     those runs are checked for valid bounds, not counted)."""
-    from gpusolve.search import dfbb
-    release = threading.Event()
-    if core == "held":
-        run = dfbb.DepthFirst.run
-        monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    release = held_core(monkeypatch) if core == "held" else threading.Event()
     interrupted = 0
     try:
         for seed in range(2):
@@ -225,10 +227,7 @@ def test_the_compiled_search_first_hears_the_interrupt(core, monkeypatch):
 def test_a_load_over_its_box_goes_on_and_the_next_search_resumes_it(monkeypatch):
     """A cold compile takes tens of seconds: past its box the first phase ends, the compile goes on, and
     the search after it resumes the same compiled search (its first slice held here for the compile)."""
-    from gpusolve.search import dfbb
-    release = threading.Event()
-    run = dfbb.DepthFirst.run
-    monkeypatch.setattr(dfbb.DepthFirst, "run", lambda search, nodes: release.wait(60) and run(search, nodes))
+    release = held_core(monkeypatch)
     proven = 0
     try:
         for seed in range(12):
