@@ -51,8 +51,8 @@ from gpusolve.stop import Stop, Stopped
 
 # Values the context cache may hold in all (subtree assignments and bounds): about 1 GiB.
 CACHE_VALUES = 100_000_000
-# Depth of Python recursion the search needs per pseudo-tree level: frames of _or_node and _branch,
-# and of a dive started from the deepest of them.
+# Depth of Python recursion the search needs per pseudo-tree level: frames of _or_node, _branch and
+# _turn (through which a rotating AND node resumes a child), and of a dive started from the deepest.
 _FRAMES_PER_LEVEL = 4
 # A completion costs its dives' nodes and one node per function its evaluation reads: the next one
 # waits for this many times as many nodes (once, while no incumbent is known), so completions take
@@ -232,8 +232,8 @@ class AndOrSearch:
                 value[v] = x
             hs = [r[x] for r in rows[1:]]
             sols, gens, held = [None] * n, [None] * n, [None] * n  # held: the path below a suspended child
-            self.path.append([v, kids, -1, x, sols])  # this AND node: the child running, x, solutions
-            node = self.path[-1]
+            node = [v, kids, -1, x, sols]  # this AND node on the path: the child running, x, solutions
+            self.path.append(node)
             pending, acc, turn = list(range(n)), rows[0][x], 0
             while pending:
                 at = turn % len(pending)
