@@ -18,15 +18,23 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
-run: $(VENV)/.installed
+# The compiled search core, built ahead of time (gpusolve/search/dfbb_build.py), again when its sources
+# change; where it cannot be built (no C compiler), searches compile it with numba's JIT instead.
+CORE_SOURCES := $(wildcard gpusolve/search/dfbb_*.py)
+
+$(VENV)/.core: $(CORE_SOURCES) $(VENV)/.installed
+	-$(BIN)/python -m gpusolve.search.dfbb_build
+	touch $@
+
+run: $(VENV)/.installed $(VENV)/.core
 	$(BIN)/gpusolve solve $(INSTANCE)
 
 # What CI runs: every test but those marked slow (see pyproject.toml's markers). `make test-all`
 # runs the slow ones too.
-test: $(VENV)/.dev-installed
+test: $(VENV)/.dev-installed $(VENV)/.core
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-all: $(VENV)/.dev-installed
+test-all: $(VENV)/.dev-installed $(VENV)/.core
 	$(BIN)/python -m pytest -q
 
 # On a machine with a GPU and CuPy: only the gpu-marked tests, with the project's .venv when there

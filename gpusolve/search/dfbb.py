@@ -44,6 +44,7 @@ from gpusolve.model.problem import Problem
 from gpusolve.inference.vac import before_search
 from gpusolve.stop import Stop
 
+from gpusolve.search.dfbb_build import entry_points
 from gpusolve.search.dfbb_state import (
     AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, LIMIT, N_CTL, NODES, QLEN, RIGHT, SLACK, UB, ZLIMIT
 )
@@ -264,8 +265,8 @@ class DepthFirst:
     def run(self, node_limit: int = 1 << 14) -> int:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
-        # numba and its cache load with the first search, not at import
-        from gpusolve.search.dfbb_search import replay, run
+        run32, run64, replay, _ = entry_points()  # loaded with the first search, not at import
+        run = run32 if self.T.dtype == np.int32 else run64
         stop_at = self.nodes + node_limit
         while True:
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
@@ -449,7 +450,7 @@ class Beside:
         took = max(self.time_s - self.compile_s, 0.0)
         return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
                 "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
-                "compile_s": self.compile_s}
+                "compile_s": self.compile_s, "core": entry_points()[3] if self.loaded.is_set() else None}
 
 
 class _Publishing(Stop):

@@ -231,8 +231,9 @@ class Server:
 
     def warm(self, device: str) -> str:
         """Import the solve pipeline by solving a tiny problem through the command itself, and load the
-        compiled search, which that solve (exact BE) leaves out: numba's import and on-disk cache take most
-        of a second, which a network the compiled search proves first would pay in its first request. With
+        compiled search, which that solve (exact BE) leaves out: without the core built ahead of time, numba's
+        import and on-disk cache take most of a second, which a network the compiled search proves first
+        would pay in its first request. With
         a GPU, also solve on the device, and load every shape-generic and assignment kernel. Says what was
         warmed."""
         from gpusolve.cuda.runtime import gpu_unavailable_reason
