@@ -8,7 +8,7 @@ import pytest
 
 from gpusolve.search import dfbb
 from gpusolve.search.dfbb import DepthFirst
-from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, LEFT, MODE, PAUSED
+from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, HIGH, LEFT, LOW, LOW_NEXT, MODE, PAUSED, RIGHT
 from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
@@ -16,8 +16,9 @@ from helpers import brute_force, random_problem
 pytest.importorskip("numba")
 
 
-# HBFS from a first dive of one backtrack, so that small problems take many dives; depth-first search
-ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}}
+# HBFS from a first dive of one backtrack, so that small problems take many dives; depth-first search;
+# HBFS splitting every domain of more than 2 values (dichotomic branching, on large domains by default)
+ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}, "split": {"z": 1, "split": 2}}
 
 
 def solve(problem, node_limit=1 << 14, upper=None, order="hbfs"):
@@ -75,6 +76,12 @@ def decisions(search):
     return [(int(search.dvar[i]), int(search.dval[i]), int(search.dbranch[i])) for i in range(depth)]
 
 
+def holds(branch, value, a):
+    """Does value a of a variable satisfy the decision `branch` on `value`?"""
+    return a == value if branch == LEFT else a != value if branch == RIGHT else \
+        (a <= value) == (branch in (LOW, LOW_NEXT))
+
+
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("arity_max", [2, 4])
 @pytest.mark.parametrize("seed", range(60))
@@ -95,7 +102,7 @@ def test_at_every_node_c0_bounds_the_subproblem_and_costs_are_kept(seed, arity_m
             best_below = problem.top
             alive = search.S[lay.alive: lay.size].reshape(lay.n, d)
             for a in itertools.product(*(range(s) for s in problem.domains)):
-                if all((a[x] == v) == (b == LEFT) for x, v, b in taken):
+                if all(holds(b, v, a[x]) for x, v, b in taken):
                     cost = problem.evaluate(a)
                     best_below = min(best_below, cost)
                     if all(alive[v, a[v]] for v in range(lay.n)) and cost < search.ub:
@@ -335,3 +342,15 @@ def test_a_stop_or_a_proof_beside_does_not_wait_for_the_cores_first_slice(how, m
         beside.finish(bounds)
     assert started.is_set() and not ended.is_set()
     release.set()
+
+
+def test_a_large_domain_is_split_at_the_middle_of_its_live_range_the_preferred_half_first():
+    """One variable of 8 values whose unary costs are least at value 5, values 0 and 1 pruned by the
+    upper bound: the first decision keeps the values above the middle of 2..7 (x > 4), where 5 lies;
+    with splitting off, it tries x = 5."""
+    unary = np.array([30, 20, 3, 2, 1, 0, 1, 2])
+    problem = finalize_integer(Problem("one", [Variable("x", 8)], [CostFunction((0,), unary)], integer=True), 100)
+    for split, expected in ((2, (0, 4, HIGH)), (8, (0, 5, LEFT))):
+        search = DepthFirst(problem, upper=10, split=split)
+        search.run(1)
+        assert decisions(search) == [expected]

@@ -14,7 +14,10 @@ table is small (NARY_TUPLES tuples; always once all but one of its variables
 are assigned). Branching is binary
 (x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
 conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
-else the EAC value.
+else the EAC value. A domain of more than SPLIT_SIZE values is split at the
+middle of its live range instead, the half holding that value first
+(toulbar2's default dichotomic branching): removing one value of 44 barely
+moves c0, so HBFS's open nodes would keep the root's bound.
 
 Every change of the state is written on a trail (once per index and choice
 point) and undone on backtracking; nothing is copied per node. The search
@@ -46,7 +49,7 @@ from gpusolve.stop import Stop
 
 from gpusolve.search.dfbb_build import entry_points
 from gpusolve.search.dfbb_state import (
-    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LEFT, LIMIT, N_CTL, NODES, QLEN, RIGHT, SLACK, UB, ZLIMIT
+    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LIMIT, N_CTL, NODES, QLEN, SLACK, SPLIT, UB, ZLIMIT
 )
 
 HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
@@ -54,6 +57,7 @@ Z_FIRST = 1 << 12  # the first dive's Z: small problems are proven in it, as dep
 Z_MAX = 1 << 14  # Z doubles up to here
 OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
 NO_LIMIT = 1 << 62
+SPLIT_SIZE = 10  # larger domains are split in two at each choice point (toulbar2's default, -d=1)
 
 
 @dataclass
@@ -127,7 +131,7 @@ class DepthFirst:
     """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS, its first
     dive limited to `z` backtracks, unless `best_first` is False (plain depth-first branch and bound)."""
 
-    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST):
+    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST, split: int = SPLIT_SIZE):
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
@@ -164,6 +168,7 @@ class DepthFirst:
         self.best_first = best_first
         self.z = z  # HBFS's backtrack limit per dive
         self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
+        self.ctl[SPLIT] = split
         self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
         self.pushed = 0
         self.stored = 0  # decisions in self.open
@@ -256,7 +261,7 @@ class DepthFirst:
         if depth == 0:
             bound = int(self.S[0])
         else:
-            left = np.flatnonzero(self.dbranch[base:depth] == LEFT)
+            left = np.flatnonzero(self.dbranch[base:depth] % 2 == 0)  # first branches: their second is open
             bound = int(self.dlb[base + left[0] if left.size else depth - 1])
         if self.open:
             bound = min(bound, self.open[0][0])
@@ -292,9 +297,9 @@ class DepthFirst:
         """The dive stopped: its unexplored right branches become open nodes, at their parent's c0."""
         depth, base = int(self.ctl[DEPTH]), int(self.ctl[BASE])
         for i in range(base, depth):
-            if self.dbranch[i] == LEFT and self.dlb[i] < self.ub:
+            if self.dbranch[i] % 2 == 0 and self.dlb[i] < self.ub:
                 path = np.stack([self.dvar[: i + 1], self.dval[: i + 1], self.dbranch[: i + 1]]).astype(np.int32)
-                path[2, i] = RIGHT
+                path[2, i] += 1
                 heapq.heappush(self.open, (int(self.dlb[i]), -(i + 1), self.pushed, path))
                 self.pushed += 1
                 self.stored += i + 1

@@ -71,6 +71,26 @@ def entry_points() -> tuple:
     return run, run, replay, "numba JIT"
 
 
+def fresh_jit_cache() -> None:
+    """Drop numba's cached kernels when the core's sources changed since they were cached. numba keys each
+    file's cache by that file's own stamp, but the kernels are compiled with the constants of dfbb_state
+    (slots, codes): kernels cached before a change to it would run on a layout other than the driver's."""
+    cache = HERE / "__pycache__"
+    digest = cache / "dfbb_sources.digest"
+    current = name()
+    try:
+        if digest.read_text() == current:
+            return
+    except OSError:
+        pass
+    try:
+        for stale in [*cache.glob("dfbb_*.nbi"), *cache.glob("dfbb_*.nbc")]:
+            stale.unlink(missing_ok=True)
+        digest.write_text(current)
+    except OSError:  # a read-only installation: numba caches elsewhere, or not at all
+        pass
+
+
 def argument_types(function, table: str = VECTOR) -> list[str]:
     """pycc's argument types of a core entry point, from its parameters' names: every array is C-contiguous
     int64 but the binary tables, `table`."""

@@ -10,8 +10,10 @@ its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
+from gpusolve.search.dfbb_build import fresh_jit_cache
 from gpusolve.search.dfbb_state import AC, DAC, DTOP, EAC, EAC_CHECK, LEVEL, QLEN, SLACK, TRAIL, UB
 
+fresh_jit_cache()  # before any kernel is loaded from numba's cache
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
 NARY_TUPLES = 1 << 10  # an n-ary function with more live tuples waits for its domains to shrink

@@ -2,8 +2,8 @@
 on the trail, leaves, and the replay of an open node that starts an HBFS dive."""
 from gpusolve.search.dfbb_kernels import clear_queues, jit, live, propagate, remove
 from gpusolve.search.dfbb_state import (
-    BACKTRACK, BACKTRACKS, BASE, BRANCH, COMPLETE, DEPTH, FAILS, FOUND, GROW, LAST, LEFT, LEVEL, LIMIT, MODE, NODES,
-    PAUSED, PROPAGATE, RIGHT, ROOT, TRAIL, UB, ZLIMIT
+    BACKTRACK, BACKTRACKS, BASE, BRANCH, COMPLETE, DEPTH, FAILS, FOUND, GROW, HIGH, LAST, LEFT, LEVEL, LIMIT, LOW,
+    LOW_NEXT, MODE, NODES, PAUSED, PROPAGATE, RIGHT, ROOT, SPLIT, TRAIL, UB, ZLIMIT
 )
 
 
@@ -95,13 +95,16 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
                 return GROW
             ctl[NODES] += 1
             x, a = choose(S, lay, adj_ptr, adj_k, adj_side, bvar, nadj_ptr, nadj_k, weight, best, ctl)
+            b = LEFT
+            if S[lay[3] + x] > ctl[SPLIT]:
+                a, b = split(S, lay, x, a)
             dep = ctl[DEPTH]
             if dep == 0:
                 ctl[ROOT] = ctl[TRAIL]
-            dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, LEFT, ctl[TRAIL], S[0]
+            dvar[dep], dval[dep], dbranch[dep], dmark[dep], dlb[dep] = x, a, b, ctl[TRAIL], S[0]
             ctl[DEPTH] = dep + 1
             ctl[LEVEL] += 1
-            take(S, lay, x, a, LEFT, trail, stamp, ctl, qs)
+            take(S, lay, x, a, b, trail, stamp, ctl, qs)
             ctl[MODE] = PROPAGATE
         else:  # BACKTRACK
             if ctl[BACKTRACKS] == ctl[ZLIMIT]:
@@ -116,26 +119,40 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
                 for t in range(ctl[TRAIL] - 1, mark - 1, -1):
                     S[trail[t, 0]] = trail[t, 1]
                 ctl[TRAIL] = mark
-                if dbranch[top_d] == LEFT:
+                if dbranch[top_d] % 2 == 0:  # its second branch
                     if ctl[TRAIL] + S.shape[0] > trail.shape[0]:
                         return GROW
-                    dbranch[top_d] = RIGHT
+                    dbranch[top_d] += 1
                     ctl[LEVEL] += 1
-                    remove(S, lay, dvar[top_d], dval[top_d], trail, stamp, ctl, qs)
+                    take(S, lay, dvar[top_d], dval[top_d], dbranch[top_d], trail, stamp, ctl, qs)
                     ctl[MODE] = PROPAGATE
                     break
                 ctl[DEPTH] = dep - 1
 
 
 @jit
+def split(S, lay, x, a):
+    """(the middle of x's live range, LOW or HIGH: the half holding a first)."""
+    lo, hi = a, a
+    for t in range(S[lay[3] + x]):
+        v = live(S, lay, x, t)
+        lo, hi = min(lo, v), max(hi, v)
+    middle = (lo + hi) // 2
+    return middle, LOW if a <= middle else HIGH
+
+
+@jit
 def take(S, lay, x, a, branch, trail, stamp, ctl, qs):
-    """The decision x = a (LEFT) or x != a (RIGHT), on a domain that keeps a value."""
-    if branch == LEFT:
-        for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
-            if live(S, lay, x, t) != a:
-                remove(S, lay, x, live(S, lay, x, t), trail, stamp, ctl, qs)
-    elif S[lay[2] + x * lay[1] + a]:
-        remove(S, lay, x, a, trail, stamp, ctl, qs)
+    """The decision `branch` on x and a (see dfbb_state), on a domain that keeps a value."""
+    if branch == RIGHT:
+        if S[lay[2] + x * lay[1] + a]:
+            remove(S, lay, x, a, trail, stamp, ctl, qs)
+        return
+    below = branch == LOW or branch == LOW_NEXT  # the values kept: those <= a; else those > a
+    for t in range(S[lay[3] + x] - 1, -1, -1):  # from the last, as in prune
+        v = live(S, lay, x, t)
+        if (v != a) if branch == LEFT else ((v <= a) != below):
+            remove(S, lay, x, v, trail, stamp, ctl, qs)
 
 
 @jit
