@@ -422,7 +422,10 @@ def test_streamed_exact_be_comes_after_a_bounded_search():
 
 def test_method_lists_the_phases_that_completed_and_z_is_the_reported_bounds(monkeypatch):
     """An MBE cut off halfway is not in `method`, and z is that of the MBE whose bound is reported
-    (the cut MBE was listed)."""
+    (the cut MBE was listed). The compiled search is left out: beside the phases it may raise the lower
+    bound above that MBE's."""
+    from gpusolve.search import dfbb
+    monkeypatch.setattr(dfbb, "supports", lambda problem: "the compiled search is left out of this test")
     problem = hard_grid()
     done = []  # mini-buckets done by each elimination started
 
