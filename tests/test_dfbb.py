@@ -354,3 +354,20 @@ def test_a_large_domain_is_split_at_the_middle_of_its_live_range_the_preferred_h
         search = DepthFirst(problem, upper=10, split=split)
         search.run(1)
         assert decisions(search) == [expected]
+
+
+def test_past_the_open_node_limit_dives_run_to_their_end_and_stay_exact(monkeypatch):
+    """With room for a few stored decisions, HBFS's dives stop being cut once the open nodes hold more:
+    the search goes on depth-first from there, and still proves the optimum."""
+    monkeypatch.setattr(dfbb, "OPEN_LIMIT", 6)
+    limited = 0
+    for seed in range(40):
+        problem = random_binary(np.random.default_rng(9000 + seed))
+        optimum = solve(problem, order="dfbb").ub  # proven against brute force above
+        search = DepthFirst(problem, z=1)
+        unlimited = False
+        while search.run(1) != COMPLETE:
+            unlimited |= search.stored > 6 and search.ctl[dfbb.ZLIMIT] == dfbb.NO_LIMIT
+        limited += unlimited
+        assert search.ub == optimum, seed
+    assert limited >= 3  # 6 of these 40 problems store more than 6 decisions

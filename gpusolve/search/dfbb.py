@@ -55,7 +55,7 @@ from gpusolve.search.dfbb_state import (
 HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
 Z_FIRST = 1 << 12  # the first dive's Z: small problems are proven in it, as depth-first search proves them
 Z_MAX = 1 << 14  # Z doubles up to here
-OPEN_LIMIT = 1 << 20  # decisions stored in open nodes (12 bytes each, and at most one Python tuple)
+OPEN_LIMIT = 1 << 24  # decisions stored in open nodes (12 bytes each, 192 MiB in all, and one Python tuple per node)
 NO_LIMIT = 1 << 62
 SPLIT_SIZE = 10  # larger domains are split in two at each choice point (toulbar2's default, -d=1)
 
