@@ -360,7 +360,8 @@ EXACT_OR_NOT = [("random", 64, 8, 1 << 30), ("grid", 100, 10, 1 << 30), ("grid",
 def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config, seed):
     """SPOT5 505: no exact plan fits, search stalls above the optimum, and bounded sparse BE proves it;
     once search joined the schedule, bounded sparse BE was planned only without search. Exact BE runs
-    whenever its prediction fits; bounded sparse BE whenever its cheap run's does (what it keeps below
+    whenever its prediction fits; bounded sparse BE whenever its cheap run's does and the exact plan is
+    within its reach (what it keeps below
     the incumbent is known only as it runs), boxed to its share, after a boxed search (whose quick proofs
     come first) and before search without a box: with no limit unboxed (memory caps its rows: it ends,
     search may not)."""
@@ -381,6 +382,9 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
         share = BOUNDED_SPARSE_SHARE * (limit or math.inf)
         if cheap is None or heuristic.rows_within(budget) == 0 or predict_s(cheap, "numpy", 2) > share:
             continue
+        if limit is not None and predict_s(build_plan(problem, order, None), "numpy", 2) > anytime.SPARSE_REACH * limit:
+            assert "bounded-sparse" not in names  # out of its reach (see the test below)
+            continue
         assert "bounded-sparse" in names, schedule.describe()
         at = names.index("bounded-sparse")
         bounded = schedule.phases[at]
@@ -393,6 +397,32 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
         assert bounded.seconds == (None if limit is None else share) and bounded.plan is heuristic
         assert bounded.cheap.z == cheap.z  # the run takes the cheap plan the schedule chose
         assert any(line.startswith("bounded sparse BE: scheduled") for line in schedule.choice)
+
+
+def test_beyond_bounded_sparse_bes_reach_a_larger_mbe_takes_its_place(monkeypatch):
+    """Where the exact plan is predicted over SPARSE_REACH times the limit, bounded sparse BE is not
+    scheduled; after the boxed search, MBE at the largest z above the heuristic's that fits the heuristic's
+    memory and its time share runs in its place. Within reach, bounded sparse BE is scheduled as before."""
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    exact_s = predict_s(build_plan(problem, order, None), "numpy", 1)
+    budget = 1 << 33
+    room = min(budget // 4, anytime.HEURISTIC_BYTES)
+    for limit in (60.0, 200.0):
+        monkeypatch.setattr(anytime, "SPARSE_REACH", exact_s / limit * 1.01)  # just within reach
+        within = [p.name for p in plan_schedule(problem, order, None, budget, limit, "numpy").phases]
+        assert within[-4:] == ["search", "bounded-sparse", "jglp", "search"]
+        monkeypatch.setattr(anytime, "SPARSE_REACH", exact_s / limit / 1.01)  # just beyond
+        schedule = plan_schedule(problem, order, None, budget, limit, "numpy")
+        names = [p.name for p in schedule.phases]
+        assert "bounded-sparse" not in names and names[-4:] == ["search", "mbe", "jglp", "search"]
+        deeper, seconds = schedule.phases[-3].plan, min(anytime.DEEPER_SHARE * limit, anytime.DEEPER_MAX_S)
+        heuristic = next(p.plan for p in schedule.phases if p.name == "mbe" and p.shifted)  # MBE-MM's z
+        assert deeper is schedule.heuristic and deeper.z > heuristic.z and not deeper.exact
+        assert predict_s(deeper, "numpy", 1) <= seconds and deeper.peak_bytes <= room
+        above = build_plan(problem, order, deeper.z + 1)
+        assert predict_s(above, "numpy", 1) > seconds or above.peak_bytes > room
+        assert any(line.startswith(f"a larger MBE for the bound: scheduled at z={deeper.z}") for line in schedule.choice)
 
 
 def test_streamed_exact_be_comes_after_a_bounded_search():

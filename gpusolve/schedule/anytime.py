@@ -76,6 +76,15 @@ HEURISTIC_BYTES = 2 << 30
 # where search may never: with no limit it runs to its end, before search; with one, for this share
 # of it (SPOT5 505: no plan fits, search stalls 2% above the optimum, bounded sparse BE proves it).
 BOUNDED_SPARSE_SHARE = 0.85
+# ... where its exact plan is predicted within SPARSE_REACH times the limit: rows below the incumbent cut
+# dense BE's work by orders of magnitude (505: predicted 4,060 s dense, proven in 32 s), not by billions
+# (scen06 on the CPU: 3e11 s, its whole box spent without a result; 10x10 grids of domain 10: 2.5e3 s on
+# the GPU, 6.3e5 s on two cores).
+SPARSE_REACH = 1e5
+# Beyond that reach, a larger MBE takes the place of bounded sparse BE, for the lower bound (and as the
+# search heuristic when tighter): the largest z the heuristic's memory holds whose run is predicted within
+# DEEPER_SHARE of the limit, at most DEEPER_MAX_S (scen06 on the CPU: z=4's bound 715, z=5's 1221).
+DEEPER_SHARE, DEEPER_MAX_S = 0.3, 60.0
 # ... after a search boxed to this share of the limit, at most SEARCH_FIRST_S: the proofs search
 # makes in seconds come first, and the exact method gets the rest.
 SEARCH_FIRST_SHARE = 0.1
@@ -91,7 +100,8 @@ SEARCH_FIRST_S = 30.0
 CORE_ARITY = 3
 CORE_LOAD_S, CORE_FIRST_S, CORE_FIRST_SHARE = 3.0, 1.0, 0.1
 # ... and local search before it half its box (SPOT5 505 on the GPU at 60 s: the phases before bounded
-# sparse BE took 28 s, of which local search 10 s; bounded sparse BE then needed 32 s more).
+# sparse BE took 28 s, of which local search 10 s; bounded sparse BE then needed 32 s more), also where
+# the exact plan is beyond bounded sparse BE's reach (a longer limit never gets a weaker schedule).
 BOUNDED_LOCAL_SHARE = 0.5
 
 
@@ -138,8 +148,9 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     largest whose predicted time fits a share of the limit (capped: no limit takes the cap) — and
     AND/OR search until proof or stop; for integer costs and no --z, that search is first boxed
     (SEARCH_FIRST_SHARE of the limit, at most SEARCH_FIRST_S), then bounded sparse BE runs (boxed to
-    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), then JGLP and search again; local search
-    then has BOUNDED_LOCAL_SHARE of its box. A longer limit, or none, never gets a weaker schedule.
+    BOUNDED_SPARSE_SHARE of the limit, unboxed without one), or where the exact plan is beyond its reach
+    (SPARSE_REACH) a larger MBE for the bound, then JGLP and search again; local search then has
+    BOUNDED_LOCAL_SHARE of its box. A longer limit, or none, never gets a weaker schedule.
     `choice` says why each exact method is or is not scheduled, with its prediction.
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
@@ -200,12 +211,23 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
+    exact_s = cost(build_plan(problem, order, None, n_components, limits=limits))
+    beyond = math.isfinite(limit) and exact_s > SPARSE_REACH * limit
     bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
-                              BOUNDED_SPARSE_SHARE * limit, cost, choice)
+                              BOUNDED_SPARSE_SHARE * limit, cost, choice,
+                              f"its exact plan is predicted {exact_s:.3g} s, over {SPARSE_REACH:g} times the "
+                              f"{limit:g} s limit" if beyond else "")
+    deeper = None
+    if beyond and z is None and heuristic.z is not None:
+        deeper = mbe_within(min(DEEPER_SHARE * limit, DEEPER_MAX_S), width)
+        deeper = deeper if deeper is not None and not deeper.exact and deeper.z > heuristic.z else None
+        choice.append(f"a larger MBE for the bound: scheduled at z={deeper.z}, predicted {cost(deeper):.3g} s"
+                      if deeper else f"a larger MBE for the bound: not scheduled, none above z={heuristic.z} fits "
+                      f"{min(DEEPER_SHARE * limit, DEEPER_MAX_S):.3g} s and the heuristic's memory")
     # Local search follows the first cheap MBE (its messages guide the rollouts), before the
     # heuristic's larger z takes its share; before bounded sparse BE, whose cheap run finds an
     # incumbent too and whose proof ends the run, it takes BOUNDED_LOCAL_SHARE of its box.
-    local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S) * (BOUNDED_LOCAL_SHARE if bounded else 1),
+    local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S) * (BOUNDED_LOCAL_SHARE if bounded or beyond else 1),
                         stall=LNS_STALL)
     phases = []
     if first is not None and (first.z or 0) < (heuristic.z or width + 1):
@@ -215,13 +237,14 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
     phases.append(MBE(heuristic, 2 * cost(heuristic), shifted=True))
     jglp = JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None)
-    if not bounded:
+    if not bounded and not deeper:
         phases.append(jglp)
     if local not in phases:
         phases.append(local)
-    if bounded:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the exact method never starts;
-        # JGLP, which only raises the lower bound that a proof makes moot, waits for the exact method
-        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + bounded + (jglp,) + last
+    if bounded or deeper:  # search first, boxed: where it proves in seconds (CELAR6-SUB0) the long phase never
+        # starts; JGLP, which only raises the lower bound that a proof makes moot, waits for it
+        longer = bounded or (MBE(deeper, cost(deeper)),)
+        last = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),) + longer + (jglp,) + last
     return Schedule(first_box + tuple(phases) + last, engine, threads, note, tuple(choice))
 
 
@@ -259,11 +282,13 @@ def _tables(plan: Plan) -> str:
 
 
 def _bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, z: int | None, tables: str,
-                    n_components: int, seconds: float, cost, choice: list[str]) -> tuple[Phase, ...]:
+                    n_components: int, seconds: float, cost, choice: list[str], beyond: str = "") -> tuple[Phase, ...]:
     """Bounded sparse BE (falling back on MBE `fallback`) when its cheap run's prediction fits its
-    `seconds` and its sparse tables may hold rows, boxed to them; why, into `choice`."""
+    `seconds` and its sparse tables may hold rows, boxed to them, unless `beyond` says why it is out of
+    reach; why not, into `choice`."""
     why = "a --z asks for mini-buckets" if z is not None else "--tables dense" if tables == "dense" \
-        else "costs are not integers" if not problem.integer else "the exact plan fits" if fallback.z is None else ""
+        else "costs are not integers" if not problem.integer else "the exact plan fits" if fallback.z is None \
+        else beyond
     cheap = None if why else cheap_plan(problem, order, fallback, budget, n_components)
     rows = fallback.rows_within(budget)
     if not why and (cheap is None or not rows):
