@@ -192,6 +192,21 @@ def test_the_depth_first_core_starts_from_vacs_bound(seed):
     assert search.lower_bound >= constant(vac(p)), seed
 
 
+def test_tables_beyond_root_entries_are_left_without_timing_a_pass(monkeypatch):
+    """before_search gives back the problem itself, not timing a pass, where its binary tables hold more
+    than ROOT_ENTRIES entries; at or below, it reparameterises (a small grid: its bound rises)."""
+    from gpusolve.generate import generate
+    from gpusolve.inference import vac as vac_module
+    p = generate("grid", 16, 4, 0.3, 0.3, 2)
+    entries = sum(f.table.size for f in p.functions if f.arity == 2)
+    monkeypatch.setattr(vac_module, "project_ac", lambda s: pytest.fail("a pass was timed"))
+    monkeypatch.setattr(vac_module, "ROOT_ENTRIES", entries - 1)
+    assert vac_module.before_search(p) is p
+    monkeypatch.undo()
+    monkeypatch.setattr(vac_module, "ROOT_ENTRIES", entries)
+    assert constant(vac_module.before_search(p)) > sum(int(f.table) for f in p.functions if f.arity == 0)
+
+
 def toulbar2_vac_root(path) -> int | None:
     """pytoulbar2's root bound with VAC in preprocessing (toulbar2's -A), read from the line it prints once
     its preprocessing ends, in a child ended there; None when its preprocessing solves the problem."""

@@ -46,6 +46,10 @@ K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round 
 # NumPy (one projection: 5 ms on a loaded machine); scen07 (817 tables of 44 x 44, 603 raises) 4,533 rounds
 # and 18 CPU-s.
 ROOT_S, ROOT_PASSES, WALL = 0.5, 20, 5
+# A pass costs 10-21 ns per table entry (the instances above, CELAR6-SUB0, 10_1): tables holding more than
+# ROOT_ENTRIES entries cannot pass the timing even at half the fastest rate, so it is not taken (10_1, 45
+# tables of up to 1036 x 1036: two timed passes and the state cost 1.6 s).
+ROOT_ENTRIES = 5_000_000
 
 
 class _State:
@@ -416,8 +420,8 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
 
 def before_search(problem: Problem) -> Problem:
     """The problem a search over integer costs starts from: VAC's reparameterisation where it is cheap
-    (see ROOT_S), else the problem itself."""
-    if not problem.integer:
+    (see ROOT_S and ROOT_ENTRIES), else the problem itself."""
+    if not problem.integer or sum(f.table.size for f in problem.functions if f.arity == 2) > ROOT_ENTRIES:
         return problem
     cpu, wall = time.process_time(), time.perf_counter()
     s = _State(problem, np)
