@@ -298,7 +298,8 @@ def test_float_problems_and_kept_globals_are_refused():
 
 @pytest.mark.parametrize("block", range(5))
 def test_toulbar2_agrees_on_generated_problems(tmp_path, block):
-    """500 problems: binary and ternary, hard tuples, infeasible ones and ties."""
+    """500 problems: binary and ternary, hard tuples, infeasible ones and ties; the optimum proven, and the
+    bounds of a search cut off after a few nodes bracket it."""
     pytest.importorskip("pytoulbar2")
     from helpers import toulbar2_optimum
     for seed in range(block * 100, block * 100 + 100):
@@ -308,6 +309,12 @@ def test_toulbar2_agrees_on_generated_problems(tmp_path, block):
         search = solve(problem)
         got = None if search.ub >= problem.top else search.ub + problem.offset
         assert got == expected, seed
+        cut = DepthFirst(problem, split=4)
+        cut.run(int(rng.integers(1, 20)))
+        if expected is not None:
+            assert cut.lower_bound + problem.offset <= expected <= cut.ub + problem.offset, seed
+        else:
+            assert cut.ub >= problem.top, seed
 
 
 @pytest.mark.parametrize("how", ["alone", "beside"])
