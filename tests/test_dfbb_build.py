@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, finalize_integer
-from gpusolve.search import dfbb, dfbb_build
+from gpusolve.search import dfbb, dfbb_build, dfbb_sources
 from gpusolve.search.dfbb import DepthFirst
 from gpusolve.search.dfbb_state import COMPLETE
 
@@ -80,18 +80,18 @@ def test_the_core_built_ahead_of_time_searches_as_the_jit_does(monkeypatch):
 
 
 def test_a_changed_source_leaves_the_built_core_unused(tmp_path, monkeypatch):
-    for source in dfbb_build.SOURCES:
-        shutil.copy(dfbb_build.HERE / source, tmp_path / source)
-    monkeypatch.setattr(dfbb_build, "HERE", tmp_path)
+    for source in dfbb_sources.SOURCES:
+        shutil.copy(dfbb_sources.HERE / source, tmp_path / source)
+    monkeypatch.setattr(dfbb_sources, "HERE", tmp_path)
     monkeypatch.setattr(dfbb_build, "folders", lambda: [tmp_path / "built"])
-    before = dfbb_build.name()
+    before = dfbb_sources.name()
     (tmp_path / "built").mkdir()
     suffix = dfbb_build.sysconfig.get_config_var("EXT_SUFFIX")
     (tmp_path / "built" / (before + suffix)).write_bytes(b"")  # found, but no module: the JIT serves
     assert dfbb_build.ahead_of_time() is None
     with open(tmp_path / "dfbb_kernels.py", "a") as f:
         f.write("\n")
-    assert dfbb_build.name() != before
+    assert dfbb_sources.name() != before
 
 
 @pytest.mark.slow

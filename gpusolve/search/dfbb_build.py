@@ -9,7 +9,6 @@ of the core's sources, the interpreter and NumPy, so a change to any of them lea
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import inspect
 import os
@@ -20,23 +19,12 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+from gpusolve.search.dfbb_sources import HERE, name
 
-HERE = Path(__file__).resolve().parent
-SOURCES = ("dfbb_state.py", "dfbb_kernels.py", "dfbb_search.py", "dfbb_build.py")
 VECTOR, MATRIX, SCALAR = "i8[::1]", "i8[:, ::1]", "i8"
 MATRICES = {"U0", "trail", "qs"}
 SCALARS = {"c00", "top", "node_limit", "depth"}
 TABLES = {"run32": "i4[::1]", "run64": "i8[::1]"}  # binary tables are int32 where every cost fits
-
-
-def name() -> str:
-    """The module's name: a digest of what its code depends on."""
-    digest = hashlib.sha256()
-    for source in SOURCES:
-        digest.update((HERE / source).read_bytes())
-    digest.update(f"{sys.implementation.cache_tag} {np.__version__}".encode())
-    return "core_" + digest.hexdigest()[:16]
 
 
 def folders() -> list[Path]:
@@ -69,26 +57,6 @@ def entry_points() -> tuple:
         return module.run32, module.run64, module.replay, "ahead of time"
     from gpusolve.search.dfbb_search import replay, run  # numba's import and cache load here
     return run, run, replay, "numba JIT"
-
-
-def fresh_jit_cache() -> None:
-    """Drop numba's cached kernels when the core's sources changed since they were cached. numba keys each
-    file's cache by that file's own stamp, but the kernels are compiled with the constants of dfbb_state
-    (slots, codes): kernels cached before a change to it would run on a layout other than the driver's."""
-    cache = HERE / "__pycache__"
-    digest = cache / "dfbb_sources.digest"
-    current = name()
-    try:
-        if digest.read_text() == current:
-            return
-    except OSError:
-        pass
-    try:
-        for stale in [*cache.glob("dfbb_*.nbi"), *cache.glob("dfbb_*.nbc")]:
-            stale.unlink(missing_ok=True)
-        digest.write_text(current)
-    except OSError:  # a read-only installation: numba caches elsewhere, or not at all
-        pass
 
 
 def argument_types(function, table: str = VECTOR) -> list[str]:

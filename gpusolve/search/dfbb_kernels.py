@@ -10,7 +10,7 @@ its array arguments, atomically, which cost more than the work itself.
 """
 import numba
 
-from gpusolve.search.dfbb_build import fresh_jit_cache
+from gpusolve.search.dfbb_sources import fresh_jit_cache
 from gpusolve.search.dfbb_state import AC, DAC, DTOP, EAC, EAC_CHECK, LEVEL, QLEN, SLACK, TRAIL, UB
 
 fresh_jit_cache()  # before any kernel is loaded from numba's cache
