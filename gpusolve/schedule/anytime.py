@@ -211,14 +211,16 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         if heuristic is None:  # not even the smallest z fits: choose_plan says so
             heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
-    exact_s = cost(build_plan(problem, order, None, n_components, limits=limits))
+    # the reach is bounded sparse BE's: asked only where it could be scheduled (integer costs, no --z)
+    exact_s = cost(build_plan(problem, order, None, n_components, limits=limits)) \
+        if problem.integer and z is None and tables != "dense" and heuristic.z is not None else 0.0
     beyond = math.isfinite(limit) and exact_s > SPARSE_REACH * limit
     bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
                               BOUNDED_SPARSE_SHARE * limit, cost, choice,
                               f"its exact plan is predicted {exact_s:.3g} s, over {SPARSE_REACH:g} times the "
                               f"{limit:g} s limit" if beyond else "")
     deeper = None
-    if beyond and z is None and heuristic.z is not None:
+    if beyond:
         deeper = mbe_within(min(DEEPER_SHARE * limit, DEEPER_MAX_S), width)
         deeper = deeper if deeper is not None and not deeper.exact and deeper.z > heuristic.z else None
         choice.append(f"a larger MBE for the bound: scheduled at z={deeper.z}, predicted {cost(deeper):.3g} s"
