@@ -7,6 +7,7 @@ back to token-by-token parsing to locate the offending entry.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -16,23 +17,44 @@ import numpy as np
 from .errors import ParseError, quote
 
 INT64_MAX = int(np.iinfo(np.int64).max)
+BATCH_MIN = 64  # tokens left to read line by line after a batch, so that a batch never passes the need
 GLUED = re.compile(r"([-+]?\d+)([-+]\d.*)")  # an integer, then a signed one with no blank between
 
 
 class Lines:
-    """Line numbers of a run of tokens, stored as (first token index, line) breakpoints."""
+    """Line numbers of a run of tokens, stored as (first token index, line) breakpoints; a batch of whole
+    lines read at once is kept as its text and split into breakpoints only when a line inside it is asked
+    for (an error), so that a table's lines are not split twice."""
 
     def __init__(self):
         self.starts: list[int] = []
         self.numbers: list[int] = []
+        self.batches: list[tuple[int, list[tuple[int, str]]]] = []  # (first token index, numbered lines)
+        self.last: int | None = None  # the line of the last token
 
     def add(self, index: int, line: int) -> None:
         self.starts.append(index)
         self.numbers.append(line)
+        self.last = line
+
+    def add_batch(self, index: int, numbered: list[tuple[int, str]], last: int) -> None:
+        self.batches.append((index, numbered))
+        self.last = last
 
     def __getitem__(self, index: int) -> int:
         if index < 0:  # only -1 is needed: the last token's line
-            return self.numbers[-1]
+            return self.last
+        if self.batches:
+            points = list(zip(self.starts, self.numbers))
+            for first, numbered in self.batches:
+                for line, text in numbered:
+                    count = len(text.split())
+                    if count:
+                        points.append((first, line))
+                        first += count
+            points.sort()
+            self.starts, self.numbers = [a for a, _ in points], [b for _, b in points]
+            self.batches = []
         return self.numbers[bisect_right(self.starts, index) - 1]
 
 
@@ -111,7 +133,9 @@ class Tokens:
         return tuple(scope)
 
     def take(self, count: int | None, what: str) -> tuple[list[str], Lines]:
-        """The next `count` tokens (all remaining ones if None) and their lines."""
+        """The next `count` tokens (all remaining ones if None) and their lines. Past the first line, lines
+        are read in batches sized by the last line's tokens and split together (a table of thousands of
+        lines: one split, not one per line)."""
         need = INT64_MAX if count is None else count
         lines = Lines()
         words = self._words[self._pos: self._pos + need]
@@ -119,6 +143,10 @@ class Tokens:
             lines.add(0, self._lineno)
             self._pos += len(words)
         while len(words) < need:
+            if need - len(words) > 2 * BATCH_MIN and self._words:
+                if self._batch(words, lines, need):
+                    continue
+                break
             chunk = self._next_line()
             if chunk is None:
                 break
@@ -127,11 +155,43 @@ class Tokens:
             self._pos = min(len(chunk), need - len(words))
             words += chunk[: self._pos]
         if words:
-            self.line = lines.numbers[-1]
+            self.line = lines.last
         if count is not None and len(words) < count:
             raise ParseError(self.path, self._lineno or None,
                              f"unexpected end of file: expected {count} values ({what}), found {len(words)}")
         return words, lines
+
+    def _batch(self, words: list[str], lines: Lines, need: int) -> bool:
+        """Read whole lines at once towards `need` tokens, as many as lines like the last one would hold,
+        leaving BATCH_MIN to read line by line; lines longer than that one, which would pass the need, are
+        taken one at a time and the lines after the need put back. False at the end of the input."""
+        per_line = max(len(self._words), 1)
+        numbered = list(itertools.islice(self._lines, max((need - len(words) - BATCH_MIN) // per_line, 1)))
+        if not numbered:
+            return False
+        if self._comment:
+            numbered = [(n, t) for n, t in numbered if not t.lstrip().startswith(self._comment)]
+        batch = " ".join(text for _, text in numbered).split()
+        if len(words) + len(batch) <= need:
+            if batch:
+                line, text = next((n, t) for n, t in reversed(numbered) if not t.isspace() and t)
+                lines.add_batch(len(words), numbered, line)
+                words += batch
+                self._words, self._lineno = text.split(), line
+                self._pos = len(self._words)
+            return True
+        for i, (line, text) in enumerate(numbered):
+            chunk = text.split()
+            if not chunk:
+                continue
+            lines.add(len(words), line)
+            taken = min(len(chunk), need - len(words))
+            words += chunk[:taken]
+            self._words, self._pos, self._lineno = chunk, taken, line
+            if len(words) == need:
+                self._lines = itertools.chain(numbered[i + 1:], self._lines)
+                break
+        return True
 
     def ints(self, count: int, what: str) -> tuple[np.ndarray, Lines]:
         """`count` int64 values (and their lines), rejecting anything else by line."""

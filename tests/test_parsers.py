@@ -427,3 +427,40 @@ def test_wcsp_integers_written_together_read_as_toulbar2_reads_them(tmp_path):
     with pytest.raises(ParseError, match="found '1-x'"):
         glued.write_text("g 3 2 1 10\n2 2 2\n2 0 1-x >= 0 0\n")
         read(glued)
+
+
+def big_table(rows_per_line: list[int], bad_row: int | None = None) -> str:
+    """A .wcsp of two variables (domain 20) and one binary table of 400 tuples, written with the given
+    numbers of tuples per line (cycled), tuple `bad_row` holding a value out of domain; then a unary."""
+    tuples = [f"{a} {b} {(a * 7 + b) % 5}" if r != bad_row else f"{a} 99 1"
+              for r, (a, b) in enumerate((a, b) for a in range(20) for b in range(20))]
+    lines, i, k = [], 0, 0
+    while i < len(tuples):
+        n = rows_per_line[k % len(rows_per_line)]
+        lines.append(" ".join(tuples[i:i + n]))
+        i, k = i + n, k + 1
+    body = "\n".join(lines)
+    return f"big 2 20 2 1000\n20 20\n2 0 1 0 400\n{body}\n1 1 0 1\n3 4\n", lines
+
+
+@pytest.mark.parametrize("rows_per_line", [[1], [1, 10], [3, 1, 1, 7], [50]])
+def test_a_large_table_reads_whole_whatever_its_lines_hold(tmp_path, rows_per_line):
+    """Lines of a table are read in batches sized by the line before: uneven lines (more tuples than the
+    last one held) must neither lose a token nor take one of the next function's."""
+    text, _ = big_table(rows_per_line)
+    problem = read(write(tmp_path, "big.wcsp", text))
+    table = next(f.table for f in problem.functions if f.scope == (0, 1))
+    assert all(int(table[a, b]) == (a * 7 + b) % 5 for a in range(20) for b in range(20))
+    unary = next(f.table for f in problem.functions if f.scope == (1,))
+    assert int(unary[3]) == 4 and int(unary[0]) == 0
+
+
+@pytest.mark.parametrize("rows_per_line", [[1], [3, 1, 1, 7]])
+@pytest.mark.parametrize("bad_row", [2, 150, 399])
+def test_an_error_deep_in_a_large_table_names_its_line(tmp_path, rows_per_line, bad_row):
+    text, lines = big_table(rows_per_line, bad_row)
+    path = write(tmp_path, "big.wcsp", text)
+    line = 4 + next(i for i, t in enumerate(lines) if " 99 " in f" {t} ")
+    with pytest.raises(ParseError) as info:
+        read(path)
+    check_error(info, path, line, "out of domain")
