@@ -37,7 +37,6 @@ from . import decompose
 from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithmetic
 from gpusolve.model.problem import (FORBIDDEN, MAX_TOP, AllDifferent, CostFunction, ModelError, Problem, Variable,
                             finalize_integer)
-
 from .errors import ParseError, quote
 from .source import open_text, split_compression
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
@@ -45,6 +44,7 @@ from .wcsp import MAX_PARAM, expressible
 from .cfn_syntax import NUMBER, Atom, Group, is_number, tree
 
 INFINITY = "inf"  # the forbidden cost
+PLAIN_INTEGERS = re.compile(r"[+-]?[0-9]+(?: [+-]?[0-9]+)*")  # a list of costs that `cost` reads as integers
 MAX_DECIMALS = 18
 
 # the global cost functions toulbar2 reads in CFN (tb2reader.cpp's GCFTemplates, and alldiff, gcc)
@@ -140,6 +140,21 @@ class _Reader:
             raise self.error(atom, f"{what} {atom.text} out of range (|cost| * 10^precision <= 2^62)")
         scaled = -int(digits) if atom.text.startswith("-") else int(digits)
         return -scaled if self.maximize else scaled
+
+    def _costs(self, atoms: list) -> np.ndarray:
+        """The costs of `atoms`, as `cost` reads each. At precision 0, minimising, a list of plain integers
+        (checked whole by one regular expression) converts at once: CELAR6SUB1's 607,905 costs took 1.3 s
+        one by one. Anything else (decimals, inf, a sign to flip, an error to name) goes atom by atom."""
+        if self.precision == 0 and not self.maximize and all(isinstance(a, Atom) for a in atoms):
+            texts = [a.text for a in atoms]
+            if PLAIN_INTEGERS.fullmatch(" ".join(texts)):
+                try:
+                    values = np.array(texts, dtype=np.int64)
+                except OverflowError:  # beyond int64: `cost` names it
+                    values = None
+                if values is not None and not ((values > MAX_TOP) | (values < -MAX_TOP)).any():
+                    return values
+        return np.fromiter((self.cost(a) for a in atoms), dtype=np.int64, count=len(atoms))
 
     def _variables(self, group: Group) -> list[Variable]:
         """`name domain` pairs or domains alone, mixed as toulbar2 allows: a domain is a group of value
@@ -448,7 +463,7 @@ class _Reader:
             if len(entries) != math.prod(shape):
                 raise self.error(costs, f"cost function {name}: {len(entries)} costs, expected "
                                         f"{math.prod(shape)} for domain sizes {shape}")
-            return np.fromiter((self.cost(a) for a in entries), dtype=np.int64, count=len(entries)).reshape(shape)
+            return self._costs(entries).reshape(shape)
         width = len(scope) + 1
         if len(entries) % width:
             raise self.error(costs, f"cost function {name}: {len(entries)} entries are not tuples of "

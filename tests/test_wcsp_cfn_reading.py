@@ -197,3 +197,27 @@ def test_cfn_tokens_are_charged_as_the_file_is_read(tmp_path):
         f.write("]}}}\n")
     code, out, err, rss = child(READ, path, 200 * MIB)
     assert "tokens" in out and "memory budget" in out and rss < 200
+
+
+@pytest.mark.parametrize("costs", [["+5", "05", "-0", "7"], ["1", "2.0", "3", "inf"], ["1", "1_000", "3", "4"],
+                                   ["12", "-3", "4611686018427387904", "0"], [str(k) for k in range(36)]])
+def test_a_dense_table_of_integers_reads_as_one_cost_at_a_time_does(tmp_path, costs, monkeypatch):
+    """Plain integers convert at once; the result, or the error, is that of reading each cost (the oracle:
+    the same file with the fast path turned off). 1_000, which Python and NumPy take, is refused."""
+    from gpusolve.parsers import cfn
+    side = 6 if len(costs) == 36 else 2
+    path = tmp_path / "t.cfn"
+    path.write_text(f"{{problem {{name p mustbe <1000000}} variables {{x {side} y {side}}} "
+                    f"functions {{f {{scope [x y] costs [{' '.join(costs)}]}}}}}}\n")
+
+    def outcome():
+        try:
+            problem = read(path)
+        except ParseError as error:
+            return str(error)
+        return [problem.evaluate([a, b]) for a in range(side) for b in range(side)]
+    fast = outcome()
+    monkeypatch.setattr(cfn, "PLAIN_INTEGERS", __import__("re").compile(r"(?!)"))
+    assert fast == outcome()
+    if "1_000" in costs:
+        assert "found '1_000'" in fast
