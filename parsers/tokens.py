@@ -18,6 +18,7 @@ from .errors import ParseError, quote
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 BATCH_MIN = 64  # tokens left to read line by line after a batch, so that a batch never passes the need
+BATCH_CHARS = 1 << 16  # the text of one batch at most (its tokens, split at once, are held twice briefly)
 GLUED = re.compile(r"([-+]?\d+)([-+]\d.*)")  # an integer, then a signed one with no blank between
 
 
@@ -162,11 +163,17 @@ class Tokens:
         return words, lines
 
     def _batch(self, words: list[str], lines: Lines, need: int) -> bool:
-        """Read whole lines at once towards `need` tokens, as many as lines like the last one would hold,
-        leaving BATCH_MIN to read line by line; lines longer than that one, which would pass the need, are
-        taken one at a time and the lines after the need put back. False at the end of the input."""
-        per_line = max(len(self._words), 1)
-        numbered = list(itertools.islice(self._lines, max((need - len(words) - BATCH_MIN) // per_line, 1)))
+        """Read whole lines at once towards `need` tokens, as many as lines like the last one would hold
+        (leaving BATCH_MIN to read line by line) and at most BATCH_CHARS of text; lines longer than that
+        one, which would pass the need, are taken one at a time and the lines after the need put back.
+        False at the end of the input."""
+        want = max((need - len(words) - BATCH_MIN) // max(len(self._words), 1), 1)
+        numbered, chars = [], 0
+        for item in self._lines:  # at most BATCH_CHARS of text: lines longer than estimated stay few
+            numbered.append(item)
+            chars += len(item[1])
+            if len(numbered) >= want or chars >= BATCH_CHARS:
+                break
         if not numbered:
             return False
         if self._comment:
