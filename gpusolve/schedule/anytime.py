@@ -93,10 +93,11 @@ SEARCH_FIRST_S = 30.0
 # at most CORE_ARITY variables (beyond, its soft arc consistency weakens): it proves small networks in
 # milliseconds once loaded, where the phases below took seconds before its proof (CELAR6-SUB0: 151 nodes,
 # against 5 s; the RLFAP-like networks of bench/search.py: under 300 nodes, against 5-12 s). Its load is
-# waited for at most CORE_LOAD_S (numba's import and cache load: 0.5-0.8 s on two loaded cores; a compile,
-# with a cold cache, tens of seconds: it goes on beside the next phases), then it searches for at most
-# CORE_FIRST_S; each box at most CORE_FIRST_SHARE of a time limit. Past its box it searches on beside every
-# later phase (a portfolio in one process: numba releases the GIL), nodes kept; its proof ends the phase.
+# waited for at most CORE_LOAD_S (built ahead of time, milliseconds; else numba's import and cache load:
+# 0.5-0.8 s on two loaded cores; a compile, with a cold cache, tens of seconds: it goes on beside the next
+# phases), then it searches for at most CORE_FIRST_S; each box at most CORE_FIRST_SHARE of a time limit.
+# Past its box it searches on beside every later phase (a portfolio in one process: the core releases the
+# GIL), nodes kept; its proof ends the phase.
 CORE_ARITY = 3
 CORE_LOAD_S, CORE_FIRST_S, CORE_FIRST_SHARE = 3.0, 1.0, 0.1
 # ... and local search before it half its box (SPOT5 505 on the GPU at 60 s: the phases before bounded

@@ -327,8 +327,9 @@ class Search(Phase):
 @dataclass(frozen=True)
 class Core(Phase):
     """The compiled search alone (HBFS with EDAC*), before the other phases: small networks of binary
-    and ternary functions are proven in milliseconds once it is loaded. Its load (numba's import and
-    on-disk cache; a compile with a cold cache, tens of seconds) is waited for `load_s` at most, and timed
+    and ternary functions are proven in milliseconds once it is loaded. Its load (milliseconds when built
+    ahead of time; else numba's import and on-disk cache, or a compile with a cold cache, tens of seconds)
+    is waited for `load_s` at most, and timed
     as the phase `core_load`; then it searches for `seconds` at most. Stopped, it is paused: the searches
     later in the schedule resume it, and a compile not done goes on beside the phases in between."""
 
