@@ -188,7 +188,8 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         bounded = _bounded_sparse(problem, order, fitting, budget, z, tables, n_components, limit, cost, choice)
         return Schedule(bounded + (MBE(fitting, cost(fitting)),), engine, threads, note, tuple(choice))
     max_arity = problem.max_arity
-    width = build_plan(problem, order, None, n_components, limits=limits).induced_width
+    full = build_plan(problem, order, None, n_components, limits=limits)  # the dense exact plan
+    width = full.induced_width
 
     def mbe_within(seconds: float, top_z: int) -> Plan | None:
         """The largest z up to top_z that fits the heuristic's memory and `seconds` (the smallest z
@@ -213,8 +214,7 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
     first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
     # the reach is bounded sparse BE's: asked only where it could be scheduled (integer costs, no --z)
-    exact_s = cost(build_plan(problem, order, None, n_components, limits=limits)) \
-        if problem.integer and z is None and tables != "dense" and heuristic.z is not None else 0.0
+    exact_s = cost(full) if problem.integer and z is None and tables != "dense" and heuristic.z is not None else 0.0
     beyond = math.isfinite(limit) and exact_s > SPARSE_REACH * limit
     bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
                               BOUNDED_SPARSE_SHARE * limit, cost, choice,

@@ -184,7 +184,7 @@ class DepthFirst:
         # int32 where every cost (at most top) fits: half the memory traffic of the tables, read at every node;
         # each table padded to d x d with top, written in place (10_1's 45 tables of up to 1036 x 1036)
         narrow = np.int32 if top <= np.iinfo(np.int32).max else np.int64
-        T = np.full((max(m, 1), d, d), top, dtype=narrow)
+        T = np.full((m, d, d), top, dtype=narrow)
         for j, pair in enumerate(pairs):
             T[j, : binary[pair].shape[0], : binary[pair].shape[1]] = binary[pair]
         self.T = T.reshape(-1) if m else np.zeros(1, narrow)
