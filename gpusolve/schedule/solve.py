@@ -142,7 +142,7 @@ def solve(problem: Problem, options: Options, file: str = "",
                       device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
                       method="preprocessing (node and arc consistency)", options=options.settings())
     named, problem = problem, reduced.problem  # values are reported in the file's domains
-    g, n_comp, order, budget = _order(problem, options, t0, phases)
+    g, n_comp, order, budget = _order(problem, options, phases)
     t1 = time.perf_counter()
     schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False))
     joint, buckets = schedule.largest
@@ -192,8 +192,10 @@ def solve(problem: Problem, options: Options, file: str = "",
                   search=out.search, schedule=schedule.describe().splitlines(), preprocess=removed)
 
 
-def _order(problem: Problem, options: Options, t0: float, phases: dict):
-    """(primal graph, number of components, elimination order, memory budget); times the order phase."""
+def _order(problem: Problem, options: Options, phases: dict):
+    """(primal graph, number of components, elimination order, memory budget); times the order phase
+    (alone: it was timed from the solve's start, preprocessing included)."""
+    t0 = time.perf_counter()
     g = graph.primal_graph(problem)
     n_comp = len(graph.components(g))
     order = elimination_order(problem, options.order, g)
@@ -253,7 +255,7 @@ def _file_trace(problem: Problem, trace) -> list[list]:
 
 def _solve_probabilistic(problem, options, task, file, progress_factory, read_time, t0, stop, phases) -> Result:
     """PR (log10 Z, or mini-bucket bounds on it) and MAR (exact marginals)."""
-    g, n_comp, order, budget = _order(problem, options, t0, phases)
+    g, n_comp, order, budget = _order(problem, options, phases)
     t1 = time.perf_counter()
     if task == "MAR":
         plan = build_plan(problem, order, None, n_comp, limits=options.limits)
