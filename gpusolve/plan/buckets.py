@@ -313,7 +313,9 @@ def build_plan(problem: Problem, order: list[int], z: int | None = None,
             width = max(width, len(sep))
             out = math.prod(dom[u] for u in sep)
             joint_rows, rows = out * dom[v], out
-            if tables != "dense":
+            if tables != "dense" and out * dom[v] <= KEY_LIMIT:  # beyond, dense whatever its bound (which is
+                # slow to count on wide separators and only loosens the bounds of later buckets, whose
+                # joint tables then are at least KEY_LIMIT / dom[v] entries: no budget holds such a plan)
                 joint_rows, rows = joint_bound(
                     problem, v, sep, [i for k, i in members if k == "f"],
                     [(minibuckets[i].scope, minibuckets[i].rows) for k, i in members if k == "m"])
