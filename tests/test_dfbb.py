@@ -17,8 +17,10 @@ pytest.importorskip("numba")
 
 
 # HBFS from a first dive of one backtrack, so that small problems take many dives; depth-first search;
-# HBFS splitting every domain of more than 2 values (dichotomic branching, on large domains by default)
-ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}, "split": {"z": 1, "split": 2}}
+# HBFS splitting every domain of more than 2 values (dichotomic branching, on large domains by default);
+# HBFS that starts again from VAC's equivalent problem after 3 nodes (after VAC_AFTER by default)
+ORDERS = {"hbfs": {"z": 1}, "dfbb": {"best_first": False}, "split": {"z": 1, "split": 2},
+          "vac": {"z": 1, "vac_after": 3}}
 
 
 def solve(problem, node_limit=1 << 14, upper=None, order="hbfs"):

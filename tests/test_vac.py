@@ -179,17 +179,33 @@ def test_the_gpu_gives_the_cpus_problem(cupy):
             assert isinstance(g.table, np.ndarray) and np.array_equal(f.table, g.table), seed
 
 
+@pytest.mark.parametrize("vac_after", [None, 0])
 @pytest.mark.parametrize("seed", range(1, 6))
-def test_the_depth_first_core_starts_from_vacs_bound(seed):
+def test_the_depth_first_core_starts_from_vacs_bound(seed, vac_after):
     """The compiled core's root bound (EDAC* after VAC) is at least VAC's on small grids, where EDAC*
-    alone stays below it."""
+    alone stays below it: VAC at once (vac_after None) or after 0 nodes (its deferred path)."""
     pytest.importorskip("numba")
     from gpusolve.search.dfbb import DepthFirst
     from gpusolve.generate import generate
     p = generate("grid", 16, 4, 0.3, 0.3, seed)
-    search = DepthFirst(p)
+    search = DepthFirst(p, vac_after=vac_after)
     search.run(0)  # the root's propagation
     assert search.lower_bound >= constant(vac(p)), seed
+    assert search.vac_after is None
+
+
+def test_the_core_waits_vac_after_nodes_for_vac():
+    """Before VAC_AFTER nodes the core searches the problem as given (EDAC* alone, below VAC's bound on
+    this grid); the slice that reaches them restarts it from VAC's equivalent, the nodes counted on."""
+    pytest.importorskip("numba")
+    from gpusolve.search.dfbb import DepthFirst
+    from gpusolve.generate import generate
+    p = generate("grid", 16, 4, 0.3, 0.3, 1)
+    search = DepthFirst(p, vac_after=5)
+    search.run(0)
+    assert search.lower_bound < constant(vac(p)) and search.vac_after == 5
+    search.run(5)
+    assert search.vac_after is None and search.nodes == 5 and search.lower_bound >= constant(vac(p))
 
 
 def test_tables_beyond_root_entries_are_left_without_timing_a_pass(monkeypatch):

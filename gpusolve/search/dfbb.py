@@ -49,7 +49,8 @@ from gpusolve.stop import Stop
 
 from gpusolve.search.dfbb_build import entry_points
 from gpusolve.search.dfbb_state import (
-    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LIMIT, N_CTL, NODES, QLEN, SLACK, SPLIT, UB, ZLIMIT
+    AC, BASE, COMPLETE, DAC, DEPTH, DTOP, EAC, FOUND, GROW, LAST, LIMIT, N_CTL, NODES, PAUSED, QLEN, SLACK, SPLIT, UB,
+    ZLIMIT
 )
 
 HBFS_ALPHA, HBFS_BETA = 0.05, 0.10  # the share of replayed nodes that Z keeps between
@@ -58,6 +59,9 @@ Z_MAX = 1 << 14  # Z doubles up to here
 OPEN_LIMIT = 1 << 24  # decisions stored in open nodes (12 bytes each, 192 MiB in all, and one Python tuple per node)
 NO_LIMIT = 1 << 62
 SPLIT_SIZE = 10  # larger domains are split in two at each choice point (toulbar2's default, -d=1)
+# VAC (before_search) waits for this many nodes: cap131 is proven in 150 nodes and 0.16 s without it, where
+# VAC takes 0.5 s first; a search it pays off for (scen06, scen07) loses a few hundredths of a second.
+VAC_AFTER = 1 << 10
 
 
 @dataclass
@@ -131,11 +135,27 @@ class DepthFirst:
     """The resumable search over one integer problem; `run` advances it by a slice of nodes. HBFS, its first
     dive limited to `z` backtracks, unless `best_first` is False (plain depth-first branch and bound)."""
 
-    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST, split: int = SPLIT_SIZE):
+    def __init__(self, problem: Problem, upper=None, best_first: bool = True, z: int = Z_FIRST,
+                 split: int = SPLIT_SIZE, vac_after: int | None = VAC_AFTER):
         why = supports(problem)
         if why:
             raise ValueError(f"depth-first search with soft arc consistency does not apply: {why}")
-        problem = before_search(problem)  # VAC's root bound where it is cheap: an equivalent problem
+        self.ub = min(int(upper), int(problem.top)) if upper is not None else int(problem.top)
+        self.best = np.full(len(problem.variables), -1, dtype=np.int64)
+        self.complete = False
+        self.best_first = best_first
+        self.z = z  # HBFS's backtrack limit per dive
+        self.split = split
+        self.pushed = 0
+        self.replayed = 0  # decisions taken again to start dives
+        self._lower = 0
+        self._original = problem  # VAC's input when it comes after `vac_after` nodes (None: at once)
+        self.vac_after = vac_after
+        self._load(problem if vac_after is not None else before_search(problem))
+
+    def _load(self, problem: Problem, nodes: int = 0) -> None:
+        """The search from the root of `problem` (the one given, or its VAC equivalent), `nodes` counted
+        already; the incumbent and the lower bound are kept."""
         top = int(problem.top)
         n = len(problem.variables)
         d = max(problem.domains, default=1)
@@ -161,19 +181,13 @@ class DepthFirst:
             unary[v, size:] = top  # padding values never live
         self.lay = Layout(n, d, len(binary), len(nary), sum(f.arity for f in nary))
         self._build(unary, const, binary, nary, top, problem.domains)
-        self.ub = top if upper is None else min(int(upper), top)
         self.ctl[UB] = self.ub
-        self.best = np.full(n, -1, dtype=np.int64)
-        self.complete = False
-        self.best_first = best_first
-        self.z = z  # HBFS's backtrack limit per dive
-        self.ctl[ZLIMIT] = self.z if best_first else NO_LIMIT
-        self.ctl[SPLIT] = split
+        self.ctl[ZLIMIT] = self.z if self.best_first else NO_LIMIT
+        self.ctl[SPLIT] = self.split
+        self.ctl[NODES] = nodes
         self.open: list = []  # (lower bound, -depth, sequence number, decisions: 3 x depth)
-        self.pushed = 0
         self.stored = 0  # decisions in self.open
-        self.replayed = 0  # decisions taken again to start dives
-        self._lower = min(const, self.ub)
+        self._lower = max(self._lower, min(const, self.ub))
 
     def _build(self, unary, const, binary, nary, top, domains) -> None:
         lay = self.lay
@@ -273,14 +287,20 @@ class DepthFirst:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
         run32, run64, replay, _ = entry_points()  # loaded with the first search, not at import
-        run = run32 if self.T.dtype == np.int32 else run64
         stop_at = self.nodes + node_limit
         while True:
+            limit = stop_at if self.vac_after is None else min(stop_at, self.vac_after)
+            run = run32 if self.T.dtype == np.int32 else run64
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
                          self.NT, self.nadj_ptr, self.nadj_k, self.top, self.hints, self.weight, self.trail,
                          self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
-                         self.best, self.scratch, self.tmp, max(stop_at - self.nodes, 0))
+                         self.best, self.scratch, self.tmp, max(limit - self.nodes, 0))
+            if status == PAUSED and self.vac_after is not None and self.nodes >= self.vac_after:
+                self._lower = max(self._lower, self._bound())
+                self.vac_after = None
+                self._load(before_search(self._original), self.nodes)  # the search starts again from its root
+                continue
             if status == GROW:
                 self.trail = np.concatenate([self.trail, np.zeros_like(self.trail)])
                 continue
