@@ -80,6 +80,9 @@ def assign_tuples(table: np.ndarray, rows: np.ndarray, costs: np.ndarray) -> Non
     hence the explicit de-duplication.
     """
     flat = np.ravel_multi_index(tuple(rows.T), table.shape)
+    if len(flat) <= 1:  # nothing repeated (cap131: 2,500 tables of one tuple)
+        table.reshape(-1)[flat] = costs
+        return
     _, first_from_end = np.unique(flat[::-1], return_index=True)
     last = len(flat) - 1 - first_from_end
     table.reshape(-1)[flat[last]] = costs[last]

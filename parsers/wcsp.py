@@ -189,15 +189,14 @@ def _tuples(t: Tokens, scope, shape, ntuples: int) -> tuple[np.ndarray, np.ndarr
         part, lines = t.ints(min(step, ntuples - start) * width, "tuple entry")
         part = part.reshape(-1, width)
         values, costs = part[:, :-1], part[:, -1]
-        for col, size in enumerate(shape):
-            bad = np.flatnonzero((values[:, col] < 0) | (values[:, col] >= size))
-            if bad.size:
-                row = bad[0]
-                raise t.error(f"value {values[row, col]} out of domain of variable {scope[col]} (size {size})",
-                              lines[row * width + col])
-        negative = np.flatnonzero(costs < 0)
-        if negative.size:
-            raise t.error("negative costs are not supported", lines[(negative[0] + 1) * width - 1])
+        outside = (values < 0) | (values >= shape)  # checked at once; the first column with one is reported
+        if outside.any():
+            col = int(np.flatnonzero(outside.any(axis=0))[0])
+            row = int(np.flatnonzero(outside[:, col])[0])
+            raise t.error(f"value {values[row, col]} out of domain of variable {scope[col]} (size {shape[col]})",
+                          lines[row * width + col])
+        if costs.min() < 0:
+            raise t.error("negative costs are not supported", lines[(np.flatnonzero(costs < 0)[0] + 1) * width - 1])
         data[start:start + len(part)] = part
     return data[:, :-1], data[:, -1]
 
