@@ -171,7 +171,7 @@ def main() -> None:
         write_result("vac-search", cpu_name(), time_limit=args.time_limit, rows=rows)
         return
     if args.cupy:
-        from gpusolve.engines import import_cupy
+        from gpusolve.cuda.runtime import import_cupy
         cp = import_cupy()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
