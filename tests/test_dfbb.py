@@ -2,6 +2,7 @@
 that keep every assignment's cost, and a search that resumes where a slice ended."""
 import itertools
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from gpusolve.search import dfbb
 from gpusolve.search.dfbb import DepthFirst
 from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, HIGH, LEFT, LOW, LOW_NEXT, MODE, PAUSED, RIGHT
-from gpusolve.model.problem import FORBIDDEN, CostFunction, Problem, Variable, finalize_integer
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
 
 from helpers import brute_force, random_problem
 
@@ -290,12 +291,51 @@ def test_costs_beyond_int32_stay_exact(seed):
     assert search.T.dtype == np.int64 and search.ub == min(optimum, problem.top)
 
 
-def test_float_problems_and_kept_globals_are_refused():
+def test_float_problems_and_soft_globals_kept_whole_are_refused():
     rng = np.random.default_rng(3)
     problem = random_problem(rng, integer=False)
     assert dfbb.supports(problem) == "costs are not integers"
     with pytest.raises(ValueError):
         DepthFirst(problem)
+    soft = with_alldifferents(random_case(1), np.random.default_rng(1), cost=3)
+    assert dfbb.supports(soft) == "a soft global constraint is kept whole"
+    assert dfbb.supports(replace(soft, globals=[replace(g, tabled=True) for g in soft.globals])) is None
+
+
+def with_alldifferents(problem, rng, cost=FORBIDDEN):
+    """`problem` with one or two AllDifferents kept whole (not tabled), each comparing values that a domain
+    index maps to: the index itself, the index plus the position (N-queens' diagonals) or a random map
+    where two indices may share a value; one in three exempts a value."""
+    globals_ = []
+    for _ in range(int(rng.integers(1, 3))):
+        n = len(problem.variables)
+        k = int(rng.integers(min(2, n), n + 1))
+        scope = tuple(int(v) for v in rng.choice(n, k, replace=False))
+        kind = int(rng.integers(3))
+        values = tuple(np.arange(problem.domains[v], dtype=np.int64) + (i if kind == 1 else 0) if kind < 2 else
+                       rng.integers(0, problem.domains[v] + 1, size=problem.domains[v]).astype(np.int64)
+                       for i, v in enumerate(scope))
+        exempt = frozenset({int(rng.integers(0, 3))}) if rng.random() < 1 / 3 else frozenset()
+        globals_.append(AllDifferent(scope, values, cost, "var", exempt))
+    return replace(problem, globals=globals_)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("block", range(3))
+def test_hard_alldifferents_kept_whole_are_forward_checked_to_the_brute_force_optimum(block, order):
+    """Hard AllDifferents outside the tables: each assigned value leaves the other variables of its
+    AllDifferents, so the optimum is brute force's with every violation forbidden (infeasible ones too)."""
+    for seed in range(block * 60, block * 60 + 60):
+        rng = np.random.default_rng(9000 + seed)
+        problem = with_alldifferents(random_case(9000 + seed, arity_max=3, n_max=6), rng)
+        assert dfbb.supports(problem) is None
+        optimum, _ = brute_force(problem)
+        search = solve(problem, order=order)
+        assert search.complete and search.lower_bound == search.ub, seed
+        if optimum >= problem.top:
+            assert search.ub >= problem.top, seed
+        else:
+            assert search.ub == optimum and problem.evaluate(search.best) == optimum, seed
 
 
 @pytest.mark.parametrize("block", range(5))

@@ -11,7 +11,8 @@ the upper bound. c0 is then a lower bound of every assignment below the node.
 An n-ary function (arity 3 or more) keeps AC* as a binary one does, its least
 cost given each value projected onto that value, whenever the live part of its
 table is small (NARY_TUPLES tuples; always once all but one of its variables
-are assigned). Branching is binary
+are assigned). A hard AllDifferent kept whole (too large for its binary tables) takes each assigned
+variable's value from its other variables (forward checking). Branching is binary
 (x = a, then x != a) on dom/wdeg (Boussemart et al., ECAI 2004) with last
 conflict (Lecoutre et al., AIJ 2009), values by the incumbent's while alive,
 else the EAC value. A domain of more than SPLIT_SIZE values is split at the
@@ -124,8 +125,8 @@ def supports(problem: Problem) -> str | None:
     """Why this core cannot search `problem`, or None when it can."""
     if not problem.integer:
         return "costs are not integers"
-    if problem.relaxed:
-        return "a global constraint is kept whole"
+    if any(not g.tabled and g.cost < problem.top for g in problem.globals):
+        return "a soft global constraint is kept whole"
     if problem.evidence:
         return "evidence"
     return None
@@ -180,7 +181,7 @@ class DepthFirst:
         for v, size in enumerate(problem.domains):
             unary[v, size:] = top  # padding values never live
         self.lay = Layout(n, d, len(binary), len(nary), sum(f.arity for f in nary))
-        self._build(unary, const, binary, nary, top, problem.domains)
+        self._build(unary, const, binary, nary, top, problem.domains, problem.globals)
         self.ctl[UB] = self.ub
         self.ctl[ZLIMIT] = self.z if self.best_first else NO_LIMIT
         self.ctl[SPLIT] = self.split
@@ -189,7 +190,7 @@ class DepthFirst:
         self.stored = 0  # decisions in self.open
         self._lower = max(self._lower, min(const, self.ub))
 
-    def _build(self, unary, const, binary, nary, top, domains) -> None:
+    def _build(self, unary, const, binary, nary, top, domains, alldiffs) -> None:
         lay = self.lay
         n, d, m, k = lay.n, lay.d, lay.m, lay.k
         self.top, self.U0, self.c00 = top, unary, const
@@ -225,6 +226,7 @@ class DepthFirst:
                 touching[v].append(j)
         self.nadj_ptr = np.cumsum([0] + [len(x) for x in touching], dtype=np.int64)
         self.nadj_k = np.array([j for x in touching for j in x], dtype=np.int64)
+        self._alldifferents(alldiffs, n, d)
         S = np.zeros(lay.length, dtype=np.int64)
         S[0] = const
         S[SLACK] = top + 1  # no pass yet
@@ -260,6 +262,31 @@ class DepthFirst:
         # full_support's costs and values; least_nary's least costs per position and value
         self.tmp = np.zeros(max([2] + [f.arity for f in nary]) * d, dtype=np.int64)
 
+    def _alldifferents(self, alldiffs, n: int, d: int) -> None:
+        """The hard AllDifferents kept whole (a tabled one is among the binary tables), as forward_check reads
+        them: each one's scope positions (gptr, gscope, gowner), the value compared of each domain index at
+        each position, numbered per AllDifferent, -1 where exempt (gid, d per position), each variable's
+        positions (gadj_ptr, gadj_p)."""
+        kept = [g for g in alldiffs if not g.tabled]
+        self.gptr = np.cumsum([0] + [len(g.scope) for g in kept], dtype=np.int64)
+        self.gscope = np.array([v for g in kept for v in g.scope], dtype=np.int64)
+        self.gowner = np.array([i for i, g in enumerate(kept) for _ in g.scope], dtype=np.int64)
+        self.gid = np.full(len(self.gscope) * d, -1, dtype=np.int64)
+        for i, g in enumerate(kept):
+            values = np.concatenate([np.asarray(v, dtype=np.int64) for v in g.values])
+            ids = np.unique(values, return_inverse=True)[1].reshape(-1)
+            ids[np.isin(values, np.array(sorted(g.exempt), dtype=np.int64))] = -1
+            start = 0
+            for k, v in enumerate(g.values):
+                p = int(self.gptr[i]) + k
+                self.gid[p * d: p * d + len(v)] = ids[start: start + len(v)]
+                start += len(v)
+        at = [[] for _ in range(n)]
+        for p, v in enumerate(self.gscope.tolist()):
+            at[v].append(p)
+        self.gadj_ptr = np.cumsum([0] + [len(x) for x in at], dtype=np.int64)
+        self.gadj_p = np.array([p for x in at for p in x], dtype=np.int64)
+
     @property
     def nodes(self) -> int:
         return int(self.ctl[NODES])
@@ -293,7 +320,8 @@ class DepthFirst:
             run = run32 if self.T.dtype == np.int32 else run64
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
-                         self.NT, self.nadj_ptr, self.nadj_k, self.top, self.hints, self.weight, self.trail,
+                         self.NT, self.nadj_ptr, self.nadj_k, self.gptr, self.gscope, self.gowner, self.gid,
+                         self.gadj_ptr, self.gadj_p, self.top, self.hints, self.weight, self.trail,
                          self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
                          self.best, self.scratch, self.tmp, max(limit - self.nodes, 0))
             if status == PAUSED and self.vac_after is not None and self.nodes >= self.vac_after:

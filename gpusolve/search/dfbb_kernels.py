@@ -458,10 +458,37 @@ def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
 
 
 @jit
+def forward_check(S, lay, x, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, trail, stamp, ctl, qs):
+    """x was just assigned: each hard AllDifferent over x takes x's value (unless exempt) from its other
+    variables (forward checking, the binary decomposition's arc consistency). gid[p * d + a]: the value
+    compared of domain index a of the variable at scope position p, numbered per AllDifferent, -1 where
+    exempt. False on a wipe-out."""
+    d = lay[1]
+    a = live(S, lay, x, 0)
+    for q in range(gadj_ptr[x], gadj_ptr[x + 1]):
+        p = gadj_p[q]
+        w = gid[p * d + a]
+        if w < 0:
+            continue
+        g = gowner[p]
+        for r in range(gptr[g], gptr[g + 1]):
+            if r == p:
+                continue
+            y = gscope[r]
+            for t in range(S[lay[3] + y] - 1, -1, -1):  # from the last, as in prune
+                b = live(S, lay, y, t)
+                if gid[r * d + b] == w and not remove(S, lay, y, b, trail, stamp, ctl, qs):
+                    return False
+    return True
+
+
+@jit
 def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT, nadj_ptr,
-               nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
+               nadj_k, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, top, hints, weight, trail, stamp, ctl, qs,
+               scratch, tmp):
     """AC*: the neighbours of each variable on the AC queue (its domain shrank) get supports in it, through
-    binary functions and the n-ary ones whose live tuples are few. False on a wipe-out."""
+    binary functions and the n-ary ones whose live tuples are few; an assigned variable's value leaves
+    the other variables of its hard AllDifferents. False on a wipe-out."""
     m = lay[7]
     while ctl[QLEN + AC] > 0:
         x = pop(qs, AC, ctl)
@@ -471,6 +498,8 @@ def enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscop
             put(S, lay[5] + x, 1, trail, stamp, ctl)
             for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
                 put(S, lay[8] + nadj_k[p], S[lay[8] + nadj_k[p]] - 1, trail, stamp, ctl)
+            if not forward_check(S, lay, x, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, trail, stamp, ctl, qs):
+                return False
         for p in range(nadj_ptr[x], nadj_ptr[x + 1]):
             k = nadj_k[p]
             q = 0
@@ -512,7 +541,8 @@ def nc_everywhere(S, lay, trail, stamp, ctl, qs):
 
 @jit
 def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-              nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, scratch, tmp):
+              nadj_ptr, nadj_k, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, top, hints, weight, best, trail, stamp,
+              ctl, qs, scratch, tmp):
     """EDAC* (EAC, DAC* and AC* with NC*) to a fixpoint, the queues taken in the paper's order; False on a
     wipe-out or when c0 reaches the upper bound. Each round that finds a variable not EAC raises c0."""
     while True:
@@ -527,5 +557,6 @@ def propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope
                            qs, tmp):
             return False
         if not enforce_ac(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-                          nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, scratch, tmp):
+                          nadj_ptr, nadj_k, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, top, hints, weight, trail,
+                          stamp, ctl, qs, scratch, tmp):
             return False

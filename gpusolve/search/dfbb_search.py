@@ -54,8 +54,8 @@ def cost_of(best_try, U0, T, boff, bdj, bvar, nptr, nscope, nstride, noff, NT, c
 
 @jit
 def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff, NT,
-        nadj_ptr, nadj_k, top, hints, weight, trail, stamp, ctl, qs, dvar, dval, dbranch, dmark, dlb,
-        best, scratch, tmp, node_limit):
+        nadj_ptr, nadj_k, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, top, hints, weight, trail, stamp, ctl, qs,
+        dvar, dval, dbranch, dmark, dlb, best, scratch, tmp, node_limit):
     """Search until `node_limit` more nodes, a new incumbent, completion, or a full trail."""
     n, m, k = lay[6], lay[7], lay[9]
     stop_at = ctl[NODES] + node_limit
@@ -63,7 +63,8 @@ def run(S, lay, U0, c00, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nsc
         mode = ctl[MODE]
         if mode == PROPAGATE:
             ok = propagate(S, lay, T, boff, bdj, bvar, adj_ptr, adj_k, adj_side, nptr, nscope, nstride, noff,
-                           NT, nadj_ptr, nadj_k, top, hints, weight, best, trail, stamp, ctl, qs, scratch, tmp)
+                           NT, nadj_ptr, nadj_k, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, top, hints, weight,
+                           best, trail, stamp, ctl, qs, scratch, tmp)
             clear_queues(ctl, qs)
             if not ok:
                 ctl[FAILS] += 1
