@@ -1,7 +1,8 @@
 """Search speed: the compiled depth-first core, the whole solve, and toulbar2, side by side in one run.
 
 For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
-RLFAP-like networks, generated grids), fresh processes under the same time
+RLFAP-like networks, generated grids, a generated permutation problem whose hard
+AllDifferent stays whole; --only picks by name), fresh processes under the same time
 limit, each run --repeat times (the medians printed, every run recorded):
 - `core`: the compiled search with EDAC* alone (gpusolve.search.dfbb) in its
   default order, HBFS, no upper bound given, on the preprocessed problem as
@@ -12,7 +13,7 @@ limit, each run --repeat times (the medians printed, every run recorded):
 - `solve`: `gpusolve solve FILE --json --time-limit T --device cpu`, as a user
   runs it: status, bounds, seconds;
 - `toulbar2`: pytoulbar2 with default options: optimum, nodes, seconds (CPU and wall).
-Writes bench/results/search-<cpu>-<date>.json.
+Writes bench/results/<--name, default search>-<cpu>-<date>.json.
 
 RLFAP-like networks imitate the CELAR radio link problems: links in duplex
 pairs whose frequencies must differ by a fixed gap (hard), interference between
@@ -37,6 +38,7 @@ from common import SHARED, cpu_name, write_result  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpusolve.build import Model  # noqa: E402
+from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer  # noqa: E402
 from gpusolve.generate import generate  # noqa: E402
 from gpusolve.parsers.wcsp import write_wcsp  # noqa: E402
 
@@ -67,6 +69,21 @@ def rlfap(links: int, frequencies: int, seed: int, density: int = 4) -> Model:
     return m
 
 
+def permutation(n: int, seed: int, pairs: int = 150) -> Problem:
+    """n variables of domain n under one hard AllDifferent (a permutation: at n = 100 its 4,950 tables of
+    n x n exceed the 32M entries decomposed, so it stays whole), a random cost per value, and `pairs`
+    penalties for two variables within 5 of each other."""
+    rng = np.random.default_rng(seed)
+    functions = [CostFunction((i,), rng.integers(0, 100, n).astype(np.int64)) for i in range(n)]
+    near = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) < 5
+    for _ in range(pairs):
+        i, j = (int(x) for x in rng.choice(n, 2, replace=False))
+        functions.append(CostFunction((i, j), np.where(near, int(rng.integers(50, 200)), 0).astype(np.int64)))
+    alldiff = AllDifferent(tuple(range(n)), tuple(np.arange(n, dtype=np.int64) for _ in range(n)), FORBIDDEN)
+    return finalize_integer(Problem(f"permutation-{n}-s{seed}", [Variable(f"x{i}", n) for i in range(n)],
+                                    functions, globals=[alldiff]), None)
+
+
 def instances(folder: Path, quick: bool) -> list[Path]:
     out = []
     celar = SHARED / "CELAR6-SUB0.wcsp"
@@ -80,6 +97,10 @@ def instances(folder: Path, quick: bool) -> list[Path]:
     for n, d, seed in ([(16, 4, 1)] if quick else [(49, 5, 1), (64, 5, 2)]):
         path = folder / f"grid-n{n}-d{d}-s{seed}.wcsp"
         write_wcsp(generate("grid", n, d, 0.3, 0.3, seed), path)
+        out.append(path)
+    if not quick:
+        path = folder / "permutation-100-s7.wcsp"
+        write_wcsp(permutation(100, 7), path)
         out.append(path)
     return out
 
@@ -159,6 +180,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one small RLFAP-like network and one grid, 5 s")
     ap.add_argument("--no-toulbar2", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement, medians printed")
+    ap.add_argument("--only", default=None, help="substring: run only matching instances")
+    ap.add_argument("--name", default="search", help="result file prefix (several runs on one day)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -170,6 +193,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in instances(Path(tmp), args.quick):
+            if args.only and args.only not in path.name:
+                continue
             kinds = ["core", "dfbb"] + ([] if args.no_toulbar2 else ["toulbar2"])
             row = {"instance": path.name, **{k: [child(k, path, limit) for _ in range(args.repeat)] for k in kinds},
                    "solve": child("solve", path, limit)}
@@ -178,7 +203,7 @@ def main() -> None:
             print(f"{path.name:28} " + " | ".join(summary(k, row[k]) for k in kinds)
                   + f" | solve: {s.get('status')} [{s.get('lower')}, {s.get('upper')}] {s.get('time_s', 0):.2f} s",
                   flush=True)
-    write_result("search", cpu_name(), time_limit=limit, rows=rows)
+    write_result(args.name, cpu_name(), time_limit=limit, rows=rows)
 
 
 if __name__ == "__main__":
