@@ -208,6 +208,20 @@ def test_the_core_waits_vac_after_nodes_for_vac():
     assert search.vac_after is None and search.nodes == 5 and search.lower_bound >= constant(vac(p))
 
 
+def test_the_core_goes_on_where_vac_raises_nothing(monkeypatch):
+    """Where VAC leaves the constant as it was (skipped, or no wipe-out), the search is not started again."""
+    pytest.importorskip("numba")
+    from gpusolve.search import dfbb
+    from gpusolve.generate import generate
+    p = generate("grid", 16, 4, 0.3, 0.3, 1)
+    monkeypatch.setattr(dfbb, "before_search", lambda problem: problem)
+    search = dfbb.DepthFirst(p, vac_after=5)
+    state = search.S
+    search.run(5)
+    search.run(5)
+    assert search.vac_after is None and search.S is state and search.nodes == 10
+
+
 def test_tables_beyond_root_entries_are_left_without_timing_a_pass(monkeypatch):
     """before_search gives back the problem itself, not timing a pass, where its binary tables hold more
     than ROOT_ENTRIES entries; at or below, it reparameterises (a small grid: its bound rises)."""
