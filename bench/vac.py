@@ -109,11 +109,11 @@ def core(path: str, with_vac: bool, limit: float) -> dict:
     from gpusolve.search.dfbb_state import COMPLETE
     problem = parsers.read(path)
     if not with_vac:
-        dfbb.before_search = lambda p: p
+        dfbb.before_search = lambda p, seconds: (p, True)
     t = time.process_time()
-    start = dfbb.before_search(problem)
+    start, _ = dfbb.before_search(problem)
     vac_s = time.process_time() - t
-    search = dfbb.DepthFirst(start)  # applies before_search again: on a VAC problem it finds nothing more
+    search = dfbb.DepthFirst(start, vac_after=None)  # VAC again at once: on a VAC problem it finds nothing more
     search.run(0)  # compiles or loads the core, propagates the root
     root = search.lower_bound
     t1 = time.process_time()

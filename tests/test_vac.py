@@ -209,17 +209,18 @@ def test_the_core_waits_vac_after_nodes_for_vac():
 
 
 def test_the_core_goes_on_where_vac_raises_nothing(monkeypatch):
-    """Where VAC leaves the constant as it was (skipped, or no wipe-out), the search is not started again."""
+    """Where VAC leaves the constant as it was (here: skipped by its gate, so not done), the search is not
+    started again, and VAC waits for its longer budget at VAC_LONGER_AFTER nodes."""
     pytest.importorskip("numba")
     from gpusolve.search import dfbb
     from gpusolve.generate import generate
     p = generate("grid", 16, 4, 0.3, 0.3, 1)
-    monkeypatch.setattr(dfbb, "before_search", lambda problem: problem)
+    monkeypatch.setattr(dfbb, "before_search", lambda problem, seconds: (problem, False))
     search = dfbb.DepthFirst(p, vac_after=5)
     state = search.S
     search.run(5)
     search.run(5)
-    assert search.vac_after is None and search.S is state and search.nodes == 10
+    assert search.vac_after == dfbb.VAC_LONGER_AFTER and search.S is state and search.nodes == 10
 
 
 def test_tables_beyond_root_entries_are_left_without_timing_a_pass(monkeypatch):
@@ -231,10 +232,11 @@ def test_tables_beyond_root_entries_are_left_without_timing_a_pass(monkeypatch):
     entries = sum(f.table.size for f in p.functions if f.arity == 2)
     monkeypatch.setattr(vac_module, "project_ac", lambda s: pytest.fail("a pass was timed"))
     monkeypatch.setattr(vac_module, "ROOT_ENTRIES", entries - 1)
-    assert vac_module.before_search(p) is p
+    assert vac_module.before_search(p) == (p, True)
     monkeypatch.undo()
     monkeypatch.setattr(vac_module, "ROOT_ENTRIES", entries)
-    assert constant(vac_module.before_search(p)) > sum(int(f.table) for f in p.functions if f.arity == 0)
+    start, done = vac_module.before_search(p)
+    assert done and constant(start) > sum(int(f.table) for f in p.functions if f.arity == 0)
 
 
 def toulbar2_vac_root(path) -> int | None:
@@ -268,3 +270,29 @@ def test_grids_reach_toulbar2s_vac_bound(p2, tmp_path):
     write_wcsp(p, tmp_path / "grid.wcsp")
     reference = toulbar2_vac_root(tmp_path / "grid.wcsp")
     assert reference is not None and constant(vac(p)) >= 0.99 * reference
+
+
+def test_a_vac_cut_by_its_budget_gets_the_longer_one_later(monkeypatch):
+    """A VAC stopped by its first budget (here 0 s) is not done; the search restarts from what it reached
+    where that raised the constant, and at VAC_LONGER_AFTER nodes VAC runs again, to its end."""
+    pytest.importorskip("numba")
+    from gpusolve.search import dfbb
+    from gpusolve.generate import generate
+    from gpusolve.inference import vac as vac_module
+    p = generate("grid", 25, 5, 0.3, 0.3, 3)
+    seen = []
+    real = vac_module.before_search
+
+    def recorded(problem, seconds):
+        out = real(problem, 0.0 if not seen else seconds)
+        seen.append((seconds, out[1]))
+        return out
+    monkeypatch.setattr(dfbb, "before_search", recorded)
+    monkeypatch.setattr(dfbb, "VAC_LONGER_AFTER", 20)
+    search = dfbb.DepthFirst(p, vac_after=5)
+    while search.nodes < 20 and search.run(5) != dfbb.COMPLETE:
+        pass
+    if search.complete and search.nodes < 20:
+        pytest.skip("proven before the second budget")
+    assert [done for _, done in seen] == [False, True] and seen[1][0] == dfbb.VAC_LONGER_S
+    assert search.vac_after is None and search.lower_bound >= constant(vac(p))

@@ -38,7 +38,8 @@ from gpusolve.model.problem import CostFunction, Problem
 BREAKS = 5
 SCALE_POINTS = 20  # thresholds taken from the problem's costs before halving to 1 (toulbar2: at most 20)
 K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round to 0 anyway
-# Before a search, VAC runs for at most ROOT_S CPU seconds, and WALL * ROOT_S on the wall clock (a loaded
+# Before a search, VAC runs for at most ROOT_S CPU seconds (its first budget; the core gives a second, longer
+# one to a VAC not done when its search goes on), and WALL * ROOT_S on the wall clock (a loaded
 # machine does not cut it much shorter; nothing waits on it longer; stopped, it leaves an equivalent problem
 # with the bound reached so far), and only where one dense pass over the tables (the AC* projection, timed
 # on the host) takes at most ROOT_S / ROOT_PASSES, so that its stop is seen often and some passes fit.
@@ -418,19 +419,25 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
     return s.problem(problem)
 
 
-def before_search(problem: Problem) -> Problem:
-    """The problem a search over integer costs starts from: VAC's reparameterisation where it is cheap
-    (see ROOT_S and ROOT_ENTRIES), else the problem itself."""
+def before_search(problem: Problem, seconds: float = ROOT_S) -> tuple[Problem, bool]:
+    """(the problem a search over integer costs starts from, whether VAC ran to its end): VAC's
+    reparameterisation within `seconds` of the thread's CPU (WALL times that on the clock) where a pass
+    takes at most seconds / ROOT_PASSES and the tables hold at most ROOT_ENTRIES entries, else the
+    problem itself. Not done: its stop came, or a gate left it out."""
     if not problem.integer or sum(f.table.size for f in problem.functions if f.arity == 2) > ROOT_ENTRIES:
-        return problem
+        return problem, True  # never: a longer budget would not change it
     cpu, wall = time.thread_time(), time.perf_counter()  # the thread's: the search runs beside other phases
     s = _State(problem, np)
     project_ac(s)  # a first pass also warms NumPy up (17 ms where the next one takes 0.5 ms)
     t = time.thread_time()
     project_ac(s)
-    if (time.thread_time() - t) * ROOT_PASSES > ROOT_S:
-        return problem
+    if (time.thread_time() - t) * ROOT_PASSES > seconds:
+        return problem, False
+    stopped = []
 
     def spent() -> bool:
-        return time.thread_time() - cpu > ROOT_S or time.perf_counter() - wall > WALL * ROOT_S
-    return vac(problem, stop=spent)
+        if time.thread_time() - cpu > seconds or time.perf_counter() - wall > WALL * seconds:
+            stopped.append(True)
+        return bool(stopped)
+    out = vac(problem, stop=spent)
+    return out, not stopped

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusolve.model.problem import Problem
-from gpusolve.inference.vac import before_search
+from gpusolve.inference.vac import ROOT_S, before_search
 from gpusolve.stop import Stop
 
 from gpusolve.search.dfbb_build import entry_points
@@ -60,10 +60,13 @@ Z_MAX = 1 << 14  # Z doubles up to here
 OPEN_LIMIT = 1 << 24  # decisions stored in open nodes (12 bytes each, 192 MiB in all, and one Python tuple per node)
 NO_LIMIT = 1 << 62
 SPLIT_SIZE = 10  # larger domains are split in two at each choice point (toulbar2's default, -d=1)
-# VAC (before_search) waits for this many nodes: cap131 is proven in 150 nodes and 0.16 s without it, where
-# VAC takes 0.5 s first; a search it pays off for loses a few hundredths of a second. The search starts again
-# from VAC's problem only where VAC raised the constant (not on CELAR6 or scen06, nor where it is skipped).
-VAC_AFTER = 1 << 10
+# VAC (before_search) waits for VAC_AFTER nodes: cap131 is proven in 150 nodes and 0.16 s without it, where
+# VAC takes 0.5 s first; a search it pays off for loses a few hundredths of a second. Not done within its
+# budget (ROOT_S), it has VAC_LONGER_S more once the search reaches VAC_LONGER_AFTER nodes: on scen07 (VAC
+# 10 s on the dev box) the core alone found 344,199 9.8 s after a whole VAC, where after none it held 353,913
+# at 25 s (toulbar2 with VAC: 344,198 at 19 s). The search starts again from VAC's problem where VAC raised
+# the constant (not on CELAR6 or scen06), its incumbent, bound and node count kept.
+VAC_AFTER, VAC_LONGER_AFTER, VAC_LONGER_S = 1 << 10, 1 << 12, 20.0
 
 
 @dataclass
@@ -151,9 +154,25 @@ class DepthFirst:
         self.pushed = 0
         self.replayed = 0  # decisions taken again to start dives
         self._lower = 0
-        self._original = problem  # VAC's input when it comes after `vac_after` nodes (None: at once)
-        self.vac_after = vac_after
-        self._load(problem if vac_after is not None else before_search(problem))
+        # VAC's budgets: (nodes searched before it, its seconds); the first at once where vac_after is None
+        self._vac = [(vac_after or 0, ROOT_S), (max(vac_after or 0, VAC_LONGER_AFTER), VAC_LONGER_S)]
+        self._start = problem  # what the search runs on: the problem given, or VAC's equivalent
+        if vac_after is None:
+            self._vac_step()
+        self._load(self._start)
+
+    @property
+    def vac_after(self) -> int | None:
+        """The node count at which VAC runs next, or None when it is done."""
+        return self._vac[0][0] if self._vac else None
+
+    def _vac_step(self) -> None:
+        """VAC on the problem searched, within its next budget; the later budgets are dropped once it is
+        done (it ran to its end, or can never run)."""
+        _, seconds = self._vac.pop(0)
+        self._start, done = before_search(self._start, seconds)
+        if done:
+            self._vac = []
 
     def _load(self, problem: Problem, nodes: int = 0) -> None:
         """The search from the root of `problem` (the one given, or its VAC equivalent), `nodes` counted
@@ -317,7 +336,7 @@ class DepthFirst:
         run32, run64, replay, _ = entry_points()  # loaded with the first search, not at import
         stop_at = self.nodes + node_limit
         while True:
-            limit = stop_at if self.vac_after is None else min(stop_at, self.vac_after)
+            limit = stop_at if self.vac_after is None else min(stop_at, max(self.vac_after, self.nodes))
             run = run32 if self.T.dtype == np.int32 else run64
             status = run(self.S, self.lay_arr, self.U0, self.c00, self.T, self.boff, self.bdj, self.bvar,
                          self.adj_ptr, self.adj_k, self.adj_side, self.nptr, self.nscope, self.nstride, self.noff,
@@ -326,11 +345,11 @@ class DepthFirst:
                          self.stamp, self.ctl, self.qs, self.dvar, self.dval, self.dbranch, self.dmark, self.dlb,
                          self.best, self.scratch, self.tmp, max(limit - self.nodes, 0))
             if status == PAUSED and self.vac_after is not None and self.nodes >= self.vac_after:
-                self.vac_after = None
-                start = before_search(self._original)
-                if _c0(start) > _c0(self._original):  # the search starts again from VAC's root; else goes on
+                before = self._start
+                self._vac_step()
+                if _c0(self._start) > _c0(before):  # the search starts again from VAC's root; else goes on
                     self._lower = max(self._lower, self._bound())
-                    self._load(start, self.nodes)
+                    self._load(self._start, self.nodes)
                 continue
             if status == GROW:
                 self.trail = np.concatenate([self.trail, np.zeros_like(self.trail)])
