@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpusolve.consistency.alldiff import value_ids
 from gpusolve.model.problem import Problem
 from gpusolve.inference.vac import ROOT_S, before_search
 from gpusolve.stop import Stop
@@ -284,23 +285,18 @@ class DepthFirst:
 
     def _alldifferents(self, alldiffs, n: int, d: int) -> None:
         """The hard AllDifferents kept whole (a tabled one is among the binary tables), as forward_check reads
-        them: each one's scope positions (gptr, gscope, gowner), the value compared of each domain index at
-        each position, numbered per AllDifferent, -1 where exempt (gid, d per position), each variable's
-        positions (gadj_ptr, gadj_p)."""
+        them: each one's scope positions (gptr, gscope, gowner), the column of each domain index at each
+        position in its variable-value graph (gid, d per position: equal values share one, an exempt value
+        has its own, so it binds nothing), each variable's positions (gadj_ptr, gadj_p)."""
         kept = [g for g in alldiffs if not g.tabled]
         self.gptr = np.cumsum([0] + [len(g.scope) for g in kept], dtype=np.int64)
         self.gscope = np.array([v for g in kept for v in g.scope], dtype=np.int64)
         self.gowner = np.array([i for i, g in enumerate(kept) for _ in g.scope], dtype=np.int64)
-        self.gid = np.full(len(self.gscope) * d, -1, dtype=np.int64)
+        self.gid = np.full(len(self.gscope) * d, -1, dtype=np.int64)  # -1: beyond a domain, never live
         for i, g in enumerate(kept):
-            values = np.concatenate([np.asarray(v, dtype=np.int64) for v in g.values])
-            ids = np.unique(values, return_inverse=True)[1].reshape(-1)
-            ids[np.isin(values, np.array(sorted(g.exempt), dtype=np.int64))] = -1
-            start = 0
-            for k, v in enumerate(g.values):
+            for k, columns in enumerate(value_ids(g)[0]):
                 p = int(self.gptr[i]) + k
-                self.gid[p * d: p * d + len(v)] = ids[start: start + len(v)]
-                start += len(v)
+                self.gid[p * d: p * d + len(columns)] = columns
         at = [[] for _ in range(n)]
         for p, v in enumerate(self.gscope.tolist()):
             at[v].append(p)
@@ -347,7 +343,7 @@ class DepthFirst:
             if status == PAUSED and self.vac_after is not None and self.nodes >= self.vac_after:
                 before = self._start
                 self._vac_step()
-                if _c0(self._start) > _c0(before):  # the search starts again from VAC's root; else goes on
+                if self._start.constant > before.constant:  # the search starts again from VAC's root; else goes on
                     self._lower = max(self._lower, self._bound())
                     self._load(self._start, self.nodes)
                 continue
@@ -405,11 +401,6 @@ class DepthFirst:
             self.ctl[ZLIMIT] = NO_LIMIT if self.stored > OPEN_LIMIT else self.z
             return True
         return False
-
-
-def _c0(problem: Problem) -> int:
-    """The problem's constant: its functions of no variable."""
-    return sum(int(f.table) for f in problem.functions if not f.scope)
 
 
 POLL_S = 0.05  # how often run_here looks at its stop while the core's thread works

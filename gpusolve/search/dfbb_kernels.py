@@ -459,17 +459,15 @@ def after_projection(S, lay, out, y, k, top, weight, trail, stamp, ctl, qs):
 
 @jit
 def forward_check(S, lay, x, gptr, gscope, gowner, gid, gadj_ptr, gadj_p, trail, stamp, ctl, qs):
-    """x was just assigned: each hard AllDifferent over x takes x's value (unless exempt) from its other
-    variables (forward checking, the binary decomposition's arc consistency). gid[p * d + a]: the value
-    compared of domain index a of the variable at scope position p, numbered per AllDifferent, -1 where
-    exempt. False on a wipe-out."""
+    """x was just assigned: each hard AllDifferent over x takes x's value from its other variables
+    (forward checking, the binary decomposition's arc consistency). gid[p * d + a]: the column of domain
+    index a of the variable at scope position p in its AllDifferent's variable-value graph (alldiff.value_ids:
+    an exempt value's column is its own, so it takes nothing). False on a wipe-out."""
     d = lay[1]
     a = live(S, lay, x, 0)
     for q in range(gadj_ptr[x], gadj_ptr[x + 1]):
         p = gadj_p[q]
         w = gid[p * d + a]
-        if w < 0:
-            continue
         g = gowner[p]
         for r in range(gptr[g], gptr[g + 1]):
             if r == p:
