@@ -225,6 +225,11 @@ class Problem:
         """Sum of two costs: saturating at top for integer costs (inf absorbs for floats)."""
         return min(a + b, self.top) if self.integer else a + b
 
+    @property
+    def constant(self):
+        """The saturating sum of the functions of no variable: a lower bound of every assignment's cost."""
+        return self.total(f.table[()] for f in self.functions if not f.scope)
+
     def total(self, costs):
         """Saturating sum of costs."""
         acc = self.dtype(0)

@@ -244,9 +244,9 @@ class FGLP(Phase):
     def run(self, ctx: RunContext) -> str:
         from gpusolve.inference.shift import fglp
         candidate = fglp(ctx.problem, stop=ctx.stop.within(FGLP_SHARE * ctx.stop.remaining()))
-        if _constant(candidate) > ctx.bounds.trivial:
+        if candidate.constant > ctx.bounds.trivial:
             ctx.shifted = candidate
-            ctx.bounds.raise_lower(_constant(candidate), "FGLP")
+            ctx.bounds.raise_lower(candidate.constant, "FGLP")
         return self.label
 
 
@@ -373,10 +373,6 @@ class MAC(Phase):
     def run(self, ctx: RunContext) -> str:
         _mac(ctx.problem, ctx.engine, ctx.bounds, ctx.stop, ctx.out, ctx.limits)
         return self.label
-
-
-def _constant(problem: Problem):
-    return problem.total(f.table[()] for f in problem.functions if not f.scope)
 
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float,
