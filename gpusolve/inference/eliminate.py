@@ -97,10 +97,12 @@ def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
     return costs
 
 
-def cheap_plan(problem: Problem, order: list[int], fallback: Plan, budget: int, n_components: int = 1) -> Plan | None:
-    """Bounded sparse BE's cheap MBE run: the largest z up to fallback's within INCUMBENT_BYTES."""
+def cheap_plan(problem: Problem, order: list[int], fallback: Plan, budget: int, n_components: int = 1,
+               plans: dict | None = None) -> Plan | None:
+    """Bounded sparse BE's cheap MBE run: the largest z up to fallback's within INCUMBENT_BYTES (`plans`:
+    as largest_fitting_z shares them)."""
     return largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity, fallback.z,
-                             n_components, fallback.limits)
+                             n_components, fallback.limits, plans)
 
 
 def bounded_sparse(problem: Problem, order: list[int], fallback: Plan, budget: int, engine: Engine,

@@ -381,10 +381,14 @@ def plan_within(problem: Problem, order: list[int], z: int | None, budget: int, 
 
 
 def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1,
-                      limits: Limits = DEFAULT) -> Plan | None:
-    """MBE plans shrink as z decreases; scan down from the exact width."""
+                      limits: Limits = DEFAULT, plans: dict | None = None) -> Plan | None:
+    """MBE plans shrink as z decreases; scan down from the exact width. `plans`: dense plans of these
+    arguments by z, built once and shared with the caller (plan_schedule builds the same z's)."""
+    plans = {} if plans is None else plans
     for z in range(upper, max(max_arity, 1) - 1, -1):
-        plan = build_plan(problem, order, z, n_components, limits=limits)
+        if z not in plans:
+            plans[z] = build_plan(problem, order, z, n_components, limits=limits)
+        plan = plans[z]
         if plan.peak_bytes <= budget:
             return plan
     return None
