@@ -1,7 +1,8 @@
 """Search speed: the compiled depth-first core, the whole solve, and toulbar2, side by side in one run.
 
-For each instance (CELAR6-SUB0 from ../shared/instances when present, generated
-RLFAP-like networks, generated grids, a generated permutation problem whose hard
+For each instance (CELAR6-SUB0 from ../shared/instances when present; CELAR6-SUB1 and
+CELAR7-SUB0, toulbar2's cover/ files, from a copy of its repository ($GPUSOLVE_TOULBAR2,
+as bench/toulbar2_files.py finds it) when present; generated RLFAP-like networks, generated grids, a generated permutation problem whose hard
 AllDifferent stays whole; --only picks by name), fresh processes under the same time
 limit, each run --repeat times (the medians printed, every run recorded):
 - `core`: the compiled search with EDAC* alone (gpusolve.search.dfbb) in its
@@ -34,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from common import SHARED, cpu_name, write_result  # noqa: E402
+from toulbar2_files import toulbar2_root  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -84,11 +86,16 @@ def permutation(n: int, seed: int, pairs: int = 150) -> Problem:
                                     functions, globals=[alldiff]), None)
 
 
+RLFAP_FILES = ("CELAR6-SUB1.wcsp", "CELAR7-SUB0.wcsp")  # optima 2669 and 10310 (toulbar2's .ub, our proofs)
+
+
 def instances(folder: Path, quick: bool) -> list[Path]:
     out = []
     celar = SHARED / "CELAR6-SUB0.wcsp"
     if celar.is_file() and not quick:
         out.append(celar)
+    if not quick:
+        out += [p for p in (toulbar2_root() / "cover" / f for f in RLFAP_FILES) if p.is_file()]
     for links, freq, seed, density in ([(8, 8, 1, 2)] if quick else
                                        [(30, 16, 1, 4), (40, 20, 3, 6), (60, 24, 4, 5), (80, 24, 5, 6)]):
         path = folder / f"rlfap-{links}-{freq}-s{seed}-x{density}.wcsp"
