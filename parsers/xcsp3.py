@@ -480,11 +480,15 @@ class _Reader:
             tree = self._expression(text)
             form = _linear(tree)
             if form is not None and len(form[0]) > 1:  # a sum of terms: a cost per variable, not one table
+                terms = []
                 for v, a in form[0].items():
                     self._guard((len(self.values[v]),))
-                    self.functions.append(CostFunction((v,), self._costs(self.values[v], self.sense * a)))
-                self.functions.append(CostFunction((), self._costs(np.array(form[1], dtype=object), self.sense)))
-                return
+                    terms.append(((v,), exact_costs(self.values[v], self.sense * a)))
+                terms.append(((), exact_costs(np.array(form[1], dtype=object), self.sense)))
+                if not any(isinstance(costs, str) for _, costs in terms):
+                    self.functions += [CostFunction(scope, costs) for scope, costs in terms]
+                    return
+                # a term beyond exact costs (x - y, y near 2^62): one table, whose sums may be within them
             scope, value = self._evaluate(tree)
             self._table(scope, self._costs(value, self.sense))
         else:

@@ -358,7 +358,7 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
     when smaller, one more than the largest finite sum any assignment can
     reach. Sums of two costs <= MAX_TOP never overflow int64.
     """
-    worst = 0
+    worst, least = 0, []
     for f in problem.functions:
         costs = f.used_costs()
         finite = costs != FORBIDDEN  # a mask, not a copy of the costs: readers budget two copies of a table
@@ -369,9 +369,14 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
         if high - low > MAX_TOP:  # the shift below would wrap in int64
             raise ModelError(f"costs too large: one table's costs span {high - low}, more than 2^62")
         if low < 0:
-            f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
-            problem.offset += low
+            _shift(problem, f, low)
+        elif low > 0:
+            least.append((f, low))
         worst += high - min(low, 0)
+    if worst + 1 > MAX_TOP:  # positive least costs go to the offset too (an objective's term x, x near 2^62)
+        for f, low in least:
+            _shift(problem, f, low)
+            worst -= low
     for g in problem.globals:  # soft ones add to the worst sum; hard ones (FORBIDDEN) are clipped below
         worst += g.cost * g.worst() if g.cost != FORBIDDEN else 0
     top = worst + 1
@@ -385,6 +390,12 @@ def finalize_integer(problem: Problem, file_top: int | None) -> Problem:
         g.cost = min(g.cost, top)
     problem.top = top
     return problem
+
+
+def _shift(problem: Problem, f: CostFunction, low: int) -> None:
+    """Take `low` off f's finite costs into the problem's offset."""
+    f.map_costs(lambda t: np.where(t == FORBIDDEN, FORBIDDEN, t - low))
+    problem.offset += low
 
 
 def condition(problem: Problem, evidence: dict[int, int]) -> Problem:
