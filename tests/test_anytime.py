@@ -27,6 +27,7 @@ from gpusolve.stop import Stop
 from gpusolve.generate import generate
 from gpusolve.plan.buckets import build_plan, largest_fitting_z, plan_within
 from gpusolve.schedule.solve import Options, solve
+from gpusolve.consistency.preprocess import preprocess
 from gpusolve.model.problem import CostFunction, Problem
 from gpusolve.parsers.wcsp import write_wcsp
 
@@ -248,6 +249,90 @@ def test_a_network_the_compiled_search_proves_at_once_takes_no_other_phase(tmp_p
     assert r.status == "optimal" and r.upper_bound == toulbar2_optimum(problem, tmp_path / "r.wcsp")
     assert r.method == "HBFS (EDAC*)" and r.search["complete"] and r.search["dfbb"]["nodes"] > 0
     assert "core_load" in r.phases and not {"eliminate", "local_search", "fglp"} & set(r.phases)
+
+
+def _early_searches(monkeypatch) -> list:
+    """The compiled searches solve() makes, recorded."""
+    from gpusolve.search import dfbb
+    made = []
+    init = dfbb.Beside.__init__
+
+    def recorded(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    monkeypatch.setattr(dfbb.Beside, "__init__", recorded)
+    return made
+
+
+def test_the_compiled_search_proves_while_the_schedule_is_planned(tmp_path, monkeypatch):
+    """The compiled search starts before ordering and planning; ordering held back until that search has
+    proven, the schedule's first phase takes its proof (pytoulbar2's optimum) without searching again, and
+    the result reads as that phase's proof always has."""
+    from gpusolve.schedule import solve as solve_module
+    from gpusolve.search.dfbb_build import built
+    if built() is None:
+        pytest.skip("the compiled search is not built ahead of time: it starts with the schedule")
+    made = _early_searches(monkeypatch)
+    order = solve_module._order
+    held = []
+
+    def held_back(*args):
+        made[0].join(60)
+        held.append((made[0].complete, made[0].search.nodes))
+        return order(*args)
+    monkeypatch.setattr(solve_module, "_order", held_back)
+    problem = generate("random", 16, 8, 0.4, 0.3, seed=1)
+    r = solve(problem, Options(device="cpu", mem_limit=64 << 20))  # no exact plan fits
+    assert r.status == "optimal" and r.upper_bound == toulbar2_optimum(problem, tmp_path / "r.wcsp")
+    assert len(made) == 1 and held == [(True, r.search["dfbb"]["nodes"])]
+    assert r.method == "HBFS (EDAC*)" and r.engine == "numpy" and r.schedule[0].startswith("1. hbfs")
+    assert {"order", "plan", "core_load"} <= set(r.phases)
+
+
+def test_a_search_started_before_planning_is_resumed_or_finished(tmp_path, monkeypatch):
+    """Where the schedule starts with the compiled search, its phase resumes the one started before planning
+    (one per run) to pytoulbar2's optimum; where exact BE runs alone, that search is finished, whatever it
+    found, and BE proves the brute-force optimum; an error in planning finishes it too."""
+    from gpusolve.host import BudgetError
+    from gpusolve.schedule import solve as solve_module
+    from gpusolve.search.dfbb_build import built
+    if built() is None:
+        pytest.skip("the compiled search is not built ahead of time: it starts with the schedule")
+    monkeypatch.setattr(anytime, "CORE_LOAD_S", math.inf)
+    monkeypatch.setattr(anytime, "CORE_FIRST_S", math.inf)
+    made = _early_searches(monkeypatch)
+    tried = 0
+    for seed in range(20):
+        problem = random_problem(np.random.default_rng(900 + seed), n_max=8, d_max=4, f_max=14, p_hard=0.1)
+        reduced = preprocess(problem)
+        optimum = brute_force(problem)[0]
+        if reduced.infeasible or optimum >= problem.top:
+            continue
+        made.clear()
+        r = solve(problem, Options(device="cpu"))
+        assert r.status == "optimal" and r.upper_bound == problem.to_file_value(optimum) and r.method == "exact BE"
+        assert len(made) == (0 if reduced.problem.is_satisfaction else 1)
+        for core in made:
+            core.join(10)
+            assert not core._thread.is_alive()
+        tried += 1
+    assert tried >= 6
+    for seed in (1, 2, 3):
+        problem = generate("random", 16, 8, 0.4, 0.3, seed=seed)
+        made.clear()
+        r = solve(problem, Options(device="cpu", mem_limit=64 << 20))  # no exact plan fits
+        assert r.status == "optimal" and r.upper_bound == toulbar2_optimum(problem, tmp_path / f"{seed}.wcsp")
+        assert r.method == "HBFS (EDAC*)" and r.engine == "numpy" and len(made) == 1
+    made.clear()
+
+    def no_budget(*args, **kwargs):
+        raise BudgetError("no bound fits")
+    monkeypatch.setattr(solve_module, "make_schedule", no_budget)
+    with pytest.raises(BudgetError):
+        solve(problem, Options(device="cpu"))
+    assert len(made) == 1
+    made[0].join(10)
+    assert not made[0]._thread.is_alive()
 
 
 class BoxesSpent(Stop):

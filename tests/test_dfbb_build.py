@@ -84,6 +84,7 @@ def test_a_changed_source_leaves_the_built_core_unused(tmp_path, monkeypatch):
         shutil.copy(dfbb_sources.HERE / source, tmp_path / source)
     monkeypatch.setattr(dfbb_sources, "HERE", tmp_path)
     monkeypatch.setattr(dfbb_build, "folders", lambda: [tmp_path / "built"])
+    dfbb_sources.name.cache_clear()  # computed once per process; here the sources change within it
     before = dfbb_sources.name()
     (tmp_path / "built").mkdir()
     suffix = dfbb_build.sysconfig.get_config_var("EXT_SUFFIX")
@@ -91,7 +92,9 @@ def test_a_changed_source_leaves_the_built_core_unused(tmp_path, monkeypatch):
     assert dfbb_build.ahead_of_time() is None
     with open(tmp_path / "dfbb_kernels.py", "a") as f:
         f.write("\n")
+    dfbb_sources.name.cache_clear()
     assert dfbb_sources.name() != before
+    dfbb_sources.name.cache_clear()  # the installed sources' name again for the tests after this one
 
 
 @pytest.mark.slow

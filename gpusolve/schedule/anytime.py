@@ -256,10 +256,15 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     return Schedule(first_box + tuple(phases) + last, engine, threads, note, tuple(choice))
 
 
+def why_not_core_first(problem: Problem, z: int | None) -> str:
+    """Why the compiled search does not run first, or "" where it does (unless exact BE runs alone)."""
+    return "a --z asks for mini-buckets" if z is not None else dfbb.supports(problem) or (
+        f"functions of arity {problem.max_arity}, over {CORE_ARITY}" if problem.max_arity > CORE_ARITY else "")
+
+
 def _core_first(problem: Problem, z: int | None, limit: float, choice: list[str]) -> tuple[Phase, ...]:
     """The compiled search alone first, boxed, where it applies (see CORE_ARITY); why, into `choice`."""
-    why = "a --z asks for mini-buckets" if z is not None else dfbb.supports(problem) or (
-        f"functions of arity {problem.max_arity}, over {CORE_ARITY}" if problem.max_arity > CORE_ARITY else "")
+    why = why_not_core_first(problem, z)
     if why:
         choice.append(f"compiled search (HBFS, EDAC*) first: not scheduled, {why}")
         return ()
@@ -340,21 +345,25 @@ def _given_z(problem: Problem, order: list[int], z: int, budget: int, n_componen
 
 def run_schedule(problem: Problem, order: list[int], schedule: Schedule, engine, bounds: Bounds,
                  stop: Stop, budget: int, progress_factory=None, n_components: int = 1,
-                 cluster: Cluster | None = None, limits: Limits = DEFAULT) -> Outcome:
+                 cluster: Cluster | None = None, limits: Limits = DEFAULT, core=None) -> Outcome:
     """Run the phases in order until the bounds close, the schedule ends or `stop` says so. With `cluster`
     exact BE slices its largest buckets over Dask workers (slicing.py) and the search runs there.
-    MAC and plans built here take `limits` (the schedule's plans carry their own)."""
+    MAC and plans built here take `limits` (the schedule's plans carry their own). `core`: the compiled
+    search started while the schedule was planned (dfbb.Beside), which its phases resume."""
     ctx = RunContext(problem, order, engine, bounds, stop, budget, (schedule.engine, schedule.threads), n_components,
-                     cluster, progress_factory, limits)
+                     cluster, progress_factory, limits, core=core)
+    began = False
     try:
         for i, phase in enumerate(schedule.phases):
             if bounds.closed or stop():
                 break
             ctx.later = schedule.phases[i + 1:]
+            began = True
             _run_phase(phase, ctx)
-    finally:  # the compiled search, paused between the phases it runs in, ends with the run
+    finally:  # the compiled search, paused between the phases it runs in, ends with the run; started before
+        # planning but stopped before any phase, it reports nothing (the run reads as one that began none)
         if ctx.core is not None:
-            ctx.core.finish(bounds)
+            ctx.core.finish(bounds if began else None)
     return ctx.out
 
 

@@ -18,7 +18,9 @@ from typing import Callable
 
 from gpusolve.order import graph
 from gpusolve.inference import probabilistic
-from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule
+from gpusolve.schedule.anytime import Schedule, plan_schedule, run_schedule, why_not_core_first
+from gpusolve.schedule.phases import Core
+from gpusolve.search.dfbb_build import built
 from gpusolve.schedule.bounds import Bounds
 from gpusolve.engines import registry
 from gpusolve.engines.registry import EngineSpec
@@ -142,29 +144,28 @@ def solve(problem: Problem, options: Options, file: str = "",
                       device_note="no engine ran", message=_infeasible(problem, "preprocessing emptied a domain"),
                       method="preprocessing (node and arc consistency)", options=options.settings())
     named, problem = problem, reduced.problem  # values are reported in the file's domains
-    g, n_comp, order, budget = _order(problem, options, phases)
-    t1 = time.perf_counter()
-    schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False))
-    joint, buckets = schedule.largest
-    if any(p.name == "mac" for p in schedule.phases):
-        from gpusolve.search.mac import gac_on_device
-        # the work is GAC, not buckets: --device gpu runs it there, auto on the host
-        if gac_on_device(problem, options.limits):
-            joint = None
-    engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
-                                 options.threads)
-    if engine.spec.on_device:
-        schedule = make_schedule(problem, order, options, budget, n_comp, engine.spec, engine.budget)
-    t2 = time.perf_counter()
-    phases["plan"] = t2 - t1
-    if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
-        phases["gpu_startup"] = engine.startup_s
     bounds = Bounds.start(problem, t0, on_bounds)
     bounds.on_phase = on_phase
+    core = _early_core(problem, options, bounds)  # it searches while the order and the schedule are planned
+    try:
+        g, n_comp, order, budget = _order(problem, options, phases)
+        t1 = time.perf_counter()
+        schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False))
+        engine, note, schedule = _engine_for(problem, options, schedule, order, budget, n_comp)
+    except BaseException:  # no phase would resume or finish the early core
+        if core is not None:
+            core.finish(None)
+        raise
+    phases["plan"] = time.perf_counter() - t1
+    if engine.startup_s:  # CuPy import and device context; kernel compilation is added to the note below
+        phases["gpu_startup"] = engine.startup_s
+    if core is not None and not any(p.name == Core.name for p in schedule.phases):
+        core.finish(None)  # exact BE alone, or MAC: they prove without it, whatever it found meanwhile
+        core = None
     cluster = Cluster(options.scheduler, options.workers, options.slice_min, options.device) \
         if options.scheduler or options.workers else None
     out = run_schedule(problem, order, schedule, engine, bounds, stop, budget, progress_factory, n_comp, cluster,
-                       options.limits)
+                       options.limits, core)
     phases.update(out.phase_s)
     infeasible = problem.is_forbidden(bounds.lower)
     status = "infeasible" if infeasible else "optimal" if bounds.closed and bounds.assignment is not None \
@@ -190,6 +191,35 @@ def solve(problem: Problem, options: Options, file: str = "",
                   peak_bytes=_sparse_bytes(out.messages) or (plan.peak_bytes if plan is not None else None),
                   largest_rows=_largest_rows(out.messages), trace=trace,
                   search=out.search, schedule=schedule.describe().splitlines(), preprocess=removed)
+
+
+def _engine_for(problem: Problem, options: Options, schedule: Schedule, order: list[int], budget: int,
+                n_comp: int) -> tuple:
+    """(engine, its note, the schedule planned again for it where it is the GPU's)."""
+    joint, buckets = schedule.largest
+    if any(p.name == "mac" for p in schedule.phases):
+        from gpusolve.search.mac import gac_on_device
+        # the work is GAC, not buckets: --device gpu runs it there, auto on the host
+        if gac_on_device(problem, options.limits):
+            joint = None
+    engine, note = select_engine(options.device, joint, buckets, options.gpu_mem_limit, options.host_max,
+                                 options.threads)
+    if engine.spec.on_device:
+        schedule = make_schedule(problem, order, options, budget, n_comp, engine.spec, engine.budget)
+    return engine, note, schedule
+
+
+def _early_core(problem: Problem, options: Options, bounds: Bounds):
+    """The compiled search (dfbb.Beside), started before the order and the schedule are planned where the
+    schedule may run it first: it searches meanwhile (cap131: 0.25-0.4 s of planning, a 0.14 s proof), and
+    its phase resumes it, proven or not. None for satisfaction problems (MAC), a cluster, or a core not
+    built ahead of time (numba's import would hold the GIL that planning needs; its phase loads it)."""
+    if not options.search or options.scheduler or options.workers or problem.is_satisfaction \
+            or why_not_core_first(problem, options.z) or built() is None:
+        return None
+    from gpusolve.search.dfbb import Beside, entry_points
+    entry_points()  # loaded here, before planning competes for the GIL
+    return Beside(problem, bounds).start()
 
 
 def _order(problem: Problem, options: Options, phases: dict):

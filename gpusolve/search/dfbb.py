@@ -494,12 +494,13 @@ class Beside:
         return False
 
     def finish(self, bounds) -> None:
-        """Ask the core to stop for good after its slice and publish what it holds, without waiting for
-        that slice: the first one compiles the core (tens of seconds with a cold numba cache), which must
-        hold back neither a Ctrl-C nor a proof made beside it."""
+        """Ask the core to stop for good after its slice and publish what it holds (unless `bounds` is None),
+        without waiting for that slice: the first one compiles the core (tens of seconds with a cold numba
+        cache), which must hold back neither a Ctrl-C nor a proof made beside it."""
         self._quit = True
         self._go.set()
-        self.publish(bounds)
+        if bounds is not None:
+            self.publish(bounds)
 
     def watching(self, bounds, stop: Stop) -> Stop:
         """A stop for the search run beside the core: `stop`, or the core has proven the optimum; each
@@ -517,6 +518,10 @@ class Beside:
                 self._thread.join(POLL_S)
             else:
                 until.wait(POLL_S)
+
+    def join(self, seconds: float) -> None:
+        """Wait until the core's thread ends (a proof, or `finish`), `seconds` at most."""
+        self._thread.join(seconds)
 
     def stats(self) -> dict:
         nodes = self.search.nodes

@@ -33,20 +33,25 @@ def folders() -> list[Path]:
     return [HERE / "__pycache__", user]
 
 
+def built() -> Path | None:
+    """The built module's file for these sources, or None; not loaded."""
+    module_name = name()
+    return next((path for folder in folders()
+                 if (path := folder / (module_name + sysconfig.get_config_var("EXT_SUFFIX"))).is_file()), None)
+
+
 def ahead_of_time():
     """The built module for these sources, or None."""
-    module_name = name()
-    for folder in folders():
-        path = folder / (module_name + sysconfig.get_config_var("EXT_SUFFIX"))
-        if path.is_file():
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            try:
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-            except ImportError:  # not a module for this machine: the JIT serves
-                return None
-            return module
-    return None
+    path = built()
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location(name(), path)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:  # not a module for this machine: the JIT serves
+        return None
+    return module
 
 
 @functools.cache
