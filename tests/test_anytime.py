@@ -486,7 +486,7 @@ def test_an_exact_method_whose_prediction_fits_the_time_left_is_scheduled(config
 
 def test_beyond_bounded_sparse_bes_reach_a_larger_mbe_takes_its_place(monkeypatch):
     """Where the exact plan is predicted over SPARSE_REACH times the limit, bounded sparse BE is not
-    scheduled; after the boxed search, MBE at the largest z above the heuristic's that fits the heuristic's
+    scheduled; before the boxed search, MBE at the largest z above the heuristic's that fits the heuristic's
     memory and its time share runs in its place. Within reach, bounded sparse BE is scheduled as before."""
     problem = hard_grid()
     order = graph.elimination_order(problem)
@@ -500,8 +500,8 @@ def test_beyond_bounded_sparse_bes_reach_a_larger_mbe_takes_its_place(monkeypatc
         monkeypatch.setattr(anytime, "SPARSE_REACH", exact_s / limit / 1.01)  # just beyond
         schedule = plan_schedule(problem, order, None, budget, limit, "numpy")
         names = [p.name for p in schedule.phases]
-        assert "bounded-sparse" not in names and names[-4:] == ["search", "mbe", "jglp", "search"]
-        deeper, seconds = schedule.phases[-3].plan, min(anytime.DEEPER_SHARE * limit, anytime.DEEPER_MAX_S)
+        assert "bounded-sparse" not in names and names[-4:] == ["mbe", "search", "jglp", "search"]
+        deeper, seconds = schedule.phases[-4].plan, min(anytime.DEEPER_SHARE * limit, anytime.DEEPER_MAX_S)
         heuristic = next(p.plan for p in schedule.phases if p.name == "mbe" and p.shifted)  # MBE-MM's z
         assert deeper is schedule.heuristic and deeper.z > heuristic.z and not deeper.exact
         assert predict_s(deeper, "numpy", 1) <= seconds and deeper.peak_bytes <= room
