@@ -277,7 +277,7 @@ def test_the_compiled_search_proves_while_the_schedule_is_planned(tmp_path, monk
     held = []
 
     def held_back(*args):
-        made[0].join(60)
+        made[0]._thread.join(60)
         held.append((made[0].complete, made[0].search.nodes))
         return order(*args)
     monkeypatch.setattr(solve_module, "_order", held_back)
@@ -313,7 +313,7 @@ def test_a_search_started_before_planning_is_resumed_or_finished(tmp_path, monke
         assert r.status == "optimal" and r.upper_bound == problem.to_file_value(optimum) and r.method == "exact BE"
         assert len(made) == (0 if reduced.problem.is_satisfaction else 1)
         for core in made:
-            core.join(10)
+            core._thread.join(10)
             assert not core._thread.is_alive()
         tried += 1
     assert tried >= 6
@@ -331,7 +331,7 @@ def test_a_search_started_before_planning_is_resumed_or_finished(tmp_path, monke
     with pytest.raises(BudgetError):
         solve(problem, Options(device="cpu"))
     assert len(made) == 1
-    made[0].join(10)
+    made[0]._thread.join(10)
     assert not made[0]._thread.is_alive()
 
 

@@ -519,10 +519,6 @@ class Beside:
             else:
                 until.wait(POLL_S)
 
-    def join(self, seconds: float) -> None:
-        """Wait until the core's thread ends (a proof, or `finish`), `seconds` at most."""
-        self._thread.join(seconds)
-
     def stats(self) -> dict:
         nodes = self.search.nodes
         took = max(self.time_s - self.compile_s, 0.0)
