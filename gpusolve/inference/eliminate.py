@@ -13,7 +13,7 @@ from gpusolve.engines.select import Engine
 from gpusolve.engines import sparse
 from gpusolve.engines.rest_bound import RestBound
 from gpusolve.model.problem import Problem
-from gpusolve.plan.buckets import MiniBucket, Plan, build_plan, largest_fitting_z, place
+from gpusolve.plan.buckets import MiniBucket, Plan, PlansByZ, build_plan, largest_fitting_z, place
 from gpusolve.consistency.preprocess import lower_top, preprocess
 from gpusolve.stop import Stop, Stopped
 
@@ -98,7 +98,7 @@ def bucket_costs(xp, inputs, var: int, domain: int, chosen, top, dtype):
 
 
 def cheap_plan(problem: Problem, order: list[int], fallback: Plan, budget: int, n_components: int = 1,
-               plans: dict | None = None) -> Plan | None:
+               plans: PlansByZ | None = None) -> Plan | None:
     """Bounded sparse BE's cheap MBE run: the largest z up to fallback's within INCUMBENT_BYTES (`plans`:
     as largest_fitting_z shares them)."""
     return largest_fitting_z(problem, order, min(budget, INCUMBENT_BYTES), problem.max_arity, fallback.z,

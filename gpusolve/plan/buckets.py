@@ -380,14 +380,25 @@ def plan_within(problem: Problem, order: list[int], z: int | None, budget: int, 
     return None
 
 
+class PlansByZ(dict):
+    """The dense MBE plans of one problem and order, by z, each built at its first use: plan_schedule's
+    choices and bounded sparse BE's cheap run scan the same z's (cap131: 0.22 -> 0.14 s of schedule)."""
+
+    def __init__(self, problem: Problem, order: list[int], n_components: int = 1, limits: Limits = DEFAULT):
+        super().__init__()
+        self.problem, self.order, self.n_components, self.limits = problem, order, n_components, limits
+
+    def __missing__(self, z: int) -> Plan:
+        plan = self[z] = build_plan(self.problem, self.order, z, self.n_components, limits=self.limits)
+        return plan
+
+
 def largest_fitting_z(problem, order, budget, max_arity, upper, n_components=1,
-                      limits: Limits = DEFAULT, plans: dict | None = None) -> Plan | None:
-    """MBE plans shrink as z decreases; scan down from the exact width. `plans`: dense plans of these
-    arguments by z, built once and shared with the caller (plan_schedule builds the same z's)."""
-    plans = {} if plans is None else plans
+                      limits: Limits = DEFAULT, plans: PlansByZ | None = None) -> Plan | None:
+    """MBE plans shrink as z decreases; scan down from the exact width. `plans`: the caller's, for these
+    arguments, shared."""
+    plans = PlansByZ(problem, order, n_components, limits) if plans is None else plans
     for z in range(upper, max(max_arity, 1) - 1, -1):
-        if z not in plans:
-            plans[z] = build_plan(problem, order, z, n_components, limits=limits)
         plan = plans[z]
         if plan.peak_bytes <= budget:
             return plan
