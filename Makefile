@@ -20,7 +20,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/activate
 
 # The compiled search core, built ahead of time (gpusolve/search/dfbb_build.py), again when its sources
 # change; where it cannot be built (no C compiler), searches compile it with numba's JIT instead.
-CORE_SOURCES := $(wildcard gpusolve/search/dfbb_*.py)
+CORE_SOURCES := $(wildcard gpusolve/search/dfbb_*.py) gpusolve/inference/vac_kernels.py
 
 $(VENV)/.core: $(CORE_SOURCES) $(VENV)/.installed
 	-$(BIN)/python -m gpusolve.search.dfbb_build

@@ -2,7 +2,8 @@
 
 For each instance: the bound before VAC (the sum of each function's minimum),
 the bound after it, its steps (raises of c0) and seconds
-(wall and CPU) on NumPy, and with --cupy on the GPU too (tables compared with
+(wall and CPU) on NumPy, compiled (the search core's passes, vac_kernels: tables
+compared with NumPy's) and with --cupy on the GPU too (tables compared with
 NumPy's); then toulbar2's root bounds in fresh processes, pytoulbar2 with its
 default EDAC and with VAC in preprocessing (`CFN(vac=1)`, toulbar2's -A):
 the "Initial lower and upper bounds" line it prints after preprocessing, and
@@ -66,14 +67,15 @@ def instances(folder: Path, toulbar2: Path, quick: bool) -> list[Path]:
     return out
 
 
-def ours(path: Path, xp=np, limit: float | None = None) -> dict:
-    """VAC on `path` with array module xp: bounds as the file states them, steps, seconds."""
+def ours(path: Path, xp=np, limit: float | None = None, kernels=None) -> dict:
+    """VAC on `path` with array module xp (or the compiled kernels): bounds as the file states them, steps,
+    seconds."""
     problem = parsers.read(str(path))
     trivial = problem.total(f.least() for f in problem.functions)
     steps = []
     t, c = time.perf_counter(), time.process_time()
     stop = None if limit is None else (lambda: time.perf_counter() - t > limit)
-    out = vac(problem, stop=stop, xp=xp, on_step=lambda theta, c0: steps.append(c0))
+    out = vac(problem, stop=stop, xp=xp, on_step=lambda theta, c0: steps.append(c0), kernels=kernels)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     c0 = int(out.functions[0].table[()])
     return {"before": problem.to_file_value(trivial), "c0": problem.to_file_value(c0), "steps": len(steps),
@@ -109,9 +111,9 @@ def core(path: str, with_vac: bool, limit: float) -> dict:
     from gpusolve.search.dfbb_state import COMPLETE
     problem = parsers.read(path)
     if not with_vac:
-        dfbb.before_search = lambda p, seconds: (p, True)
+        dfbb.before_search = lambda p, seconds, kernels=None: (p, True)
     t = time.process_time()
-    start, _ = dfbb.before_search(problem)
+    start, _ = dfbb.before_search(problem, kernels=dfbb.entry_points())
     vac_s = time.process_time() - t
     search = dfbb.DepthFirst(start, vac_after=None)  # VAC again at once: on a VAC problem it finds nothing more
     search.run(0)  # compiles or loads the core, propagates the root
@@ -173,6 +175,8 @@ def main() -> None:
     if args.cupy:
         from gpusolve.cuda.runtime import import_cupy
         cp = import_cupy()
+    from gpusolve.search.dfbb_build import entry_points
+    kernels = entry_points()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in instances(Path(tmp), args.toulbar2, args.quick):
@@ -180,6 +184,13 @@ def main() -> None:
             row = {"instance": path.name, "numpy": {k: v for k, v in cpu.items() if k != "tables"}}
             line = (f"{path.name:26} before {cpu['before']} VAC {cpu['c0']} ({cpu['steps']} steps, "
                     f"{cpu['wall_s']:.2f} s, CPU {cpu['cpu_s']:.2f} s{', stopped' if cpu['stopped'] else ''})")
+            compiled = ours(path, limit=args.time_limit, kernels=kernels)
+            same = all(np.array_equal(f.table, g.table)
+                       for f, g in zip(cpu["tables"].functions, compiled["tables"].functions))
+            row["compiled"] = {**{k: v for k, v in compiled.items() if k != "tables"}, "same_tables": same,
+                               "core": kernels.how}
+            line += (f" | compiled {compiled['c0']} CPU {compiled['cpu_s']:.2f} s"
+                     f"{'' if same or cpu['stopped'] or compiled['stopped'] else ' DIFFERENT TABLES'}")
             if args.cupy:
                 ours(path, xp=cp)  # loads and compiles the kernels
                 gpu = ours(path, xp=cp, limit=args.time_limit)

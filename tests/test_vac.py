@@ -179,6 +179,40 @@ def test_the_gpu_gives_the_cpus_problem(cupy):
             assert isinstance(g.table, np.ndarray) and np.array_equal(f.table, g.table), seed
 
 
+def compiled_passes():
+    pytest.importorskip("numba")
+    from gpusolve.search.dfbb_build import jit_core
+    return jit_core()
+
+
+def same_problem(p, q, seed):
+    assert [f.scope for f in p.functions] == [f.scope for f in q.functions], seed
+    for f, g in zip(p.functions, q.functions):
+        assert np.array_equal(f.table, g.table), seed
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_the_compiled_passes_give_the_array_passes_problem(block):
+    """Passes 1 and 2 compiled (vac_kernels) and on NumPy: the same steps (theta, c0), the same tables,
+    function by function; on random problems with hard tuples and unequal domains, trees, grids, costs
+    near the int64 limit."""
+    kernels = compiled_passes()
+    from gpusolve.generate import generate
+    for seed in range(block * 40, block * 40 + 40):
+        p = [case(6000 + seed, arity_max=2 + seed % 2), tree_problem(seed),
+             generate("grid", (3 + seed % 3) ** 2, 2 + seed % 5, 0.3, float(seed % 3) / 4, seed)][seed % 3]
+        if seed % 7 == 0:
+            functions = [CostFunction(f.scope, np.where(f.table >= p.top, FORBIDDEN, f.table << 50))
+                         for f in p.functions]
+            p = finalize_integer(Problem("large", p.variables, functions), None)
+        steps = {True: [], False: []}
+        for compiled in steps:
+            q = vac(p, kernels=kernels if compiled else None, on_step=lambda *a, c=compiled: steps[c].append(a))
+            steps[compiled].append(q)
+        assert steps[True][:-1] == steps[False][:-1], seed
+        same_problem(steps[True][-1], steps[False][-1], seed)
+
+
 @pytest.mark.parametrize("vac_after", [None, 0])
 @pytest.mark.parametrize("seed", range(1, 6))
 def test_the_depth_first_core_starts_from_vacs_bound(seed, vac_after):
@@ -215,7 +249,7 @@ def test_the_core_goes_on_where_vac_raises_nothing(monkeypatch):
     from gpusolve.search import dfbb
     from gpusolve.generate import generate
     p = generate("grid", 16, 4, 0.3, 0.3, 1)
-    monkeypatch.setattr(dfbb, "before_search", lambda problem, seconds: (problem, False))
+    monkeypatch.setattr(dfbb, "before_search", lambda problem, seconds, kernels: (problem, False))
     search = dfbb.DepthFirst(p, vac_after=5)
     state = search.S
     search.run(5)
@@ -283,8 +317,8 @@ def test_a_vac_cut_by_its_budget_gets_the_longer_one_later(monkeypatch):
     seen = []
     real = vac_module.before_search
 
-    def recorded(problem, seconds):
-        out = real(problem, 0.0 if not seen else seconds)
+    def recorded(problem, seconds, kernels):
+        out = real(problem, 0.0 if not seen else seconds, kernels)
         seen.append((seconds, out[1]))
         return out
     monkeypatch.setattr(dfbb, "before_search", recorded)

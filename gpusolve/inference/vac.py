@@ -44,8 +44,8 @@ K_LIMIT = 1 << 40  # a count of units beyond this stops VAC: lambda would round 
 # with the bound reached so far), and only where one dense pass over the tables (the AC* projection, timed
 # on the host) takes at most ROOT_S / ROOT_PASSES, so that its stop is seen often and some passes fit.
 # cap131 (2,500 tables of 2 x 50, 105 raises of c0) took 307 rounds of arc consistency and 0.8 CPU-s on
-# NumPy (one projection: 5 ms on a loaded machine); scen07 (817 tables of 44 x 44, 603 raises) 4,533 rounds
-# and 18 CPU-s.
+# NumPy (one projection: 5 ms on a loaded machine); scen07 (817 tables of 44 x 44, 605 raises) 4,554 rounds
+# and 16 CPU-s. The core runs the passes compiled (vac_kernels): 0.14 and 1.9 CPU-s (bench/vac.py, dev box).
 ROOT_S, ROOT_PASSES, WALL = 0.5, 20, 5
 # A pass costs 10-21 ns per table entry (the instances above, CELAR6-SUB0, 10_1): tables holding more than
 # ROOT_ENTRIES entries cannot pass the timing even at half the fastest rate, so it is not taken (10_1, 45
@@ -189,23 +189,25 @@ def _supports(s: _State, allowed, alive, sides):
 
 class _Bool:
     """Bool_theta(P): a unary or binary cost is forbidden from theta on, or from the larger threshold its
-    variable or edge got at a bottleneck. `allowed` (0/1 in float32, for products) follows the tables:
-    `refresh` after the tables of `edges` change. The supports of the first round of arc consistency are
-    kept with the live values they were found for: the next pass recomputes them only on the edges
-    refreshed since and the sides whose other variable has new live values (a step only lowers unary
+    variable or edge got at a bottleneck. `allowed` (0/1 in float32 for products, or bool for the compiled
+    passes, which also keep it as bits) follows the tables: `refresh` after the tables of `edges` change,
+    which marks them dirty. The supports of the first round of arc consistency are kept with the live
+    values they were found for (first, first_alive or first_live): the next pass recomputes them only on
+    the dirty edges and the sides whose other variable has new live values (a step only lowers unary
     costs)."""
 
-    def __init__(self, s: _State):
-        self.s, self.theta = s, 1
+    def __init__(self, s: _State, dtype=np.float32):
+        self.s, self.theta, self.dtype = s, 1, dtype
         self.var = s.xp.zeros(s.n, dtype=np.int64)
         self.edge = s.xp.zeros(s.E, dtype=np.int64)
         self.allowed = self.first = self.first_alive = None
+        self.bits = self.first_live = None
         self.dirty = s.xp.zeros(s.E, dtype=bool)
 
     def at(self, theta: int) -> None:
         self.theta = theta
         self.allowed = self._allowed(slice(None))
-        self.first = None
+        self.dirty[:] = True
 
     def refresh(self, edges) -> None:
         self.allowed[edges] = self._allowed(edges)
@@ -213,7 +215,7 @@ class _Bool:
 
     def _allowed(self, edges):
         limit = self.s.xp.maximum(self.edge[edges], self.theta)
-        return (self.s.T[edges] < limit[:, None, None]).astype(np.float32)
+        return (self.s.T[edges] < limit[:, None, None]).astype(self.dtype)
 
     def alive(self):
         return self.s.valid & (self.s.U < self.s.xp.maximum(self.var, self.theta)[:, None])
@@ -240,8 +242,11 @@ class _Bool:
         self.dirty[:] = False
 
 
-def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
-    """Arc consistency on Bool_theta(P) in synchronous rounds; the wipe-out found, or None."""
+def pass1(s: _State, bool_p: _Bool, stop, kernels=None) -> _Wipeout | None:
+    """Arc consistency on Bool_theta(P) in synchronous rounds; the wipe-out found, or None. With
+    `kernels` (vac_kernels' compiled on NumPy), stop is only checked between passes."""
+    if kernels is not None:
+        return _compiled_pass1(s, bool_p, kernels)
     xp = s.xp
     allowed, alive = bool_p.allowed, bool_p.alive()
     rounds = xp.where(s.valid & ~alive, 0, -1)
@@ -273,9 +278,11 @@ def pass1(s: _State, bool_p: _Bool, stop) -> _Wipeout | None:
         sides = xp.flatnonzero(changed[s.other_var])  # sides whose other variable lost values
 
 
-def pass2(s: _State, w: _Wipeout):
+def pass2(s: _State, w: _Wipeout, kernels=None):
     """The units k each deleted value owes (n, d), and the units each side's values extend into its
     edge (2E + 1, d), walking the rounds backwards from the wiped-out variable."""
+    if kernels is not None:
+        return _compiled_pass2(s, w, kernels)
     xp = s.xp
     k = xp.zeros((s.n, s.d), dtype=np.int64)
     k[w.i0] = xp.where(s.valid[w.i0], 1, 0)
@@ -302,6 +309,33 @@ def pass2(s: _State, w: _Wipeout):
         k = k + grown[s.inc].sum(axis=1)  # a variable's values, from all its sides (no scatter-add)
         if bool((k > K_LIMIT).any()):
             return None, None
+    return k, extend
+
+
+def _compiled_pass1(s: _State, bool_p: _Bool, kernels) -> _Wipeout | None:
+    alive = bool_p.alive()
+    rounds = np.where(s.valid & ~alive, 0, -1)
+    killer = np.full((s.n, s.d), -1, dtype=np.int64)
+    out = np.zeros(2, dtype=np.int64)
+    words, sides = (s.d + 63) // 64, 2 * s.E + 1
+    if bool_p.bits is None:
+        bool_p.bits = np.zeros((sides, s.d, words), dtype=np.uint64)
+        bool_p.first_live = np.zeros((s.n, words), dtype=np.uint64)
+        bool_p.first = np.zeros((sides, s.d), dtype=bool)
+    i0 = kernels.ac_rounds(bool_p.allowed, bool_p.dirty, bool_p.bits, np.empty((s.n, words), dtype=np.uint64),
+                           bool_p.first_live, bool_p.first, alive, s.inc, s.ev, rounds, killer,
+                           np.empty((sides, s.d), dtype=bool), np.empty(sides, dtype=bool),
+                           np.empty(s.n, dtype=bool), out)
+    return None if i0 < 0 else _Wipeout(rounds, killer, int(i0), bool_p.allowed, int(out[1]))
+
+
+def _compiled_pass2(s: _State, w: _Wipeout, kernels):
+    k = np.zeros((s.n, s.d), dtype=np.int64)
+    extend = np.zeros((2 * s.E + 1, s.d), dtype=np.int64)
+    if not kernels.owed_units(w.allowed, s.valid, w.rounds, w.killer, s.ev, w.i0, w.last, k, extend,
+                              np.zeros_like(extend), np.zeros(2 * s.E + 1, dtype=np.int64),
+                              np.empty(2 * s.E + 1, dtype=np.int64), K_LIMIT):
+        return None, None
     return k, extend
 
 
@@ -352,6 +386,31 @@ def _apply(s: _State, lam: int, k, w: _Wipeout, edges, units) -> None:
     s.c0 = min(s.c0 + lam, top)
 
 
+def step_size(s: _State, k, w: _Wipeout, extend, kernels=None):
+    """(lambda, where it is tightest, the step for take_step): `_net_units` then `_lambda`, or compiled."""
+    if kernels is None:
+        edges, units = _net_units(s, k, w, extend)
+        return (*_lambda(s, k, w, edges, units), (edges, units))
+    net, edges, out = np.empty((2 * s.E + 1, s.d), dtype=np.int64), np.empty(s.E, dtype=np.int64), np.zeros(5, np.int64)
+    count = kernels.step_size(s.T, s.U, w.rounds, w.killer, k, extend, s.top, net, edges, out)
+    if not out[0]:
+        return None, None, None
+    return int(out[1]), ("var" if out[2] == 0 else "edge", int(out[3]), int(out[4])), (net, edges, count)
+
+
+def take_step(s: _State, bool_p: _Bool, lam: int, k, w: _Wipeout, step, kernels=None) -> None:
+    """Pass 3 by lam, and Bool_theta(P) after it."""
+    if kernels is None:
+        edges, units = step
+        _apply(s, lam, k, w, edges, units)
+        bool_p.refresh(edges)
+    else:
+        net, edges, count = step
+        kernels.apply_step(s.T, s.U, w.rounds, k, net, edges, count, lam, s.top, bool_p.allowed, bool_p.dirty,
+                           bool_p.edge, bool_p.theta)
+        s.c0 = min(s.c0 + lam, s.top)
+
+
 def thresholds(s: _State) -> list[int]:
     """The decreasing thresholds theta: up to SCALE_POINTS costs splitting the finite positive unary and
     binary costs into packets of equal count (toulbar2's scale), then halving the least down to 1."""
@@ -375,33 +434,32 @@ def thresholds(s: _State) -> list[int]:
 
 
 def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
-        on_step: Callable[[int, int], None] | None = None) -> Problem:
+        on_step: Callable[[int, int], None] | None = None, kernels=None) -> Problem:
     """An equivalent problem whose constant function is the VAC lower bound (see the module's doc).
 
     Binary functions on the same pair are summed; functions of arity 3 or more are kept as they are
     (Bool(P) leaves them out, a relaxation). `stop()` is checked before every round of arc consistency;
     a stopped run returns the equivalent problem reached so far. on_step(theta, c0) follows each
-    raise of c0.
+    raise of c0. `kernels` (with vac_kernels' functions, on NumPy) runs the passes compiled.
     """
     if not problem.integer:
         raise ValueError("VAC needs integer costs")
     s = _State(problem, xp)
     project_ac(s)
-    bool_p = _Bool(s)
+    bool_p = _Bool(s, np.float32 if kernels is None else bool)
     for theta in thresholds(s):
         bool_p.at(theta)
         breaks = 0
         while s.c0 < s.top:
             if stop is not None and stop():
                 return s.problem(problem)
-            w = pass1(s, bool_p, stop)
+            w = pass1(s, bool_p, stop, kernels)
             if w is None:
                 break
-            k, extend = pass2(s, w)
+            k, extend = pass2(s, w, kernels)
             if k is None:
                 return s.problem(problem)
-            edges, units = _net_units(s, k, w, extend)
-            lam, where = _lambda(s, k, w, edges, units)
+            lam, where, step = step_size(s, k, w, extend, kernels)
             if lam is None or lam >= s.top - s.c0:  # only forbidden costs: no assignment is below top
                 s.c0 = s.top
                 break
@@ -412,14 +470,13 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
                 bool_p.unblock(*where)
                 continue
             breaks = 0
-            _apply(s, lam, k, w, edges, units)
-            bool_p.refresh(edges)
+            take_step(s, bool_p, lam, k, w, step, kernels)
             if on_step:
                 on_step(theta, s.c0)
     return s.problem(problem)
 
 
-def before_search(problem: Problem, seconds: float = ROOT_S) -> tuple[Problem, bool]:
+def before_search(problem: Problem, seconds: float = ROOT_S, kernels=None) -> tuple[Problem, bool]:
     """(the problem a search over integer costs starts from, whether VAC ran to its end): VAC's
     reparameterisation within `seconds` of the thread's CPU (WALL times that on the clock) where a pass
     takes at most seconds / ROOT_PASSES and the tables hold at most ROOT_ENTRIES entries, else the
@@ -439,5 +496,5 @@ def before_search(problem: Problem, seconds: float = ROOT_S) -> tuple[Problem, b
         if time.thread_time() - cpu > seconds or time.perf_counter() - wall > WALL * seconds:
             stopped.append(True)
         return bool(stopped)
-    out = vac(problem, stop=spent)
+    out = vac(problem, stop=spent, kernels=kernels)
     return out, not stopped

@@ -64,9 +64,10 @@ SPLIT_SIZE = 10  # larger domains are split in two at each choice point (toulbar
 # VAC (before_search) waits for VAC_AFTER nodes: cap131 is proven in 150 nodes and 0.16 s without it, where
 # VAC takes 0.5 s first; a search it pays off for loses a few hundredths of a second. Not done within its
 # budget (ROOT_S), it has VAC_LONGER_S more once the search reaches VAC_LONGER_AFTER nodes: on scen07 (VAC
-# 10 s on the dev box) the core alone found 344,199 9.8 s after a whole VAC, where after none it held 353,913
-# at 25 s (toulbar2 with VAC: 344,198 at 19 s). The search starts again from VAC's problem where VAC raised
-# the constant (not on CELAR6 or scen06), its incumbent, bound and node count kept.
+# 10 s on NumPy on the dev box, 1.2-1.9 s compiled) the core alone found 344,199 9.8 s after a whole VAC,
+# where after none it held 353,913 at 25 s (toulbar2 with VAC: 344,198 at 19 s). The search starts again
+# from VAC's problem where VAC raised the constant (not on CELAR6 or scen06), its incumbent, bound and node
+# count kept.
 VAC_AFTER, VAC_LONGER_AFTER, VAC_LONGER_S = 1 << 10, 1 << 12, 20.0
 
 
@@ -171,7 +172,7 @@ class DepthFirst:
         """VAC on the problem searched, within its next budget; the later budgets are dropped once it is
         done (it ran to its end, or can never run)."""
         _, seconds = self._vac.pop(0)
-        self._start, done = before_search(self._start, seconds)
+        self._start, done = before_search(self._start, seconds, entry_points())
         if done:
             self._vac = []
 
@@ -329,7 +330,7 @@ class DepthFirst:
     def run(self, node_limit: int = 1 << 14) -> int:
         """Advance by at most `node_limit` nodes; PAUSED, FOUND (a better incumbent in `best`, cost
         `ub`) or COMPLETE (the incumbent, if any, is optimal)."""
-        run32, run64, replay, _ = entry_points()  # loaded with the first search, not at import
+        run32, run64, replay = entry_points()[:3]  # loaded with the first search, not at import
         stop_at = self.nodes + node_limit
         while True:
             limit = stop_at if self.vac_after is None else min(stop_at, max(self.vac_after, self.nodes))
@@ -524,7 +525,7 @@ class Beside:
         took = max(self.time_s - self.compile_s, 0.0)
         return {"order": self.LABEL.split()[0], "nodes": nodes, "nodes_per_s": nodes / took if took else 0.0,
                 "complete": self.search.complete, "open_nodes": len(self.search.open), "time_s": self.time_s,
-                "compile_s": self.compile_s, "core": entry_points()[3] if self.loaded.is_set() else None}
+                "compile_s": self.compile_s, "core": entry_points().how if self.loaded.is_set() else None}
 
 
 class _Publishing(Stop):

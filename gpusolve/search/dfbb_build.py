@@ -1,6 +1,7 @@
-"""The compiled search core built ahead of time: numba's pycc turns `dfbb_search.run` and `replay` into
-an extension module, which a process loads in milliseconds, where numba's import and the load of its
-on-disk cache take about half a second (more than the whole proof of CELAR6-SUB0).
+"""The compiled search core built ahead of time: numba's pycc turns `dfbb_search.run` and `replay`, and
+VAC's passes (`vac_kernels`), into an extension module, which a process loads in milliseconds, where
+numba's import and the load of its on-disk cache take about half a second (more than the whole proof of
+CELAR6-SUB0).
 
 The Makefile's setup builds it (`python -m gpusolve.search.dfbb_build`, about 10 s). Its name is a digest
 of the core's sources, the interpreter and NumPy, so a change to any of them leaves it unused, and
@@ -18,6 +19,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from gpusolve.search.dfbb_sources import HERE, name
 
@@ -25,6 +27,7 @@ VECTOR, MATRIX, SCALAR = "i8[::1]", "i8[:, ::1]", "i8"
 MATRICES = {"U0", "trail", "qs"}
 SCALARS = {"c00", "top", "node_limit", "depth"}
 TABLES = {"run32": "i4[::1]", "run64": "i8[::1]"}  # binary tables are int32 where every cost fits
+VAC_PASSES = ("ac_rounds", "owed_units", "step_size", "apply_step")  # vac_kernels.SIGNATURES' keys
 
 
 def folders() -> list[Path]:
@@ -54,14 +57,30 @@ def ahead_of_time():
     return module
 
 
+class Core(NamedTuple):
+    run32: Callable  # the search over int32 binary tables
+    run64: Callable  # over int64 ones
+    replay: Callable
+    ac_rounds: Callable  # VAC's passes (vac_kernels)
+    owed_units: Callable
+    step_size: Callable
+    apply_step: Callable
+    how: str  # how they were compiled
+
+
 @functools.cache
-def entry_points() -> tuple:
-    """(run for int32 binary tables, run for int64 ones, replay, how they were compiled)."""
+def entry_points() -> Core:
     module = ahead_of_time()
     if module is not None:
-        return module.run32, module.run64, module.replay, "ahead of time"
-    from gpusolve.search.dfbb_search import replay, run  # numba's import and cache load here
-    return run, run, replay, "numba JIT"
+        return Core(module.run32, module.run64, module.replay,
+                    *(getattr(module, export) for export in VAC_PASSES), "ahead of time")
+    return jit_core()
+
+
+def jit_core() -> Core:
+    from gpusolve.inference import vac_kernels  # numba's import and cache load here
+    from gpusolve.search.dfbb_search import replay, run
+    return Core(run, run, replay, *(getattr(vac_kernels, export) for export in VAC_PASSES), "numba JIT")
 
 
 def argument_types(function, table: str = VECTOR) -> list[str]:
@@ -77,6 +96,7 @@ def build(folder: Path | None = None) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pycc's pending deprecation
         from numba.pycc import CC, compiler
+    from gpusolve.inference import vac_kernels
     from gpusolve.search.dfbb_search import replay, run
     folder = folder or next(f for f in folders() if _writable(f))
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,6 +117,8 @@ def build(folder: Path | None = None) -> Path:
             for export, table in TABLES.items():
                 cc.export(export, f"i8({', '.join(argument_types(run.py_func, table))})")(run.py_func)
             cc.export("replay", f"void({', '.join(argument_types(replay.py_func))})")(replay.py_func)
+            for export in VAC_PASSES:
+                cc.export(export, vac_kernels.SIGNATURES[export])(getattr(vac_kernels, export).py_func)
             cc.compile()
             built = Path(work) / (module_name + sysconfig.get_config_var("EXT_SUFFIX"))
             path = folder / built.name

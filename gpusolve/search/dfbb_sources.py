@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("dfbb_state.py", "dfbb_kernels.py", "dfbb_search.py", "dfbb_build.py", "dfbb_sources.py")
+PACKAGE = HERE.parent
+SOURCES = ("search/dfbb_state.py", "search/dfbb_kernels.py", "search/dfbb_search.py", "search/dfbb_build.py",
+           "search/dfbb_sources.py", "inference/vac_kernels.py")  # within PACKAGE
 
 
 @functools.cache
@@ -20,7 +22,7 @@ def name() -> str:
     search waited 0.24 s on planning)."""
     digest = hashlib.sha256()
     for source in SOURCES:
-        digest.update((HERE / source).read_bytes())
+        digest.update((PACKAGE / source).read_bytes())
     digest.update(f"{sys.implementation.cache_tag} {np.__version__}".encode())
     return "core_" + digest.hexdigest()[:16]
 
