@@ -218,6 +218,57 @@ def test_an_incumbent_handed_over_midway_keeps_the_search_exact(order):
     assert checked >= 20
 
 
+def test_an_adopted_incumbent_keeps_the_search_exact():
+    """adopt (the polish's incumbents): a worse assignment changes nothing; a better one becomes the
+    bound and the values tried first, and the search still ends proving the optimum."""
+    checked = 0
+    for seed in range(60):
+        problem = random_case(3100 + seed)
+        optimum, best = brute_force(problem)
+        if optimum >= problem.top:
+            continue
+        search = DepthFirst(problem)
+        search.run(seed % 5)
+        before = (search.ub, search.best.copy())
+        search.adopt(np.zeros(len(problem.variables), dtype=np.int64), search.ub)  # not better: ignored
+        assert search.ub == before[0] and np.array_equal(search.best, before[1]), seed
+        if optimum < search.ub:
+            search.adopt(np.asarray(best), optimum)
+            assert search.ub == optimum and np.array_equal(search.best, best), seed
+        while search.run(1) != COMPLETE:
+            pass
+        assert search.ub == search.lower_bound == optimum == problem.evaluate(search.best), seed
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch):
+    """Beside._polish (LNS from the core's incumbent): each assignment it hands over costs less than the one
+    before, is the search's incumbent at its cost, and the core goes on to prove the optimum."""
+    from gpusolve.schedule.bounds import Bounds
+    monkeypatch.setattr(dfbb, "POLISH_STALL_S", 0.5)  # the polish ends 0.5 s after its last better incumbent
+    rng = np.random.default_rng(5)
+    n, d = 24, 4
+    functions = [CostFunction((i, j), rng.integers(0, 30, size=(d, d)).astype(np.int64))
+                 for i in range(n) for j in range(i + 1, n) if rng.random() < 0.2]
+    problem = finalize_integer(Problem("polish", [Variable(f"x{i}", d) for i in range(n)], functions), None)
+    bounds = Bounds.start(problem, 0.0, None)
+    beside = dfbb.Beside(problem, bounds)
+    start = np.full(n, d - 1, dtype=np.int64)
+    beside.search.adopt(start, problem.evaluate(start))
+    beside._go.set()
+    beside._polish(30.0)
+    found = beside._found
+    assert beside.polish["runs"] == 1 and beside.polish["better"] == len(found) >= 1
+    costs = [problem.evaluate(a) for a in found]
+    assert costs == sorted(set(costs), reverse=True) and costs[0] < problem.evaluate(start)
+    assert beside.search.ub == costs[-1] and np.array_equal(beside.search.best, found[-1])
+    while beside.search.run(1 << 10) != COMPLETE:
+        pass
+    beside.publish(bounds)
+    assert bounds.upper == beside.search.ub == beside.search.lower_bound <= costs[-1]
+
+
 def test_a_given_upper_bound_prunes_and_an_unreachable_one_finds_nothing():
     problem = random_case(11)
     optimum, _ = brute_force(problem)

@@ -152,7 +152,10 @@ def print_result(r: Result) -> None:
         done = [f"{s['nodes']:,} OR nodes, {s['nodes_per_s']:,.0f} per s, {s['cache_hits']:,} cache hits"] \
             if "nodes" in s else []
         if core:
-            done.append(f"compiled {core['order']}: {core['nodes']:,} nodes, {core['nodes_per_s']:,.0f} per s")
+            polish = core.get("polish") or {}
+            done.append(f"compiled {core['order']}: {core['nodes']:,} nodes, {core['nodes_per_s']:,.0f} per s"
+                        + (f", polished {polish['runs']} times by LNS ({polish['better']} better, "
+                           f"{polish['time_s']:.1f} s)" if polish.get("runs") else ""))
         t.add_row("search", "; ".join(done) + (", complete" if s["complete"] else ", stopped"))
     if len(r.trace) > 1:
         t.add_row("bounds over time", "; ".join(f"{tt:.2f} s [{fmt_bound(lo)}, {fmt_bound(hi)}] {ph}"
