@@ -193,17 +193,22 @@ def test_each_better_incumbent_is_reported_as_found():
     assert seen == sorted(seen, reverse=True) and len(set(seen)) == len(seen)
 
 
+def feasible_cases(base: int):
+    """(seed, problem, optimum, an optimal assignment) of the feasible ones among 60 random cases: at least
+    20 of them."""
+    cases = [(seed, problem, *brute_force(problem)) for seed in range(60)
+             for problem in [random_case(base + seed)]]
+    cases = [case for case in cases if case[2] < case[1].top]
+    assert len(cases) >= 20
+    return cases
+
+
 @pytest.mark.parametrize("order", ORDERS)
 def test_an_incumbent_handed_over_midway_keeps_the_search_exact(order):
     """Beside.publish hands the core the schedule's incumbent between slices: of the optimum's cost, the
     search ends proving it with nothing better; above it, the search still finds the optimum; a worse
     one changes nothing."""
-    checked = 0
-    for seed in range(60):
-        problem = random_case(3000 + seed)
-        optimum, _ = brute_force(problem)
-        if optimum >= problem.top:
-            continue
+    for seed, problem, optimum, _ in feasible_cases(3000):
         for upper in (optimum, optimum + 1):
             search = DepthFirst(problem, **ORDERS[order])
             search.run(seed % 5)  # a few nodes in (0: the root propagated)
@@ -214,19 +219,12 @@ def test_an_incumbent_handed_over_midway_keeps_the_search_exact(order):
             assert search.ub == search.lower_bound == optimum, seed
             if upper > optimum:
                 assert problem.evaluate(search.best) == optimum, seed
-        checked += 1
-    assert checked >= 20
 
 
 def test_an_adopted_incumbent_keeps_the_search_exact():
     """adopt (the polish's incumbents): a worse assignment changes nothing; a better one becomes the
     bound and the values tried first, and the search still ends proving the optimum."""
-    checked = 0
-    for seed in range(60):
-        problem = random_case(3100 + seed)
-        optimum, best = brute_force(problem)
-        if optimum >= problem.top:
-            continue
+    for seed, problem, optimum, best in feasible_cases(3100):
         search = DepthFirst(problem)
         search.run(seed % 5)
         before = (search.ub, search.best.copy())
@@ -238,8 +236,6 @@ def test_an_adopted_incumbent_keeps_the_search_exact():
         while search.run(1) != COMPLETE:
             pass
         assert search.ub == search.lower_bound == optimum == problem.evaluate(search.best), seed
-        checked += 1
-    assert checked >= 20
 
 
 def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch):
