@@ -238,9 +238,11 @@ def test_an_adopted_incumbent_keeps_the_search_exact():
         assert search.ub == search.lower_bound == optimum == problem.evaluate(search.best), seed
 
 
-def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch):
-    """Beside._polish (LNS from the core's incumbent): each assignment it hands over costs less than the one
-    before, is the search's incumbent at its cost, and the core goes on to prove the optimum."""
+@pytest.mark.parametrize("handed", [False, True])
+def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, handed):
+    """Beside._polish (LNS from the core's incumbent, or the caller's where that is better): each assignment
+    it hands over costs less than the one before and than the one it started from, is the search's
+    incumbent at its cost, and the core goes on to prove the optimum."""
     from gpusolve.schedule.bounds import Bounds
     monkeypatch.setattr(dfbb, "POLISH_STALL_S", 0.5)  # the polish ends 0.5 s after its last better incumbent
     rng = np.random.default_rng(5)
@@ -252,8 +254,18 @@ def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch):
     beside = dfbb.Beside(problem, bounds)
     start = np.full(n, d - 1, dtype=np.int64)
     beside.search.adopt(start, problem.evaluate(start))
+    if handed:  # the caller holds a better incumbent than the core's: the polish starts from it
+        caller = min((rng.integers(0, d, size=n) for _ in range(200)), key=problem.evaluate)
+        assert bounds.offer(caller, "elsewhere") and bounds.upper < problem.evaluate(start)
+        start = caller
+        beside.publish(bounds)
+    from gpusolve.search import local
+    starts, lns = [], local.lns
+    monkeypatch.setattr(local, "lns", lambda problem, assignment, *rest: starts.append(assignment) or
+                        lns(problem, assignment, *rest))
     beside._go.set()
     beside._polish(30.0)
+    assert starts == [[int(v) for v in start]]
     found = beside._found
     assert beside.polish["runs"] == 1 and beside.polish["better"] == len(found) >= 1
     costs = [problem.evaluate(a) for a in found]

@@ -441,7 +441,8 @@ class Beside:
         self._lock = threading.Lock()
         self._found: list[np.ndarray] = []
         self._lower = self.search.lower_bound
-        self._upper = self.search.ub  # the caller's incumbent, which the core takes between slices
+        self._upper = self.search.ub  # the caller's incumbent's cost, which the core takes between slices
+        self._handed = None  # the caller's incumbent, which the polish starts from where it is the better
         self._quit = False
         self._go = threading.Event()  # cleared, the core waits after its slice
         self.loaded = threading.Event()  # set once the first slice (the core's load or compile) has ended
@@ -469,13 +470,13 @@ class Beside:
         while self._go.wait() and not self._quit and self._step() != COMPLETE:
             allowed = POLISH_SHARE * self.time_s - self.polish["time_s"]
             if self.time_s - self._better_at > POLISH_AFTER_S and allowed >= POLISH_MIN_S \
-                    and self.search.best[0] >= 0:
+                    and (self.search.best[0] >= 0 or self._handed is not None):
                 self._polish(allowed)
                 self._better_at = self.time_s
 
     def _polish(self, seconds: float) -> None:
-        """LNS from the incumbent, in this thread, until it stalls or `seconds` pass, or the core is paused
-        or finished."""
+        """LNS from the incumbent (the core's own or the caller's, whichever is better), in this thread, until it
+        stalls or `seconds` pass, or the core is paused or finished."""
         from gpusolve.engines.numpy_engine import NumpyEngine
         from gpusolve.search.local import lns
         began = time.perf_counter()
@@ -487,13 +488,18 @@ class Beside:
 
         def better(cost, assignment) -> None:
             last[0] = time.perf_counter()
-            assignment = np.asarray(assignment, dtype=np.int64)
-            with self._lock:
-                self._found.append(assignment)
-            self.search.adopt(assignment, cost)
-            self.polish["better"] += 1
-        lns(self.problem, [int(v) for v in self.search.best], NumpyEngine(threads=1),
-            np.random.default_rng(self.polish["runs"]), stop, better)
+            if cost < self.search.ub:  # the bound may have been tightened since LNS started
+                assignment = np.asarray(assignment, dtype=np.int64)
+                with self._lock:
+                    self._found.append(assignment)
+                self.search.adopt(assignment, cost)
+                self.polish["better"] += 1
+        with self._lock:
+            handed = self._handed
+        start = [int(v) for v in self.search.best]
+        if handed is not None and self.problem.evaluate(handed) < self.problem.evaluate(start):
+            start = list(handed)
+        lns(self.problem, start, NumpyEngine(threads=1), np.random.default_rng(self.polish["runs"]), stop, better)
         self.polish["runs"] += 1
         self.polish["time_s"] += time.perf_counter() - began
 
@@ -535,7 +541,7 @@ class Beside:
         for assignment in found:
             bounds.offer(assignment, self.LABEL)
         with self._lock:
-            self._upper = bounds.upper
+            self._upper, self._handed = bounds.upper, bounds.assignment
         if self.search.complete:
             bounds.raise_lower(self.search.ub, self.LABEL)
             if bounds.closed:
