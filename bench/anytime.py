@@ -12,12 +12,16 @@ proven, and for gpusolve the search statistics (OR nodes, nodes per second)
 and the share of its time spent on the GPU engine. `--plot` draws lower and
 upper bound against time for each instance with a gap, both solvers on one
 picture (needs the `plot` extra: matplotlib), from the JSON this script
-wrote. Writes bench/results/anytime-<device>-<date>.json.
+wrote. `--files` adds instance files (.xz read through), `--repeat N` runs
+each instance N times (the anytime path varies from run to run: scen07's final
+upper bound); pin cores from outside (`taskset -c 0-4 python bench/anytime.py`).
+Writes bench/results/anytime-<device>-<date>.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import re
 import subprocess
 import sys
@@ -120,12 +124,19 @@ def run_toulbar2(path: Path, limit: float) -> dict:
 
 def instances(args, tmp: Path) -> list[tuple[str, Path]]:
     out = []
-    if not args.quick and args.instances.is_dir():
+    if not args.quick and not args.files and args.instances.is_dir():
         known = optima()
         out += [(name, args.instances / name) for name in sorted(known) if (args.instances / name).exists()]
-    for topology, n, d, p1, p2, seed in (QUICK if args.quick else GENERATED) + args.extra:
+    for topology, n, d, p1, p2, seed in ([] if args.files else QUICK if args.quick else GENERATED) + args.extra:
         path = tmp / f"{topology}-n{n}-d{d}-p{p2}-s{seed}.wcsp"
         write_wcsp(generate(topology, n, d, p1, p2, seed), path)
+        out.append((path.name, path))
+    for given in args.files:
+        if given.suffix == ".xz":  # toulbar2 reads .xz; gpusolve does too, pytoulbar2 by its own name only
+            path = tmp / given.stem
+            path.write_bytes(lzma.decompress(given.read_bytes()))
+        else:
+            path = given
         out.append((path.name, path))
     return out
 
@@ -143,6 +154,9 @@ def main() -> None:
                     help="run the two solvers at the same time (one core each; needs two free cores)")
     ap.add_argument("--plot", type=Path, default=None, help="draw the traces of this result JSON, then stop")
     ap.add_argument("--name", default="anytime", help="result file prefix (several runs on one day)")
+    ap.add_argument("--files", type=Path, nargs="*", default=[],
+                    help="these instance files only (with --instances' optima where named there)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per instance (rows carry their run)")
     ap.add_argument("--table", type=Path, default=None,
                     help="print the comparison table of this result JSON (bounds at 10 s and 60 s), then stop")
     args = ap.parse_args()
@@ -161,17 +175,18 @@ def main() -> None:
         for name, path in instances(args, Path(tmp)):
             if args.only and args.only not in name:
                 continue
-            row = {"instance": name, "optimum": known.get(name)}
-            with ThreadPoolExecutor(2 if args.parallel else 1) as pool:  # two processes, one core each
-                ours = pool.submit(run_gpusolve, path, args.time_limit, args.device)
-                if not args.no_toulbar2 and path.suffix == ".wcsp":
-                    row["toulbar2"] = pool.submit(run_toulbar2, path, args.time_limit).result()
-                row["gpusolve"] = ours.result()
-            rows.append(row)
-            print(line(row), flush=True)
+            for run in range(1, args.repeat + 1):
+                row = {"instance": name, "optimum": known.get(name), "run": run}
+                with ThreadPoolExecutor(2 if args.parallel else 1) as pool:  # two processes, one core each
+                    ours = pool.submit(run_gpusolve, path, args.time_limit, args.device)
+                    if not args.no_toulbar2 and path.suffix == ".wcsp":
+                        row["toulbar2"] = pool.submit(run_toulbar2, path, args.time_limit).result()
+                    row["gpusolve"] = ours.result()
+                rows.append(row)
+                print(line(row), flush=True)
     device = gpu_name() if args.device == "gpu" else cpu_name()
     write_result(args.name, device, device_kind=args.device, time_limit_s=args.time_limit,
-                 solvers_in_parallel=args.parallel, instances=rows)
+                 solvers_in_parallel=args.parallel, repeat=args.repeat, instances=rows)
 
 
 def line(row: dict) -> str:
@@ -185,7 +200,8 @@ def line(row: dict) -> str:
         n, rate = searched(s)
         nodes = f", {n:,} nodes at {rate:,.0f}/s" if n is not None else ""
         return f"{r['status']} [{r['lower']}, {r['upper']}]{proof}{nodes}"
-    return f"{row['instance']:34s} opt {row['optimum']}: gpusolve {part(row['gpusolve'])} | " \
+    run = f" run {row['run']}" if row.get("run", 1) > 1 else ""
+    return f"{row['instance']:34s}{run} opt {row['optimum']}: gpusolve {part(row['gpusolve'])} | " \
            f"toulbar2 {part(row.get('toulbar2'))}"
 
 
