@@ -196,12 +196,17 @@ class _Bool:
     the dirty edges and the sides whose other variable has new live values (a step only lowers unary
     costs)."""
 
-    def __init__(self, s: _State, dtype=np.float32):
-        self.s, self.theta, self.dtype = s, 1, dtype
+    def __init__(self, s: _State, compiled: bool = False):
+        self.s, self.theta, self.dtype = s, 1, bool if compiled else np.float32
         self.var = s.xp.zeros(s.n, dtype=np.int64)
         self.edge = s.xp.zeros(s.E, dtype=np.int64)
         self.allowed = self.first = self.first_alive = None
         self.bits = self.first_live = None
+        if compiled:  # every table is dirty before the first pass, which fills them
+            words, sides = (s.d + 63) // 64, 2 * s.E + 1
+            self.bits = np.zeros((sides, s.d, words), dtype=np.uint64)
+            self.first_live = np.zeros((s.n, words), dtype=np.uint64)
+            self.first = np.zeros((sides, s.d), dtype=bool)
         self.dirty = s.xp.zeros(s.E, dtype=bool)
 
     def at(self, theta: int) -> None:
@@ -317,12 +322,8 @@ def _compiled_pass1(s: _State, bool_p: _Bool, kernels) -> _Wipeout | None:
     rounds = np.where(s.valid & ~alive, 0, -1)
     killer = np.full((s.n, s.d), -1, dtype=np.int64)
     out = np.zeros(2, dtype=np.int64)
-    words, sides = (s.d + 63) // 64, 2 * s.E + 1
-    if bool_p.bits is None:
-        bool_p.bits = np.zeros((sides, s.d, words), dtype=np.uint64)
-        bool_p.first_live = np.zeros((s.n, words), dtype=np.uint64)
-        bool_p.first = np.zeros((sides, s.d), dtype=bool)
-    i0 = kernels.ac_rounds(bool_p.allowed, bool_p.dirty, bool_p.bits, np.empty((s.n, words), dtype=np.uint64),
+    sides = 2 * s.E + 1
+    i0 = kernels.ac_rounds(bool_p.allowed, bool_p.dirty, bool_p.bits, np.empty_like(bool_p.first_live),
                            bool_p.first_live, bool_p.first, alive, s.inc, s.ev, rounds, killer,
                            np.empty((sides, s.d), dtype=bool), np.empty(sides, dtype=bool),
                            np.empty(s.n, dtype=bool), out)
@@ -446,7 +447,7 @@ def vac(problem: Problem, stop: Callable[[], bool] | None = None, xp=np,
         raise ValueError("VAC needs integer costs")
     s = _State(problem, xp)
     project_ac(s)
-    bool_p = _Bool(s, np.float32 if kernels is None else bool)
+    bool_p = _Bool(s, compiled=kernels is not None)
     for theta in thresholds(s):
         bool_p.at(theta)
         breaks = 0
