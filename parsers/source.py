@@ -74,6 +74,11 @@ def reading_limits(budget: int | None = None, stop: Stop | None = None,
         _limits.reset(token)
 
 
+def line_cap() -> int | None:
+    """The longest line the reader in progress may hold (None: no budget)."""
+    return _limits.get().line_cap
+
+
 def reading_sizes() -> tunables.Limits:
     """The limits the reader in progress was given (parsers.read's `limits`)."""
     return _limits.get().sizes

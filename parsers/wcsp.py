@@ -39,7 +39,7 @@ from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, ModelE
 from .errors import ParseError, quote
 from .source import open_text, read_lines, reading_sizes
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
-from .tokens import INT64_MAX, Tokens
+from .tokens import INT64_MAX, Tokens, read_tokens
 
 DENSE_SHARED = 3  # toulbar2 keeps shared tables up to this arity dense, longer ones as tuples
 MAX_PARAM = 1 << 60  # intension parameters; keeps value arithmetic (even `=`'s sums) inside int64
@@ -52,7 +52,10 @@ OTHER_GLOBALS = ("sregulardp", "sgrammar", "sgrammardp", "samongdp", "salldiffdp
 
 
 def read(path: str | Path) -> Problem:
-    t = Tokens(path, read_lines(path))
+    return read_tokens(path, read_lines(path), partial(_read, path))
+
+
+def _read(path: str | Path, t: Tokens) -> Problem:
     name = t.word("problem name")
     n = t.int("number of variables", low=0)
     _charge(t, n * VARIABLE_BYTES, f"{n:,} variables")

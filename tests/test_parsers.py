@@ -9,7 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from gpusolve.parsers import SUPPORTED_SUFFIXES, ParseError, read
+from gpusolve.parsers import SUPPORTED_SUFFIXES, ParseError, read, tokens
+from gpusolve.parsers.wcsp import write_wcsp
+from helpers import random_problem
 
 F = None  # a forbidden entry in expected tables
 
@@ -427,6 +429,74 @@ def test_wcsp_integers_written_together_read_as_toulbar2_reads_them(tmp_path):
     with pytest.raises(ParseError, match="found '1-x'"):
         glued.write_text("g 3 2 1 10\n2 2 2\n2 0 1-x >= 0 0\n")
         read(glued)
+
+
+def read_both(path, monkeypatch) -> tuple:
+    """(the problem read from the file's integers at once, the one read line by line, whether the first
+    was read at once)."""
+    made = []
+    original = tokens.Integers.__init__
+
+    def spy(self, *args):
+        made.append(True)
+        original(self, *args)
+    with monkeypatch.context() as m:
+        m.setattr(tokens.Integers, "__init__", spy)
+        fast = read(path)
+    with monkeypatch.context() as m:
+        m.setattr(tokens, "WHOLE_CHARS", 0)
+        slow = read(path)
+    return fast, slow, bool(made)
+
+
+def same_problem(a, b) -> bool:
+    return (a.domains == b.domains and a.top == b.top and a.offset == b.offset
+            and [f.scope for f in a.functions] == [f.scope for f in b.functions]
+            and all(np.array_equal(f.table, g.table) for f, g in zip(a.functions, b.functions)))
+
+
+SHARED_DEFINITIONS = "s 4 3 5 50\n3 3 3 3\n-2 0 1 7 2\n0 0 1\n2 2 60\n2 2 3 0 -1\n-4 0 1 2 3 0 1\n0 0 0 0 5\n" \
+                     "4 1 2 3 0 2 -2\n0 4 1\n4\n"  # shared tables of arity 2 and 4, reused; a constant
+
+
+def test_a_wcsp_read_at_once_is_the_wcsp_read_line_by_line(tmp_path, monkeypatch):
+    """A .wcsp whose tokens after its name are all integers is converted at once (tokens.Integers): the
+    same problem as the line-by-line reader's, on random networks with hard tuples and constants, and on
+    shared definitions reused."""
+    rng = np.random.default_rng(5)
+    paths = [write(tmp_path, "shared.wcsp", SHARED_DEFINITIONS)]
+    for i in range(60):
+        paths.append(tmp_path / f"r{i}.wcsp")
+        write_wcsp(random_problem(rng, n_max=7, d_max=6, f_max=12, arity_max=4), paths[-1])
+    for path in paths:
+        fast, slow, at_once = read_both(path, monkeypatch)
+        assert at_once and same_problem(fast, slow), path.name
+    assert read(paths[0]).offset == 4 and len(read(paths[0]).functions) == 4
+
+
+def test_the_shared_wcsp_instances_read_at_once_as_line_by_line(shared_instances, monkeypatch):
+    for path in sorted(shared_instances.glob("**/*.wcsp")):
+        fast, slow, _ = read_both(path, monkeypatch)
+        assert same_problem(fast, slow), path.name
+
+
+@pytest.mark.parametrize("text, line, fragment", [
+    ("p 2 3 1 10\n3 3\n2 0 1 0 2\n0 0 4\n1 3 12\n", 5, "value 3 out of domain of variable 1"),
+    ("p 2 3 1 10\n3 3\n2 0 1 0 2\n0 0 4\n1 2 99999999999999999999\n", 5, "does not fit in 64 bits"),
+    ("p 2 3 1 10\n3 3\n2 0 1 0 2\n0 0 4\n1 2 9223372036854775807\n", None, None),
+    ("p 2 3 1 10\n3 3\n2 0 1 0 3\n0 0 4\n1 2 12\n", 5, "unexpected end of file"),
+    ("p 2 3 2 10\n3 3\n2 0 0 0 2\n", 3, "variable 0 appears twice"),
+])
+def test_an_error_in_a_wcsp_of_integers_names_its_line(tmp_path, text, line, fragment):
+    """Errors found while reading the integers at once are raised by the line-by-line reader, with their
+    line; int64's largest value, which numpy's converter also returns for larger ones, is read as such."""
+    path = write(tmp_path, "p.wcsp", text)
+    if fragment is None:
+        assert read(path).functions[0].table[1, 2] == read(path).top  # at or above ub: forbidden
+        return
+    with pytest.raises(ParseError) as info:
+        read(path)
+    check_error(info, path, line, fragment)
 
 
 def big_table(rows_per_line: list[int], bad_row: int | None = None) -> str:
