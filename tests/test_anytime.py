@@ -266,8 +266,8 @@ def _early_searches(monkeypatch) -> list:
 
 def test_the_compiled_search_proves_while_the_schedule_is_planned(tmp_path, monkeypatch):
     """The compiled search starts before ordering and planning; ordering held back until that search has
-    proven, the schedule's first phase takes its proof (pytoulbar2's optimum) without searching again, and
-    the result reads as that phase's proof always has."""
+    proven, the schedule is its phase alone (no plan of a later phase is built), which takes its proof
+    (pytoulbar2's optimum) without searching again, and the result reads as that phase's proof always has."""
     from gpusolve.schedule import solve as solve_module
     from gpusolve.search.dfbb_build import built
     if built() is None:
@@ -286,7 +286,26 @@ def test_the_compiled_search_proves_while_the_schedule_is_planned(tmp_path, monk
     assert r.status == "optimal" and r.upper_bound == toulbar2_optimum(problem, tmp_path / "r.wcsp")
     assert len(made) == 1 and held == [(True, r.search["dfbb"]["nodes"])]
     assert r.method == "HBFS (EDAC*)" and r.engine == "numpy" and r.schedule[0].startswith("1. hbfs")
-    assert {"order", "plan", "core_load"} <= set(r.phases)
+    assert len(r.schedule) == 1 and {"order", "plan", "core_load"} <= set(r.phases)
+
+
+def test_a_schedule_planned_after_the_compiled_search_proved_is_its_phase_alone():
+    """plan_schedule's `proven`: once the compiled search started before planning has proven, where it would
+    be the first phase it is the only one, and the choice says why; where it would not run first (float
+    costs), nor early, the schedule is the whole one."""
+    problem = hard_grid()
+    order = graph.elimination_order(problem)
+    whole = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy", proven=lambda: False)
+    alone = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy", proven=lambda: True)
+    assert [p.name for p in whole.phases][0] == "hbfs" and len(whole.phases) > 1
+    assert alone.phases == whole.phases[:1]
+    assert alone.choice[-1] == "the phases after it: not planned, the compiled search proved the optimum meanwhile"
+    assert alone.choice[:-1] == tuple(c for c in whole.choice if c.startswith("compiled search"))
+    floats = Problem(problem.name, problem.variables, [CostFunction(f.scope, f.table.astype(np.float64))
+                                                       for f in problem.functions], integer=False, top=np.inf)
+    names = [p.name for p in plan_schedule(floats, order, None, 1 << 30, 10.0, "numpy", proven=lambda: True).phases]
+    assert names == [p.name for p in plan_schedule(floats, order, None, 1 << 30, 10.0, "numpy").phases]
+    assert len(names) > 1 and "hbfs" not in names
 
 
 def test_a_search_started_before_planning_is_resumed_or_finished(tmp_path, monkeypatch):

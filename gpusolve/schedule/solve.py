@@ -150,7 +150,8 @@ def solve(problem: Problem, options: Options, file: str = "",
     try:
         g, n_comp, order, budget = _order(problem, options, phases)
         t1 = time.perf_counter()
-        schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False))
+        schedule = make_schedule(problem, order, options, budget, n_comp, registry.for_place(on_device=False),
+                                 proven=None if core is None else lambda: core.complete)
         engine, note, schedule = _engine_for(problem, options, schedule, order, budget, n_comp)
     except BaseException:  # no phase would resume or finish the early core
         if core is not None:
@@ -235,11 +236,13 @@ def _order(problem: Problem, options: Options, phases: dict):
 
 
 def make_schedule(problem: Problem, order: list[int], options: Options, budget: int, n_comp: int,
-                  engine: EngineSpec, device_budget: int | None = None) -> Schedule:
+                  engine: EngineSpec, device_budget: int | None = None,
+                  proven: Callable[[], bool] | None = None) -> Schedule:
     """The anytime schedule for these options on `engine` (`device_budget`: the GPU engine's device
-    bytes); raises BudgetError when no bound fits the budget."""
+    bytes; `proven`: see plan_schedule); raises BudgetError when no bound fits the budget."""
     exact = None
-    if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
+    # BE on a relaxation proves nothing: search completes it; nor is it planned once the search has proven
+    if options.z is None and not problem.relaxed and not (proven is not None and proven()):
         # The GPU runs every dense bucket with one compiled kernel, while its sparse path compiles a
         # dozen CuPy kernels on a new machine (5-11 s, bench/batch_gpu.py): auto stays dense there
         # while the dense plan fits the budget.
@@ -247,7 +250,8 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
             exact = plan_within(problem, order, None, budget, n_comp, "dense", options.limits)
         exact = exact or plan_within(problem, order, None, budget, n_comp, options.tables, options.limits)
     return plan_schedule(problem, order, exact, budget, options.time_limit, engine.name, options.z, options.search,
-                         n_comp, options.tables, host_threads(options.threads), device_budget, options.limits)
+                         n_comp, options.tables, host_threads(options.threads), device_budget, options.limits,
+                         proven)
 
 
 def _sparse_bytes(messages: dict) -> int:
