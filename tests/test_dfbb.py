@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gpusolve.search import dfbb
+from gpusolve.search import vns as vns_module
 from gpusolve.search.dfbb import DepthFirst
 from gpusolve.search.dfbb_state import BRANCH, COMPLETE, DEPTH, FOUND, HIGH, LEFT, LOW, LOW_NEXT, MODE, PAUSED, RIGHT
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, Problem, Variable, finalize_integer
@@ -240,7 +241,7 @@ def test_an_adopted_incumbent_keeps_the_search_exact():
 
 @pytest.mark.parametrize("handed", [False, True])
 def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, handed):
-    """Beside._polish (LNS from the core's incumbent, or the caller's where that is better): each assignment
+    """Beside._polish (VNS from the core's incumbent, or the caller's where that is better): each assignment
     it hands over costs less than the one before and than the one it started from, is the search's
     incumbent at its cost, and the core goes on to prove the optimum."""
     from gpusolve.schedule.bounds import Bounds
@@ -259,10 +260,9 @@ def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, 
         assert bounds.offer(caller, "elsewhere") and bounds.upper < problem.evaluate(start)
         start = caller
         beside.publish(bounds)
-    from gpusolve.search import local
-    starts, lns = [], local.lns
-    monkeypatch.setattr(local, "lns", lambda problem, assignment, *rest: starts.append(assignment) or
-                        lns(problem, assignment, *rest))
+    starts, original = [], vns_module.vns
+    monkeypatch.setattr(vns_module, "vns", lambda problem, assignment, *rest: starts.append(assignment) or
+                        original(problem, assignment, *rest))
     beside._go.set()
     beside._polish(30.0)
     assert starts == [[int(v) for v in start]]
@@ -275,6 +275,64 @@ def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, 
         pass
     beside.publish(bounds)
     assert bounds.upper == beside.search.ub == beside.search.lower_bound <= costs[-1]
+
+
+def test_a_ball_problem_costs_what_the_whole_does_less_a_constant():
+    """vns._ball_problem: over every assignment of a ball's variables (the others as the incumbent has them),
+    the whole problem's cost less the ball problem's is one constant, and the bound is the incumbent's cost
+    on the ball: a better ball assignment is a better whole one."""
+    rng = np.random.default_rng(3)
+    checked = 0
+    for seed in range(60):
+        problem = random_case(seed, n_max=7)
+        best, _ = brute_force(problem)
+        incumbent = [int(rng.integers(v.domain)) for v in problem.variables]
+        touching = [[f for f in problem.functions if v in f.scope] for v in range(len(problem.variables))]
+        free = sorted(int(v) for v in rng.choice(len(incumbent), min(3, len(incumbent)), replace=False))
+        sub, upper = vns_module._ball_problem(problem, free, incumbent, touching)
+        gaps = set()
+        for values in itertools.product(*(range(problem.domains[v]) for v in free)):
+            whole = list(incumbent)
+            for v, a in zip(free, values):
+                whole[v] = a
+            if problem.evaluate(whole) < problem.top:
+                gaps.add(problem.evaluate(whole) - sub.evaluate(list(values)))
+        if problem.evaluate(incumbent) < problem.top:
+            assert upper == sub.evaluate([incumbent[v] for v in free]), seed
+            checked += 1
+        assert len(gaps) <= 1, seed
+    assert checked >= 10
+
+
+def test_vns_hands_over_strictly_better_true_costs_and_a_ball_of_all_finds_the_optimum():
+    """vns: each assignment it hands over costs less than the one before (its true cost); with a ball of
+    every variable and no node limit, its first ball is the whole search: the brute-force optimum."""
+    from gpusolve.search.local import ball, movable_adjacency
+    found = connected = 0
+    for seed in range(150):
+        problem = random_case(seed, n_max=7)
+        movable = [v for v, d in enumerate(problem.domains) if d > 1]
+        chain = [CostFunction((u, v), np.zeros((problem.domains[u], problem.domains[v]), dtype=np.int64))
+                 for u, v in zip(movable, movable[1:])]  # costs nothing, connects the variables a ball frees
+        problem = Problem("vns", problem.variables, problem.functions + chain, top=problem.top)
+        optimum, _ = brute_force(problem)
+        start = min(([int(a) for a in np.random.default_rng(seed).integers(0, problem.domains)] for _ in range(50)),
+                    key=problem.evaluate)
+        adjacency = movable_adjacency(problem)
+        if optimum >= problem.top or problem.evaluate(start) >= problem.top or not adjacency \
+                or len(ball(adjacency, np.random.default_rng(0), len(start))) < len(adjacency):
+            continue  # infeasible, nothing to move, or a ball (connected) cannot hold every variable
+        connected += 1
+        heard = []
+        balls = iter([1])  # one ball, then the stop
+        best, cost = vns_module.vns(problem, start, dfbb.ball_search, np.random.default_rng(seed),
+                                    lambda: next(balls, 0) == 0, lambda c, a: heard.append((c, a)),
+                                    size=len(start), nodes=1 << 30)
+        assert [c for c, _ in heard] == sorted({c for c, _ in heard}, reverse=True), seed
+        assert all(problem.evaluate(a) == c < problem.evaluate(start) for c, a in heard), seed
+        assert cost == problem.evaluate(best) == optimum, seed
+        found += bool(heard)
+    assert connected >= 25 and found >= 5
 
 
 def test_a_given_upper_bound_prunes_and_an_unreachable_one_finds_nothing():

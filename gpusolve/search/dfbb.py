@@ -411,16 +411,21 @@ class DepthFirst:
         return False
 
 
+def ball_search(problem: Problem, upper: int) -> DepthFirst:
+    """The search of one ball of vns: below `upper`, without VAC (its balls are searched for a few
+    thousand nodes at most)."""
+    return DepthFirst(problem, upper, vac_after=NO_LIMIT)
+
+
 POLL_S = 0.05  # how often run_here looks at its stop while the core's thread works
 # Once the core has searched POLISH_AFTER_S of its time without a better incumbent (VAC done) since its
-# last one or its last polish, its thread polishes the incumbent by large neighbourhood search (local.lns:
-# balls of variables solved exactly by BE around it) until POLISH_STALL_S pass without a better one, within
-# what is left of POLISH_SHARE of the core's search time (at least POLISH_MIN_S), each time with another
-# seed: a proof the core makes is delayed by at most that share. The better incumbents found are the
-# search's, their values tried first. On scen07 the core held 363,908 for the last 38 s of a 60 s run (twice
-# on the H100 host); from it LNS found at most 353,906 within 0.8-4.4 s with each of 4 seeds, and from
-# another run's 363,909 within 3.7-6.0 s with 3 of 4 seeds. LNS from the core's incumbent right after VAC
-# (3.5 million), where the core goes on to 364,522 in 6 s, took 20 s to 1.4 million.
+# last one or its last polish, its thread polishes the incumbent by variable neighbourhood search (vns:
+# balls of variables around it searched by this core, `ball_search`) until POLISH_STALL_S pass without a
+# better one, within what is left of POLISH_SHARE of the core's search time (at least POLISH_MIN_S), each
+# time with another seed: a proof the core makes is delayed by at most that share. The better incumbents
+# found are the search's, their values tried first. On scen07 the core held 363,908-364,013 for the last
+# 27-38 s of some 60 s runs (3 of 17 with LNS by BE as the polish, local.lns, which from 364,013 found
+# nothing in 10 s with each of 4 seeds); vns takes such incumbents below 354,198 in under 5 s (vns.py).
 POLISH_AFTER_S, POLISH_STALL_S, POLISH_SHARE, POLISH_MIN_S = 5.0, 5.0, 0.2, 2.0
 
 
@@ -475,10 +480,9 @@ class Beside:
                 self._better_at = self.time_s
 
     def _polish(self, seconds: float) -> None:
-        """LNS from the incumbent (the core's own or the caller's, whichever is better), in this thread, until it
+        """VNS from the incumbent (the core's own or the caller's, whichever is better), in this thread, until it
         stalls or `seconds` pass, or the core is paused or finished."""
-        from gpusolve.engines.numpy_engine import NumpyEngine
-        from gpusolve.search.local import lns
+        from gpusolve.search.vns import vns
         began = time.perf_counter()
         last = [began]
 
@@ -488,7 +492,7 @@ class Beside:
 
         def better(cost, assignment) -> None:
             last[0] = time.perf_counter()
-            if cost < self.search.ub:  # the bound may have been tightened since LNS started
+            if cost < self.search.ub:  # the bound may have been tightened since VNS started
                 assignment = np.asarray(assignment, dtype=np.int64)
                 with self._lock:
                     self._found.append(assignment)
@@ -499,7 +503,7 @@ class Beside:
         start = [int(v) for v in self.search.best]
         if handed is not None and self.problem.evaluate(handed) < self.problem.evaluate(start):
             start = list(handed)
-        lns(self.problem, start, NumpyEngine(threads=1), np.random.default_rng(self.polish["runs"]), stop, better)
+        vns(self.problem, start, ball_search, np.random.default_rng(self.polish["runs"]), stop, better)
         self.polish["runs"] += 1
         self.polish["time_s"] += time.perf_counter() - began
 

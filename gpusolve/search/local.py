@@ -392,6 +392,14 @@ def local_search(problem: Problem, starts, stop: Stop | None, rng, xp=np, n: int
 LNS_SIZE, LNS_ENTRIES = 40, 10**7
 
 
+def movable_adjacency(problem: Problem) -> dict[int, set[int]]:
+    """The primal graph over the variables a ball may free: more than one value, no evidence."""
+    dom = problem.domains
+    adjacency = {v: nb for v, nb in graph.primal_graph(problem).items()
+                 if dom[v] > 1 and v not in problem.evidence}
+    return {v: nb & adjacency.keys() for v, nb in adjacency.items()}
+
+
 def ball(adjacency, rng, size: int) -> set[int]:
     """A connected set of at most `size` variables grown breadth-first from a random one."""
     movable = list(adjacency)
@@ -424,9 +432,7 @@ def lns(problem: Problem, assignment, engine, rng, stop: Stop | None = None,
     if problem.globals:  # model.condition does not condition global constraints: no neighbourhood to solve
         return best, cost
     dom = problem.domains
-    adjacency = {v: nb for v, nb in graph.primal_graph(problem).items()
-                 if dom[v] > 1 and v not in problem.evidence}
-    adjacency = {v: nb & adjacency.keys() for v, nb in adjacency.items()}
+    adjacency = movable_adjacency(problem)
     stop = stop or Stop()
     while adjacency and not stop():
         free = ball(adjacency, rng, size)
