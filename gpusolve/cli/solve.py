@@ -154,7 +154,7 @@ def print_result(r: Result) -> None:
         if core:
             polish = core.get("polish") or {}
             done.append(f"compiled {core['order']}: {core['nodes']:,} nodes, {core['nodes_per_s']:,.0f} per s"
-                        + (f", polished {polish['runs']} times by LNS ({polish['better']} better, "
+                        + (f", polished {polish['runs']} times by VNS ({polish['better']} better, "
                            f"{polish['time_s']:.1f} s)" if polish.get("runs") else ""))
         t.add_row("search", "; ".join(done) + (", complete" if s["complete"] else ", stopped"))
     if len(r.trace) > 1:

@@ -421,11 +421,15 @@ POLL_S = 0.05  # how often run_here looks at its stop while the core's thread wo
 # Once the core has searched POLISH_AFTER_S of its time without a better incumbent (VAC done) since its
 # last one or its last polish, its thread polishes the incumbent by variable neighbourhood search (vns:
 # balls of variables around it searched by this core, `ball_search`) until POLISH_STALL_S pass without a
-# better one, within what is left of POLISH_SHARE of the core's search time (at least POLISH_MIN_S), each
-# time with another seed: a proof the core makes is delayed by at most that share. The better incumbents
-# found are the search's, their values tried first. On scen07 the core held 363,908-364,013 for the last
-# 27-38 s of some 60 s runs (3 of 17 with LNS by BE as the polish, local.lns, which from 364,013 found
-# nothing in 10 s with each of 4 seeds); vns takes such incumbents below 354,198 in under 5 s (vns.py).
+# better one, each time with another seed. Its time after its last better incumbent (the stall that ends
+# it, or all of it when it found none) is kept within POLISH_SHARE of the core's search time (at least
+# POLISH_MIN_S left to start): a proof the core makes is delayed by at most that share, and by the time
+# that gave it better incumbents (which prune its search). The better incumbents found are the search's,
+# their values tried first. On scen07 the core held 363,908-364,013 for the last 27-38 s of some 60 s runs
+# (3 of 17 with LNS by BE as the polish, local.lns, which from 364,013 found nothing in 10 s with each of
+# 4 seeds); vns takes such incumbents below 354,198 in under 5 s (vns.py). Charged its whole time, one run
+# of 8 on the H100 host had a first polish of 7.9 s (6 better incumbents) leave too little share for a
+# second one before the 60 s limit: 363,702 held from 35.7 s.
 POLISH_AFTER_S, POLISH_STALL_S, POLISH_SHARE, POLISH_MIN_S = 5.0, 5.0, 0.2, 2.0
 
 
@@ -455,7 +459,7 @@ class Beside:
         self._busy_s, self._slice_began = 0.0, None
         self.problem = problem
         self._better_at = 0.0  # the core's time at its last better incumbent, or last polish
-        self.polish = {"runs": 0, "time_s": 0.0, "better": 0}
+        self.polish = {"runs": 0, "time_s": 0.0, "idle_s": 0.0, "better": 0}  # idle: after its last better
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self) -> "Beside":
@@ -473,7 +477,7 @@ class Beside:
 
     def _loop(self) -> None:
         while self._go.wait() and not self._quit and self._step() != COMPLETE:
-            allowed = POLISH_SHARE * self.time_s - self.polish["time_s"]
+            allowed = POLISH_SHARE * self.time_s - self.polish["idle_s"]
             if self.time_s - self._better_at > POLISH_AFTER_S and allowed >= POLISH_MIN_S \
                     and (self.search.best[0] >= 0 or self._handed is not None):
                 self._polish(allowed)
@@ -506,6 +510,7 @@ class Beside:
         vns(self.problem, start, ball_search, np.random.default_rng(self.polish["runs"]), stop, better)
         self.polish["runs"] += 1
         self.polish["time_s"] += time.perf_counter() - began
+        self.polish["idle_s"] += time.perf_counter() - last[0]
 
     @property
     def time_s(self) -> float:
