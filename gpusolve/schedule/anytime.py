@@ -160,16 +160,12 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
     `choice` says why each exact method is or is not scheduled, with its prediction.
     `proven()` says the compiled search started before planning (solve._early_core) has proven the
     optimum: where it is scheduled first, the schedule is then that phase alone, the plans of the later
-    ones (cap131: 0.2-0.35 s of the 0.5 s it took) not built.
+    ones (cap131: 0.2-0.35 s of the 0.5 s it took) not built; exact BE scheduled alone stays so, whatever
+    that search did (the result does not depend on which finished first).
     Without search: MBE(z) (z given, or the largest that fits the memory budget), preceded
     for integer problems by bounded sparse BE, as before search existed. Plans are built with `limits`.
     """
     limit = math.inf if time_limit is None else time_limit
-    core_choice: list[str] = []
-    first_box = _core_first(problem, z, limit, core_choice) if search else ()
-    if first_box and proven is not None and proven():
-        return Schedule(first_box, engine, threads, choice=tuple(core_choice) + (
-            "the phases after it: not planned, the compiled search proved the optimum meanwhile",))
 
     def cost(plan: Plan) -> float:
         return predict_s(plan, engine, threads)
@@ -191,7 +187,10 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
             choice.append(f"{what}: scheduled last, after a search boxed to its time (its messages are streamed)")
         else:
             choice.append(f"{what}: not scheduled, over 80% of the {limit:g} s limit")
-    choice += core_choice
+    first_box = _core_first(problem, z, limit, choice) if search else ()
+    if first_box and proven is not None and proven():
+        choice.append("the phases after it: not planned, the compiled search proved the optimum meanwhile")
+        return Schedule(first_box, engine, threads, choice=tuple(choice))
     note = ""
     if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
         z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)

@@ -241,8 +241,7 @@ def make_schedule(problem: Problem, order: list[int], options: Options, budget: 
     """The anytime schedule for these options on `engine` (`device_budget`: the GPU engine's device
     bytes; `proven`: see plan_schedule); raises BudgetError when no bound fits the budget."""
     exact = None
-    # BE on a relaxation proves nothing: search completes it; nor is it planned once the search has proven
-    if options.z is None and not problem.relaxed and not (proven is not None and proven()):
+    if options.z is None and not problem.relaxed:  # BE on a relaxation proves nothing: search completes it
         # The GPU runs every dense bucket with one compiled kernel, while its sparse path compiles a
         # dozen CuPy kernels on a new machine (5-11 s, bench/batch_gpu.py): auto stays dense there
         # while the dense plan fits the budget.
