@@ -140,6 +140,27 @@ def test_local_search_hears_the_interrupt():
     check_kind(lambda ctx: LocalSearch(seconds=math.inf, stall=(math.inf, 1.0)), guided)
 
 
+def test_local_search_with_the_compiled_search_loaded_runs_vns_and_hears_the_interrupt(monkeypatch):
+    """Where the compiled search is loaded, local search runs VNS with it (vns) between the chains and LNS:
+    it hears the interrupt within the same polls, and the bounds it leaves are valid; without it, no VNS."""
+    from gpusolve.search import vns as vns_module
+    from gpusolve.search.dfbb import Beside, entry_points
+    calls, original = [], vns_module.vns
+    monkeypatch.setattr(vns_module, "vns", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    entry_points()
+
+    def guided(ctx, loaded=True) -> None:
+        MBE(build_plan(ctx.problem, ctx.order, smallest_z(ctx))).run(ctx)
+        ctx.core = Beside(ctx.problem, ctx.bounds)  # made, not started: its load is what local search asks
+        if loaded:
+            ctx.core.loaded.set()
+    check_kind(lambda ctx: LocalSearch(seconds=math.inf, stall=(math.inf, 1.0)), guided)
+    assert calls
+    calls.clear()
+    check_kind(lambda ctx: LocalSearch(seconds=math.inf, stall=(math.inf, 1.0)), lambda ctx: guided(ctx, False))
+    assert not calls
+
+
 def test_mac_hears_the_interrupt():
     """Satisfaction problems (costs 0 or forbidden): MAC's first solution is optimal."""
     interrupted = 0

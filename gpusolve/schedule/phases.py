@@ -295,7 +295,8 @@ class LocalSearch(Phase):
             f" at most, until improvements stop (LNS: none for {floor:g} s or {share:.0%} of its time)"
 
     def run(self, ctx: RunContext) -> str:
-        _local_search(ctx.problem, ctx.guide, ctx.engine, ctx.bounds, ctx.stop, self.seconds, self.stall)
+        core = ctx.core is not None and ctx.core.loaded.is_set()  # VNS's balls are searched without a compile
+        _local_search(ctx.problem, ctx.guide, ctx.engine, ctx.bounds, ctx.stop, self.seconds, self.stall, core)
         return self.label
 
 
@@ -376,10 +377,14 @@ class MAC(Phase):
 
 
 def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: float,
-                  lns_stall: tuple[float, float]) -> None:
+                  lns_stall: tuple[float, float], core: bool = False) -> None:
     """Chains (on the engine's array module, or NumPy for a small problem: local_search.chains_module),
-    seeded by rollouts from the guiding messages and the incumbent, until they stall; then large
-    neighbourhood search on the engine from the incumbent until it stalls too, within the slice."""
+    seeded by rollouts from the guiding messages and the incumbent, until they stall; then, where the
+    compiled search is loaded (`core`), variable neighbourhood search with it (vns) from the incumbent
+    until it stalls; then large neighbourhood search on the engine until it stalls too, within the slice.
+    VNS's balls of tens of variables are searched with soft arc consistency where LNS's, solved by BE,
+    hold a few at CELAR's domain 44: on scen07 (2-core dev box) the first incumbent at most 354,198 came
+    at 9.8-45 s with VNS only as the core's polish."""
     from gpusolve.search import local as local_search
     from gpusolve.engines.sparse import to_module
     xp = local_search.chains_module(problem, engine.xp)
@@ -402,7 +407,13 @@ def _local_search(problem, guide, engine, bounds: Bounds, stop: Stop, seconds: f
                               chains_stop, rng, xp=xp, on_improve=improved,
                               on_progress=lambda: last.__setitem__(0, time.perf_counter()))  # towards feasibility
     # Chains stall in basins (grids: 1-2% above the optimum); large neighbourhoods solved exactly leave them.
-    if bounds.assignment is not None:  # a feasible incumbent: Bounds takes no other
+    # a feasible incumbent (Bounds takes no other), and no interrupt that stopped the stage before
+    if bounds.assignment is not None and core and not box.signal():
+        from gpusolve.search.dfbb import ball_search
+        from gpusolve.search.vns import vns
+        last[0] = time.perf_counter()
+        vns(problem, bounds.assignment, ball_search, rng, Stalled(box, bounds, last, *lns_stall), improved)
+    if bounds.assignment is not None and not box.signal():
         last[0] = time.perf_counter()
         local_search.lns(problem, bounds.assignment, engine, rng, Stalled(box, bounds, last, *lns_stall), improved)
 
