@@ -418,8 +418,8 @@ def ball_search(problem: Problem, upper: int) -> DepthFirst:
 
 
 POLL_S = 0.05  # how often run_here looks at its stop while the core's thread works
-# Once the core has searched POLISH_AFTER_S of its time without a better incumbent (VAC done) since its
-# last one or its last polish, its thread polishes the incumbent by variable neighbourhood search (vns:
+# Once the core has searched POLISH_AFTER_S of its time without an incumbent POLISH_GAIN below the last one
+# so marked (VAC done), nor a polish, its thread polishes the incumbent by variable neighbourhood search (vns:
 # balls of variables around it searched by this core, `ball_search`) until POLISH_STALL_S pass without a
 # better one, each time with another seed. Its time after its last better incumbent (the stall that ends
 # it, or all of it when it found none) is kept within POLISH_SHARE of the core's search time (at least
@@ -429,8 +429,10 @@ POLL_S = 0.05  # how often run_here looks at its stop while the core's thread wo
 # (3 of 17 with LNS by BE as the polish, local.lns, which from 364,013 found nothing in 10 s with each of
 # 4 seeds); vns takes such incumbents below 354,198 in under 5 s (vns.py). Charged its whole time, one run
 # of 8 on the H100 host had a first polish of 7.9 s (6 better incumbents) leave too little share for a
-# second one before the 60 s limit: 363,702 held from 35.7 s.
-POLISH_AFTER_S, POLISH_STALL_S, POLISH_SHARE, POLISH_MIN_S = 5.0, 5.0, 0.2, 2.0
+# second one before the 60 s limit: 363,702 held from 35.7 s. Any better incumbent putting the polish off,
+# one run of 3 on the 2-core dev box went from 445,821 at 12.4 s to 354,198 or less at 39.4 s only, by steps
+# of a few to a few thousand, where the polish takes such incumbents there within seconds.
+POLISH_AFTER_S, POLISH_STALL_S, POLISH_SHARE, POLISH_MIN_S, POLISH_GAIN = 5.0, 5.0, 0.2, 2.0, 0.01
 
 
 class Beside:
@@ -458,7 +460,8 @@ class Beside:
         self.compile_s = 0.0
         self._busy_s, self._slice_began = 0.0, None
         self.problem = problem
-        self._better_at = 0.0  # the core's time at its last better incumbent, or last polish
+        self._better_at = 0.0  # the core's time at its last marked incumbent, or last polish
+        self._marked = self.search.ub  # the cost of that incumbent
         self.polish = {"runs": 0, "time_s": 0.0, "idle_s": 0.0, "better": 0}  # idle: after its last better
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -481,7 +484,7 @@ class Beside:
             if self.time_s - self._better_at > POLISH_AFTER_S and allowed >= POLISH_MIN_S \
                     and (self.search.best[0] >= 0 or self._handed is not None):
                 self._polish(allowed)
-                self._better_at = self.time_s
+                self._better_at, self._marked = self.time_s, self.search.ub
 
     def _polish(self, seconds: float) -> None:
         """VNS from the incumbent (the core's own or the caller's, whichever is better), in this thread, until it
@@ -533,7 +536,9 @@ class Beside:
         with self._lock:
             if status == FOUND:
                 self._found.append(self.search.best.copy())
-            if status == FOUND or self.search.vac_after is not None:
+            if status == FOUND and self.search.ub <= (1 - POLISH_GAIN) * self._marked:
+                self._better_at, self._marked = self.time_s, self.search.ub
+            if self.search.vac_after is not None:
                 self._better_at = self.time_s
             self._lower = self.search.lower_bound
         return status
