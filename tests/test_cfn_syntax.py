@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -285,6 +286,9 @@ HEAD = "{ problem { name e mustbe <10 }\n  variables { x [a b] y 2 }\n  function
     ("    f { scope [x y]\n type sgrammar params {metric var cost 1} } } }\n", 5,
      "global cost function sgrammar is not supported"),
     ("    f { scope [x y] defaultcost 0 costs [a 1 5\n a 1 6] } } }\n", 5, "a tuple is given twice"),
+    ("    f { scope [x y] defaultcost 0 costs [a 1 5\n c 0 6] } } }\n", 5, "value c is not in the domain of variable x"),
+    ("    f { scope [x y] defaultcost 0 costs [a 1 5\n b 2 6] } } }\n", 5, "value 2 is not in the domain of variable y"),
+    ("    f { scope [x y] defaultcost 0 costs [a 1 5\n b 1 x] } } }\n", 5, "found 'x'"),
     ("    f { scope [x] costs [1 2] } } } }\n", 4, "unbalanced"),
     ("    f { scope [x] costs [1 2] extra } } }\n", 4, "unexpected 'extra'"),
     ("    f { scope [x y] costs [1 2 3 4] }\n    g { scope [y x] costs f } } }\n", 5, "defined after"),
@@ -300,6 +304,34 @@ def test_errors_name_the_file_and_line(tmp_path, functions, line, message):
     with pytest.raises(ParseError, match=message) as e:
         read(path)
     assert str(e.value).startswith(f"{path}:{line}: ")
+
+
+def test_tuples_read_a_column_at_once_as_one_entry_at_a_time(tmp_path, monkeypatch):
+    """A listed table's value names and indices are looked up a column at once (cfn._Reader._indices): the
+    same tables as entry by entry, on random tables of labelled and unlabelled variables, values given
+    by name or by index."""
+    from gpusolve.parsers import cfn
+    rng = np.random.default_rng(4)
+    for case in range(25):
+        sizes = [int(rng.integers(1, 6)) for _ in range(3)]
+        labelled = [bool(rng.integers(2)) for _ in sizes]
+        variables = " ".join(f"v{i} [" + " ".join(f"l{i}_{a}" for a in range(d)) + "]" if named else f"v{i} {d}"
+                             for i, (d, named) in enumerate(zip(sizes, labelled)))
+        functions = []
+        for k in range(3):
+            scope = [int(v) for v in rng.choice(3, int(rng.integers(1, 3)), replace=False)]
+            tuples = {tuple(int(rng.integers(sizes[v])) for v in scope) for _ in range(6)}
+            entries = " ".join(" ".join(f"l{v}_{a}" if labelled[v] and rng.integers(2) else str(a)
+                                        for v, a in zip(scope, t)) + f" {int(rng.integers(0, 9))}" for t in tuples)
+            functions.append(f"f{k} {{ scope [{' '.join(f'v{v}' for v in scope)}] defaultcost {int(rng.integers(9))} "
+                             f"costs [{entries}] }}")
+        path = write(tmp_path, "{ problem { name t mustbe <100 } variables { " + variables + " } functions { "
+                     + " ".join(functions) + " } }", f"t{case}.cfn")
+        at_once = read(path)
+        with monkeypatch.context() as m:
+            m.setattr(cfn._Reader, "_indices", lambda self, texts, v: None)
+            one_by_one = read(path)
+        assert model(at_once) == model(one_by_one), case
 
 
 def test_the_cli_refuses_a_bad_file_with_one_line_and_exit_code_2(tmp_path):
