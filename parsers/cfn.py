@@ -46,6 +46,7 @@ from .cfn_syntax import NUMBER, Atom, Group, is_number, tree
 INFINITY = "inf"  # the forbidden cost
 PLAIN_INTEGERS = re.compile(r"[+-]?[0-9]+(?: [+-]?[0-9]+)*")  # a list of costs that `cost` reads as integers
 MAX_DECIMALS = 18
+COLUMNS_FROM = 64  # listed tuples looked up a column at once (_Reader._tuples)
 
 # the global cost functions toulbar2 reads in CFN (tb2reader.cpp's GCFTemplates, and alldiff, gcc)
 TOULBAR2_GLOBALS = ("clique", "knapsack", "knapsackv", "cfnconstraint", "salldiff", "sgcc", "ssame", "sregular",
@@ -478,12 +479,13 @@ class _Reader:
         return Listed(shape, default_cost, rows, values)
 
     def _tuples(self, entries: list, scope, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(the tuples' value indices, their costs): a column of value names or indices, all valid, at once
-        (a dict lookup per entry: rlfap.py's CELAR6-SUB1 written as tuples, 269,000 of them, took 2 s
-        one by one); else tuple by tuple, which names the first bad entry."""
+        """(the tuples' value indices, their costs): from COLUMNS_FROM tuples on, a column of value names or
+        indices, all valid, at once (a dict lookup per entry: rlfap.py's CELAR6-SUB1 written as tuples,
+        269,000 of them, took 2 s one by one); else tuple by tuple, which names the first bad entry (and
+        costs less than the arrays for a few tuples: toulbar2's warehouse.py lists one per function)."""
         width = len(scope) + 1
         count = len(entries) // width
-        if all(isinstance(a, Atom) for a in entries):
+        if count >= COLUMNS_FROM and all(isinstance(a, Atom) for a in entries):
             columns = [self._indices([a.text for a in entries[c::width]], v) for c, v in enumerate(scope)]
             if all(column is not None for column in columns):
                 return (np.stack(columns, 1) if columns else np.empty((count, 0), dtype=np.intp),

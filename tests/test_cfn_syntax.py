@@ -309,8 +309,9 @@ def test_errors_name_the_file_and_line(tmp_path, functions, line, message):
 def test_tuples_read_a_column_at_once_as_one_entry_at_a_time(tmp_path, monkeypatch):
     """A listed table's value names and indices are looked up a column at once (cfn._Reader._indices): the
     same tables as entry by entry, on random tables of labelled and unlabelled variables, values given
-    by name or by index."""
+    by name or by index (every table looked up at once here, not only those of COLUMNS_FROM tuples)."""
     from gpusolve.parsers import cfn
+    monkeypatch.setattr(cfn, "COLUMNS_FROM", 1)
     rng = np.random.default_rng(4)
     for case in range(25):
         sizes = [int(rng.integers(1, 6)) for _ in range(3)]
