@@ -6,8 +6,9 @@ others fixed to the incumbent's values, for a strictly better assignment within 
 local.lns solves its balls exactly by BE, so their width bounds them: a few variables at CELAR's domain
 44. Soft arc consistency searches balls of tens. On scen07, from an incumbent of 364,013 (a 60 s run's
 last) that LNS left as it was in 10 s with each of 4 seeds, balls of 30 variables and 5,000 nodes found
-354,005 or better within 0.04-4.5 s with each of 4; from 364,412, balls of 20-40 variables and 1,000-2,000
-nodes found 354,112 or better within 0.04-0.23 s with each of 6 (/tmp/vns.py, dev box, under load).
+354,104 or better within 0.04-4.5 s with each of 4 (354,005 with 3); from 364,412, balls of 20-40 variables
+and 1,000-2,000 nodes found 354,112 or better within 0.04-0.23 s with each of 6 (/tmp/vns.py, dev box,
+under load).
 """
 from __future__ import annotations
 
