@@ -239,11 +239,11 @@ def test_an_adopted_incumbent_keeps_the_search_exact():
         assert search.ub == search.lower_bound == optimum == problem.evaluate(search.best), seed
 
 
-@pytest.mark.parametrize("handed", [False, True])
-def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, handed):
-    """Beside._polish (VNS from the core's incumbent, or the caller's where that is better): each assignment
-    it hands over costs less than the one before and than the one it started from, is the search's
-    incumbent at its cost, and the core goes on to prove the optimum."""
+@pytest.mark.parametrize("handed, own", [(False, True), (True, True), (True, False)])
+def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, handed, own):
+    """Beside._polish (VNS from the core's incumbent, or the caller's where that is better or the core has
+    none): each assignment it hands over costs less than the one before and than the one it started from,
+    is the search's incumbent at its cost, and the core goes on to prove the optimum."""
     from gpusolve.schedule.bounds import Bounds
     monkeypatch.setattr(dfbb, "POLISH_STALL_S", 0.5)  # the polish ends 0.5 s after its last better incumbent
     rng = np.random.default_rng(5)
@@ -254,10 +254,15 @@ def test_the_polish_publishes_better_incumbents_of_their_true_cost(monkeypatch, 
     bounds = Bounds.start(problem, 0.0, None)
     beside = dfbb.Beside(problem, bounds)
     start = np.full(n, d - 1, dtype=np.int64)
-    beside.search.adopt(start, problem.evaluate(start))
+    if own:
+        beside.search.adopt(start, problem.evaluate(start))
     if handed:  # the caller holds a better incumbent than the core's: the polish starts from it
         caller = min((rng.integers(0, d, size=n) for _ in range(200)), key=problem.evaluate)
         assert bounds.offer(caller, "elsewhere") and bounds.upper < problem.evaluate(start)
+        if not own:  # the core's none (its -1s) would evaluate as every variable's last value
+            caller = max((rng.integers(0, d, size=n) for _ in range(200)), key=problem.evaluate)
+            bounds = Bounds.start(problem, 0.0, None)
+            assert bounds.offer(caller, "elsewhere") and bounds.upper > problem.evaluate(start)
         start = caller
         beside.publish(bounds)
     starts, original = [], vns_module.vns

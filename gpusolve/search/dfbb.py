@@ -506,9 +506,9 @@ class Beside:
                 self.search.adopt(assignment, cost)
                 self.polish["better"] += 1
         with self._lock:
-            handed = self._handed
-        start = [int(v) for v in self.search.best]
-        if handed is not None and self.problem.evaluate(handed) < self.problem.evaluate(start):
+            handed, upper = self._handed, self._upper  # upper: handed's cost (publish takes both from Bounds)
+        start = [int(v) for v in self.search.best]  # all -1 before the core's first incumbent
+        if handed is not None and (start[0] < 0 or upper < self.problem.evaluate(start)):
             start = list(handed)
         vns(self.problem, start, ball_search, np.random.default_rng(self.polish["runs"]), stop, better)
         self.polish["runs"] += 1
