@@ -253,7 +253,6 @@ class Integers(Scopes):
     def __init__(self, path, first: str, values: np.ndarray):
         self.path, self._first, self._values = str(path), first, values
         self._pos = -1  # -1: the first word is next
-        self.line = None
 
     def error(self, message: str, line: int | None = None) -> ParseError:
         return ParseError(self.path, None, message)
