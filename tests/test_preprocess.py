@@ -143,6 +143,40 @@ def test_revise_reaches_the_arc_consistent_fixpoint_on_pair_lists_and_dense_tabl
     assert kinds == {tuple, np.ndarray, type(None)}  # every representation was exercised (None: all allowed)
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_root_arc_consistency_by_batches_of_one_shape_reaches_the_fixpoint(seed):
+    """consistent revises small dense binary tables a shape at a time (_revise_batches), the rest one by
+    one: the domains it keeps are the arc-consistent ones by definition, infeasible where one empties."""
+    from gpusolve.consistency.preprocess import consistent
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 7))
+    domains = rng.choice([2, 3, 4], size=n)
+    functions = [CostFunction((v,), np.where(rng.random(int(domains[v])) < 0.2, FORBIDDEN, 1).astype(np.int64))
+                 for v in range(n)]
+    for _ in range(int(rng.integers(2, 10))):  # few shapes: batches of several functions
+        scope = tuple(int(v) for v in rng.choice(n, size=2, replace=False))
+        table = np.where(rng.random((int(domains[scope[0]]), int(domains[scope[1]])))
+                         < rng.choice([0.3, 0.6, 0.9]), 0, FORBIDDEN).astype(np.int64)
+        functions.append(CostFunction(scope, table))
+    if seed % 3 == 0:
+        scope = tuple(int(v) for v in rng.choice(n, size=3, replace=False))
+        shape = tuple(int(domains[v]) for v in scope)
+        functions.append(CostFunction(scope, np.where(rng.random(shape) < 0.5, 0, FORBIDDEN).astype(np.int64)))
+    problem = finalize_integer(Problem("r", [Variable(f"x{i}", int(d)) for i, d in enumerate(domains)],
+                                       functions), 10)
+    live = [np.ones(int(d), dtype=bool) for d in domains]
+    for f in problem.functions:
+        if f.arity == 1:
+            live[f.scope[0]] &= f.table < problem.top
+    want = naive_arc_consistency([(f.scope, f.table < problem.top) for f in problem.functions if f.arity > 1],
+                                 live)
+    got = consistent(problem)
+    assert got.infeasible == (not all(m.any() for m in want))
+    if not got.infeasible:
+        for kept, m in zip(got.values, want):
+            np.testing.assert_array_equal(np.asarray(kept), np.flatnonzero(m))
+
+
 def listed(f: CostFunction, dims) -> TupleFunction:
     """f as its tuples below FORBIDDEN and a forbidden default."""
     tuples = np.argwhere(f.table < FORBIDDEN)

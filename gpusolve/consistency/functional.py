@@ -93,13 +93,16 @@ def rewrite(h: CostFunction, y: int, x: int, g: np.ndarray, b: int | None) -> Co
 
 def _allowed_pairs(f: CostFunction, top, limits: Limits) -> tuple[np.ndarray, np.ndarray] | None:
     """The value indices (one array per scope variable) of a binary function's pairs cheaper than
-    top; None for listed tuples with a default below top whose dense table is too large to read."""
+    top; None for listed tuples with a default below top whose dense table is too large to read, and
+    for a table allowing more pairs than either domain has values, functional in neither variable
+    (cap131's 2,500 facility costs)."""
     if isinstance(f, TupleFunction) and f.default >= top:
         allowed = f.tuples[f.costs < top]
         return allowed[:, 0], allowed[:, 1]
     if f.entries > limits.functional_entries:
         return None
-    return np.nonzero(f.table < top)
+    allowed = f.table < top
+    return np.nonzero(allowed) if np.count_nonzero(allowed) <= max(allowed.shape) else None
 
 
 def _function(xs: np.ndarray, ys: np.ndarray, dx: int) -> np.ndarray | None:

@@ -16,6 +16,7 @@ elimination. Value indices change and eliminated variables leave every scope: `R
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,7 +84,11 @@ def consistent(problem: Problem, limits: Limits = DEFAULT) -> Reduced:
     for i, f in enumerate(problem.functions):
         for v in f.scope:
             watching.setdefault(v, []).append(i)
-    queue = [i for i, f in enumerate(problem.functions) if f.scope]
+    batched = _binary_batches(problem)
+    if not _revise_batches(batched, live):
+        return infeasible
+    done = {i for batch in batched for i in batch.members}
+    queue = [i for i, f in enumerate(problem.functions) if f.scope and i not in done]
     queued = set(queue)
     alldiffs = problem.hard_globals
     matches: list = [None] * len(alldiffs)
@@ -136,6 +141,67 @@ def revise(problem: Problem, live, watching, queue: list, queued: set, allowed: 
                     if j not in queued:
                         queue.append(j)
                         queued.add(j)
+    return True
+
+
+# Dense binary tables of at most this many entries are revised together at the root, a shape at a time
+# (cap131: 2,599 functions, 0.02 s one at a time).
+BATCH_ENTRIES = 1 << 12
+
+
+class _Batch(NamedTuple):
+    """Binary functions of one table shape: their indices, first and second scope variables, allowed pairs."""
+    members: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    allowed: np.ndarray  # (functions, first's domain, second's domain) bool
+
+
+def _binary_batches(problem: Problem) -> list[_Batch]:
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for i, f in enumerate(problem.functions):
+        if type(f) is CostFunction and f.arity == 2 and f.table.size <= BATCH_ENTRIES:
+            by_shape.setdefault(f.table.shape, []).append(i)
+    batches = []
+    for members in by_shape.values():
+        scopes = np.array([problem.functions[i].scope for i in members], dtype=np.int64)
+        allowed = np.stack([problem.functions[i].table for i in members]) < problem.top
+        batches.append(_Batch(np.array(members), scopes[:, 0], scopes[:, 1], allowed))
+    return batches
+
+
+def _revise_batches(batches: list[_Batch], live: list) -> bool:
+    """Arc consistency on the batched functions alone, in rounds over those with a variable that lost a
+    value in the last round (all, at first), each round a few array operations per batch; False when
+    a domain empties. The closure is that of revise: AC's is unique."""
+    if not batches:
+        return True
+    width = max(len(m) for m in live if m is not None)
+    domains = np.zeros((len(live), width), dtype=bool)
+    for v, m in enumerate(live):
+        if m is not None:
+            domains[v, : len(m)] = m
+    dirty = np.ones(len(live), dtype=bool)
+    while dirty.any():
+        lost = np.zeros(len(live), dtype=bool)
+        for b in batches:
+            at = np.flatnonzero(dirty[b.first] | dirty[b.second])
+            if not at.size:
+                continue
+            allowed, x, y = b.allowed[at], b.first[at], b.second[at]
+            dx, dy = allowed.shape[1:]
+            lx, ly = domains[x, :dx], domains[y, :dy]
+            for v, values, supported in ((x, lx, (allowed & ly[:, None, :]).any(axis=2)),
+                                         (y, ly, (allowed & lx[:, :, None]).any(axis=1))):
+                rows, cols = np.nonzero(values & ~supported)
+                domains[v[rows], cols] = False
+                lost[v[rows]] = True
+        if lost.any() and not domains[lost].any(axis=1).all():
+            return False
+        dirty = lost
+    for v, m in enumerate(live):
+        if m is not None:
+            m &= domains[v, : len(m)]
     return True
 
 
