@@ -308,6 +308,13 @@ def test_a_schedule_planned_after_the_compiled_search_proved_is_its_phase_alone(
     assert alone.choice[-1] == "the phases after it: not planned, the compiled search proved the optimum meanwhile"
     assert alone.choice[:-1] == whole.choice[:len(alone.choice) - 1]
     assert alone.choice[-2].startswith("compiled search (HBFS, EDAC*) first: scheduled")
+    asked = []  # proven is asked again before each later plan is built: a proof at any of them ends planning
+    plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy", proven=lambda: asked.append(1) and False)
+    assert len(asked) > 2
+    for k in range(len(asked)):
+        calls = iter(range(len(asked)))
+        late = plan_schedule(problem, order, None, 1 << 30, 10.0, "numpy", proven=lambda: next(calls) >= k)
+        assert late.phases == alone.phases and late.choice[-1] == alone.choice[-1]
     floats = Problem(problem.name, problem.variables, [CostFunction(f.scope, f.table.astype(np.float64))
                                                        for f in problem.functions], integer=False, top=np.inf)
     names = [p.name for p in plan_schedule(floats, order, None, 1 << 30, 10.0, "numpy", proven=lambda: True).phases]

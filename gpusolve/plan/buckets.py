@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gpusolve.host import BudgetError, fmt_bytes
 from gpusolve.limits import DEFAULT, Limits
@@ -384,11 +384,15 @@ class PlansByZ(dict):
     """The dense MBE plans of one problem and order, by z, each built at its first use: plan_schedule's
     choices and bounded sparse BE's cheap run scan the same z's (cap131: 0.22 -> 0.14 s of schedule)."""
 
-    def __init__(self, problem: Problem, order: list[int], n_components: int = 1, limits: Limits = DEFAULT):
+    def __init__(self, problem: Problem, order: list[int], n_components: int = 1, limits: Limits = DEFAULT,
+                 before: Callable[[], None] | None = None):
         super().__init__()
         self.problem, self.order, self.n_components, self.limits = problem, order, n_components, limits
+        self.before = before  # called before each plan is built (plan_schedule's settle may end planning there)
 
     def __missing__(self, z: int) -> Plan:
+        if self.before is not None:
+            self.before()
         plan = self[z] = build_plan(self.problem, self.order, z, self.n_components, limits=self.limits)
         return plan
 

@@ -188,83 +188,95 @@ def plan_schedule(problem: Problem, order: list[int], exact: Plan | None, budget
         else:
             choice.append(f"{what}: not scheduled, over 80% of the {limit:g} s limit")
     first_box = _core_first(problem, z, limit, choice) if search else ()
-    if first_box and proven is not None and proven():
+
+    def settle() -> None:
+        """Ends planning, before each plan is built, once the compiled search scheduled first has proven."""
+        if first_box and proven is not None and proven():
+            raise _Proved
+    try:
+        settle()
+        note = ""
+        if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
+            z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)
+        if not search:
+            fitting = choose_plan(problem, order, z, budget, n_components, limits=limits)
+            # nothing but MBE after it: the whole limit (its stop returns the cheap run's bounds)
+            bounded = _bounded_sparse(problem, order, fitting, budget, z, tables, n_components, limit, cost, choice)
+            return Schedule(bounded + (MBE(fitting, cost(fitting)),), engine, threads, note, tuple(choice))
+        max_arity = problem.max_arity
+        settle()
+        full = build_plan(problem, order, None, n_components, limits=limits)  # the dense exact plan
+        width = full.induced_width
+
+        plans = PlansByZ(problem, order, n_components, limits, settle)  # shared with the cheap run's choice
+
+        def mbe_within(seconds: float, top_z: int) -> Plan | None:
+            """The largest z up to top_z that fits the heuristic's memory and `seconds` (the smallest z
+            regardless of time). Search reads every message from one host pool: a few GiB at most."""
+            best, room = None, min(budget // 4, HEURISTIC_BYTES)
+            for zz in range(max_arity, top_z + 1):
+                plan = plans[zz]
+                if (best is not None and plan.peak_bytes > room) or plan.peak_bytes > budget \
+                        or (best is not None and cost(plan) > seconds):
+                    break
+                best = plan
+                if plan.exact:
+                    break
+            return best
+
+        if z is not None:
+            heuristic = choose_plan(problem, order, z, budget, n_components, limits=limits)
+        else:
+            # Plain and matched MBE at this z cost about three plain runs.
+            heuristic = mbe_within(max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S) / 3, width + 1)
+            if heuristic is None:  # not even the smallest z fits: choose_plan says so
+                heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
+        first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
+        # the reach is bounded sparse BE's: asked only where it could be scheduled (integer costs, no --z)
+        exact_s = cost(full) if problem.integer and z is None and tables != "dense" and heuristic.z is not None else 0.0
+        beyond = math.isfinite(limit) and exact_s > SPARSE_REACH * limit
+        bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
+                                  BOUNDED_SPARSE_SHARE * limit, cost, choice,
+                                  f"its exact plan is predicted {exact_s:.3g} s, over {SPARSE_REACH:g} times the "
+                                  f"{limit:g} s limit" if beyond else "", plans)
+        deeper = None
+        if beyond:
+            deeper = mbe_within(min(DEEPER_SHARE * limit, DEEPER_MAX_S), width)
+            deeper = deeper if deeper is not None and not deeper.exact and deeper.z > heuristic.z else None
+            choice.append(f"a larger MBE for the bound: scheduled at z={deeper.z}, predicted {cost(deeper):.3g} s"
+                          if deeper else f"a larger MBE for the bound: not scheduled, none above z={heuristic.z} fits "
+                          f"{min(DEEPER_SHARE * limit, DEEPER_MAX_S):.3g} s and the heuristic's memory")
+        # Local search follows the first cheap MBE (its messages guide the rollouts), before the
+        # heuristic's larger z takes its share; before bounded sparse BE, whose cheap run finds an
+        # incumbent too and whose proof ends the run, it takes BOUNDED_LOCAL_SHARE of its box.
+        local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S)
+                            * (BOUNDED_LOCAL_SHARE if bounded or beyond else 1), stall=LNS_STALL)
+        phases = []
+        if first is not None and (first.z or 0) < (heuristic.z or width + 1):
+            phases += [MBE(first, cost(first)), local]
+        phases.append(MBE(heuristic, cost(heuristic)))
+        phases.append(FGLP())
+        # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
+        phases.append(MBE(heuristic, 2 * cost(heuristic), shifted=True))
+        jglp = JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None)
+        if not bounded and not deeper:
+            phases.append(jglp)
+        if local not in phases:
+            phases.append(local)
+        boxed = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),)
+        if bounded:  # search first, boxed: where it proves in seconds the long phase never starts; JGLP, which
+            # only raises the lower bound that a proof makes moot, waits for it
+            last = boxed + bounded + (jglp,) + last
+        elif deeper:  # the larger MBE (a bound, no proof) first, then the boxed search guided by it
+            last = (MBE(deeper, cost(deeper)),) + boxed + (jglp,) + last
+        return Schedule(first_box + tuple(phases) + last, engine, threads, note, tuple(choice))
+    except _Proved:
         choice.append("the phases after it: not planned, the compiled search proved the optimum meanwhile")
         return Schedule(first_box, engine, threads, choice=tuple(choice))
-    note = ""
-    if z is not None:  # the z asked for, or the largest below it that fits memory and the time left
-        z, note = _given_z(problem, order, z, budget, n_components, limit, cost, limits)
-    if not search:
-        fitting = choose_plan(problem, order, z, budget, n_components, limits=limits)
-        # nothing but MBE after it: the whole limit (its stop returns the cheap run's bounds)
-        bounded = _bounded_sparse(problem, order, fitting, budget, z, tables, n_components, limit, cost, choice)
-        return Schedule(bounded + (MBE(fitting, cost(fitting)),), engine, threads, note, tuple(choice))
-    max_arity = problem.max_arity
-    full = build_plan(problem, order, None, n_components, limits=limits)  # the dense exact plan
-    width = full.induced_width
 
-    plans = PlansByZ(problem, order, n_components, limits)  # shared with the cheap run's choice
 
-    def mbe_within(seconds: float, top_z: int) -> Plan | None:
-        """The largest z up to top_z that fits the heuristic's memory and `seconds` (the smallest z
-        regardless of time). Search reads every message from one host pool: a few GiB at most."""
-        best, room = None, min(budget // 4, HEURISTIC_BYTES)
-        for zz in range(max_arity, top_z + 1):
-            plan = plans[zz]
-            if (best is not None and plan.peak_bytes > room) or plan.peak_bytes > budget \
-                    or (best is not None and cost(plan) > seconds):
-                break
-            best = plan
-            if plan.exact:
-                break
-        return best
-
-    if z is not None:
-        heuristic = choose_plan(problem, order, z, budget, n_components, limits=limits)
-    else:
-        # Plain and matched MBE at this z cost about three plain runs.
-        heuristic = mbe_within(max(min(HEURISTIC_SHARE * limit, HEURISTIC_MAX_S), HEURISTIC_MIN_S) / 3, width + 1)
-        if heuristic is None:  # not even the smallest z fits: choose_plan says so
-            heuristic = choose_plan(problem, order, None, budget, n_components, limits=limits)
-    first = mbe_within(FIRST_BOUND_S, heuristic.z if heuristic.z is not None else width + 1)
-    # the reach is bounded sparse BE's: asked only where it could be scheduled (integer costs, no --z)
-    exact_s = cost(full) if problem.integer and z is None and tables != "dense" and heuristic.z is not None else 0.0
-    beyond = math.isfinite(limit) and exact_s > SPARSE_REACH * limit
-    bounded = _bounded_sparse(problem, order, heuristic, budget, z, tables, n_components,
-                              BOUNDED_SPARSE_SHARE * limit, cost, choice,
-                              f"its exact plan is predicted {exact_s:.3g} s, over {SPARSE_REACH:g} times the "
-                              f"{limit:g} s limit" if beyond else "", plans)
-    deeper = None
-    if beyond:
-        deeper = mbe_within(min(DEEPER_SHARE * limit, DEEPER_MAX_S), width)
-        deeper = deeper if deeper is not None and not deeper.exact and deeper.z > heuristic.z else None
-        choice.append(f"a larger MBE for the bound: scheduled at z={deeper.z}, predicted {cost(deeper):.3g} s"
-                      if deeper else f"a larger MBE for the bound: not scheduled, none above z={heuristic.z} fits "
-                      f"{min(DEEPER_SHARE * limit, DEEPER_MAX_S):.3g} s and the heuristic's memory")
-    # Local search follows the first cheap MBE (its messages guide the rollouts), before the
-    # heuristic's larger z takes its share; before bounded sparse BE, whose cheap run finds an
-    # incumbent too and whose proof ends the run, it takes BOUNDED_LOCAL_SHARE of its box.
-    local = LocalSearch(seconds=min(LOCAL_SEARCH_SHARE * limit, LOCAL_SEARCH_S) * (BOUNDED_LOCAL_SHARE if bounded or beyond else 1),
-                        stall=LNS_STALL)
-    phases = []
-    if first is not None and (first.z or 0) < (heuristic.z or width + 1):
-        phases += [MBE(first, cost(first)), local]
-    phases.append(MBE(heuristic, cost(heuristic)))
-    phases.append(FGLP())
-    # Moment matching computes every bucket's min-marginals as well: about twice plain MBE.
-    phases.append(MBE(heuristic, 2 * cost(heuristic), shifted=True))
-    jglp = JGLP(seconds=JGLP_SHARE * limit if math.isfinite(limit) else None)
-    if not bounded and not deeper:
-        phases.append(jglp)
-    if local not in phases:
-        phases.append(local)
-    boxed = (Search(seconds=min(SEARCH_FIRST_SHARE * limit, SEARCH_FIRST_S)),)
-    if bounded:  # search first, boxed: where it proves in seconds the long phase never starts; JGLP, which
-        # only raises the lower bound that a proof makes moot, waits for it
-        last = boxed + bounded + (jglp,) + last
-    elif deeper:  # the larger MBE (a bound, no proof) first, then the boxed search guided by it
-        last = (MBE(deeper, cost(deeper)),) + boxed + (jglp,) + last
-    return Schedule(first_box + tuple(phases) + last, engine, threads, note, tuple(choice))
+class _Proved(Exception):
+    """Raised by plan_schedule's `settle` between plans: the compiled search scheduled first has proven."""
 
 
 def why_not_core_first(problem: Problem, z: int | None) -> str:
