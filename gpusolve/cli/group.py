@@ -6,16 +6,34 @@ import sys
 
 import click
 
+import importlib
+
 from gpusolve import __version__
-from gpusolve.cli import batch, csg, dcop, generate, info, serve, solve
+from gpusolve.cli import solve
 from gpusolve.cli.common import EXIT_INTERRUPT, reader_gone, err
 from gpusolve.report import dumps
+
+
+# The commands but `solve`, imported when named (click's lazily loaded subcommands): a solve does not pay
+# for their modules (20 ms of its start, dev box).
+LAZY = {"info": ("info", "info_cmd"), "generate": ("generate", "generate_cmd"),
+        "generate-csp": ("generate", "generate_csp_cmd"), "batch": ("batch", "batch_cmd"),
+        "dcop": ("dcop", "dcop_cmd"), "csg": ("csg", "csg_cmd"), "serve": ("serve", "serve_cmd")}
 
 
 class Commands(click.Group):
     """Usage errors as one line on stderr (and, with --json, an error object on stdout), exit 2;
     Ctrl-C outside a solve exits 130 without click's "Aborted!"; a reader of stdout gone (`| head`)
     ends the command quietly with 141."""
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *LAZY})
+
+    def get_command(self, ctx, name):
+        if name in LAZY and name not in self.commands:
+            module, attr = LAZY[name]
+            self.add_command(getattr(importlib.import_module(f"gpusolve.cli.{module}"), attr))
+        return super().get_command(ctx, name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:  # a caller that handles click's exceptions itself
@@ -56,9 +74,7 @@ def main():
     """gpusolve: bucket and mini-bucket elimination for WCSP, UAI and XCSP instances."""
 
 
-for command in (solve.solve_cmd, info.info_cmd, generate.generate_cmd, generate.generate_csp_cmd, batch.batch_cmd,
-                dcop.dcop_cmd, csg.csg_cmd, serve.serve_cmd):
-    main.add_command(command)
+main.add_command(solve.solve_cmd)
 
 
 if __name__ == "__main__":
