@@ -94,12 +94,19 @@ def check_stop() -> None:
 def read_lines(path: str | Path, binary: bool = False) -> Iterator:
     """Yield the file's lines (str, or bytes when `binary`), decompressing by suffix, within the
     reading limits. As with open(), a text line ends in LF whatever the file's line ends (CR LF, CR)."""
+    for lines in read_chunks(path, binary):
+        yield from lines
+
+
+def read_chunks(path: str | Path, binary: bool = False) -> Iterator[list]:
+    """read_lines' lines as lists, those of each CHUNK bytes read: for a reader that holds them all, one
+    Python step a list rather than a line (bench/search.py's rlfap-80-24-s5-x6, 295,000 lines: its whole
+    read, the least of 7, 0.066 -> 0.058 s on the dev box)."""
     _, suffix = split_compression(path)
     opener = COMPRESSIONS.get(suffix, open)
     try:
         with _stdin() if str(path) == STDIN else opener(path, "rb") as raw:
-            for lines in _chunks(path, raw, binary):
-                yield from lines
+            yield from _chunks(path, raw, binary)
     except FileNotFoundError:
         raise ParseError(path, None, "file not found") from None
     except IsADirectoryError:

@@ -297,17 +297,18 @@ class _NoLines:
 NO_LINES = _NoLines()
 
 
-def read_tokens(path, lines: Iterator[str], parse: Callable):
-    """parse(tokens) over the file's `lines`: where its text is at most WHOLE_CHARS and every token after the
-    first is an integer (a .wcsp in extension: CELAR6-SUB0's 294,000 tokens convert in 0.01 s, its whole read
-    takes 0.044-0.071 CPU-s instead of 0.087-0.147 on the dev box), from an `Integers`, else from `Tokens`,
-    which also reads again a file whose fast reading failed, so that its error names the line."""
+def read_tokens(path, chunks: Iterator[list[str]], parse: Callable):
+    """parse(tokens) over the file's lines, read a list at a time (source.read_chunks): where its text is at
+    most WHOLE_CHARS and every token after the first is an integer (a .wcsp in extension: CELAR6-SUB0's
+    294,000 tokens convert in 0.01 s, its whole read takes 0.044-0.071 CPU-s instead of 0.087-0.147 on the
+    dev box), from an `Integers`, else from `Tokens`, which also reads again a file whose fast reading
+    failed, so that its error names the line."""
     held, chars, cap = [], 0, min(WHOLE_CHARS, line_cap() or WHOLE_CHARS)
-    for line in lines:
-        held.append(line)
-        chars += len(line)
+    for lines in chunks:
+        held += lines
+        chars += sum(map(len, lines))
         if chars > cap:
-            return parse(Tokens(path, itertools.chain(held, lines)))
+            return parse(Tokens(path, itertools.chain(held, itertools.chain.from_iterable(chunks))))
     text = "".join(held)
     parts = text.split(None, 1)
     values = _integers(parts[1] if len(parts) > 1 else "")

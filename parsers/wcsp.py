@@ -37,7 +37,7 @@ from .decompose import ARITHMETIC, DecompositionError, Indices, Network, arithme
 from gpusolve.model.problem import FORBIDDEN, AllDifferent, CostFunction, ModelError, Problem, Variable, finalize_integer
 
 from .errors import ParseError, quote
-from .source import open_text, read_lines, reading_sizes
+from .source import open_text, read_chunks, reading_sizes
 from .tables import FUNCTION_BYTES, VARIABLE_BYTES, Listed, charge, too_large
 from .tokens import INT64_MAX, Tokens, read_tokens
 
@@ -52,7 +52,7 @@ OTHER_GLOBALS = ("sregulardp", "sgrammar", "sgrammardp", "samongdp", "salldiffdp
 
 
 def read(path: str | Path) -> Problem:
-    return read_tokens(path, read_lines(path), partial(_read, path))
+    return read_tokens(path, read_chunks(path), partial(_read, path))
 
 
 def _read(path: str | Path, t: Tokens) -> Problem:

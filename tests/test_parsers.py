@@ -474,6 +474,26 @@ def test_a_wcsp_read_at_once_is_the_wcsp_read_line_by_line(tmp_path, monkeypatch
     assert read(paths[0]).offset == 4 and len(read(paths[0]).functions) == 4
 
 
+def test_a_wcsp_past_the_whole_read_cap_is_read_on_line_by_line_from_where_it_passed_it(tmp_path, monkeypatch):
+    """Lines are held a chunk of the file at a time (source.read_chunks); once WHOLE_CHARS is passed, several
+    chunks into a file, the line-by-line reader takes the lines held, then the chunks left."""
+    from gpusolve.model.problem import CostFunction, Problem, Variable, finalize_integer
+    from gpusolve.parsers import source
+    rng = np.random.default_rng(11)
+    n = 30
+    functions = [CostFunction(tuple(int(v) for v in rng.choice(n, 2, replace=False)),
+                              rng.integers(0, 1000, (10, 10)).astype(np.int64)) for _ in range(400)]
+    problem = finalize_integer(Problem("big", [Variable(f"x{i}", 10) for i in range(n)], functions), 10 ** 9)
+    path = tmp_path / "big.wcsp"
+    write_wcsp(problem, path)
+    assert path.stat().st_size > 4 * source.CHUNK
+    fast, slow, at_once = read_both(path, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(tokens, "WHOLE_CHARS", 2 * source.CHUNK)
+        passed = read(path)
+    assert at_once and same_problem(fast, slow) and same_problem(fast, passed)
+
+
 def test_the_shared_wcsp_instances_read_at_once_as_line_by_line(shared_instances, monkeypatch):
     for path in sorted(shared_instances.glob("**/*.wcsp")):
         fast, slow, _ = read_both(path, monkeypatch)
