@@ -16,8 +16,8 @@ from gpusolve.search.dfbb_state import AC, DAC, DTOP, EAC, EAC_CHECK, LEVEL, QLE
 fresh_jit_cache()  # before any kernel is loaded from numba's cache
 jit = numba.njit(cache=True, nogil=True, _nrt=False)
 # An index known to be non-negative, made unsigned: numba then leaves out the wraparound it adds to every
-# signed index (three instructions an access), in the loops that evaluate pair costs (CELAR6-SUB1: 8,400 ->
-# 10,500 nodes per CPU-second from bcost, live and full_support's scan alone).
+# signed index (three instructions an access), in the loops that evaluate pair costs (CELAR6-SUB1: 8,100-8,300
+# -> 11,100 nodes per CPU-second of the searching thread, dev box).
 at = numba.uint64
 ROSE, FROM_ZERO = 1, 2  # what a projection did to a variable's unary costs
 NARY_TUPLES = 1 << 10  # an n-ary function with more live tuples waits for its domains to shrink
